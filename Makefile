@@ -1,0 +1,46 @@
+# make test  = install everything (venv, pip, Kafka jars, kcat) and run the whole suite
+# make check = ruff + mypy strict + the suite (what CI runs)
+# make demo  = a real local Kafka (and tierproxy) with a kcat walk-through
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+export TIERPROXY_CACHE ?= $(HOME)/.cache/tierproxy
+
+.PHONY: install test check lint typecheck demo bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing kcat (Debian package)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null \
+	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat' >/dev/null; }
+	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
+	$(BIN)/python -c "from tierproxy.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check protocol tierproxy tests
+
+typecheck: install
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+bench: install
+	$(BIN)/python -m pytest -m bench tests/bench -s -p no:randomly $(PYTEST_ARGS)
+
+demo: install
+	$(BIN)/tierproxy demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

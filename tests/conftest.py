@@ -1,0 +1,69 @@
+"""Fixtures for the real parts: a session Kafka broker, an on-demand 3-node cluster, moto S3, kcat."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.realparts import S3Server, kcat_path, moto_server, unavailable
+from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
+
+_clusters: list[KafkaCluster] = []
+_names = itertools.count()
+
+
+def _start(nodes: int, tmp: Path) -> KafkaCluster:
+    try:
+        cluster = KafkaCluster(nodes, workdir=tmp)
+        _clusters.append(cluster)
+        return cluster.start()
+    except KafkaUnavailable as exc:
+        unavailable(f"Apache Kafka ({nodes} node)", str(exc))
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One combined KRaft broker+controller for the whole session."""
+    cluster = _start(1, tmp_path_factory.mktemp("kafka"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def kafka_cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
+    """Three combined KRaft nodes, started for the one test that asks (leader-change tests)."""
+    cluster = _start(3, tmp_path / "cluster")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[S3Server]:
+    with moto_server(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kcat() -> str:
+    return kcat_path()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name unique in the session, readable in broker logs."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+    return f"{base}-{os.getpid()}-{next(_names)}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    report: pytest.TestReport = yield
+    if report.failed and _clusters:
+        for cluster in _clusters:
+            if any(n.proc is not None for n in cluster.nodes):
+                report.sections.append((f"kafka logs {cluster.workdir}", cluster.tail_logs(lines=40)))
+    return report

@@ -1,0 +1,40 @@
+"""Topic and offset helpers over the real broker (confluent-kafka's admin client, used only by tests)."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
+                 config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
+    """Create a topic with overrides (e.g. small segment.bytes, short retention.ms) and wait for leaders."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
+                              operation_timeout=timeout)[name]
+    fut.result(timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        md = admin.list_topics(name, timeout=5).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions and all(
+                p.leader >= 0 for p in md.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name} has no leaders after {timeout}s")
+
+
+def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
+    """(log start offset, high watermark) as the broker reports them now."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tierproxy-watermarks"})
+    try:
+        for _ in range(20):
+            try:
+                lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=5, cached=False)
+                return int(lo), int(hi)
+            except KafkaException:
+                time.sleep(0.2)
+        raise TimeoutError(f"no watermarks for {topic}-{partition}")
+    finally:
+        c.close()

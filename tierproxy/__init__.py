@@ -1,0 +1,1 @@
+"""tierproxy: a Kafka proxy with a remote tier."""

@@ -1,0 +1,308 @@
+"""A real Apache Kafka for tests and the demo, resolved from Maven Central.
+
+`ensure_kafka_libs()` runs `mvn dependency:copy-dependencies` once into a cache directory outside the
+repository (``$TIERPROXY_CACHE`` or ``~/.cache/tierproxy``) and reuses it afterwards. `KafkaCluster`
+formats KRaft log dirs and starts combined broker+controller nodes with ``java -cp <libs>/* kafka.Kafka``
+on free loopback ports; `start()` returns once every broker answers ApiVersions and Metadata lists them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KAFKA_VERSION = "4.1.1"
+SCALA_VERSION = "2.13"
+LOG4J_VERSION = "2.24.3"
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>tierproxy</groupId><artifactId>kafka-dist</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId>
+      <version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId>
+      <version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-storage</artifactId>
+      <version>{kafka}</version><classifier>test</classifier></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+class KafkaUnavailable(RuntimeError):
+    """The real Kafka could not be resolved or started; the message says why."""
+
+
+def cache_dir() -> Path:
+    """Where Kafka jars and other downloaded parts live (outside the repository)."""
+    return Path(os.environ.get("TIERPROXY_CACHE", Path.home() / ".cache" / "tierproxy"))
+
+
+def ensure_kafka_libs() -> Path:
+    """Return a directory holding the Kafka broker, tools and storage-test jars, resolving them once."""
+    root = cache_dir() / f"kafka-{KAFKA_VERSION}"
+    libs = root / "libs"
+    marker = root / ".complete"
+    if marker.exists():
+        return libs
+    if shutil.which("mvn") is None:
+        raise KafkaUnavailable("mvn not found on PATH: needed to resolve Apache Kafka from Maven Central")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pom.xml").write_text(_POM.format(scala=SCALA_VERSION, kafka=KAFKA_VERSION, log4j=LOG4J_VERSION))
+    if libs.exists():
+        shutil.rmtree(libs)  # a partial earlier run
+    cmd = ["mvn", "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
+           f"-DoutputDirectory={libs}", "-DincludeScope=runtime"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise KafkaUnavailable(f"mvn failed resolving Kafka {KAFKA_VERSION}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    for stray in libs.glob("slf4j-reload4j*.jar"):
+        stray.unlink()  # log4j2 is Kafka 4's logging backend
+    (root / "log4j2.properties").write_text(_LOG4J2)
+    marker.write_text(KAFKA_VERSION)
+    return libs
+
+
+def storage_test_jar() -> Path:
+    """The jar holding Kafka's `LocalTieredStorage` (a filesystem RemoteStorageManager)."""
+    return ensure_kafka_libs() / f"kafka-storage-{KAFKA_VERSION}-test.jar"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _api_versions_ok(port: int, timeout: float = 1.0) -> bool:
+    # ApiVersions v0: size, api_key=18, api_version=0, correlation_id, client_id (int16 length + bytes)
+    req = struct.pack(">hhih", 18, 0, 1, 3) + b"cli"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(req)) + req)
+            head = s.recv(4)
+            if len(head) < 4:
+                return False
+            body = s.recv(struct.unpack(">i", head)[0])
+            return len(body) >= 6 and struct.unpack_from(">ih", body)[1] == 0
+    except OSError:
+        return False
+
+
+def _metadata_broker_count(port: int, timeout: float = 2.0) -> int:
+    # Metadata v1 with an empty topic array: answers the broker list only.
+    req = struct.pack(">hhih", 3, 1, 2, 3) + b"cli" + struct.pack(">i", 0)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(req)) + req)
+            head = _recv_exact(s, 4)
+            body = _recv_exact(s, struct.unpack(">i", head)[0])
+    except OSError:
+        return 0
+    return int(struct.unpack_from(">i", body, 4)[0])  # after correlation id: brokers array length
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise OSError("connection closed")
+        buf += chunk
+    return bytes(buf)
+
+
+@dataclass
+class KafkaNode:
+    """One combined broker+controller JVM."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    workdir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "server.log"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class KafkaCluster:
+    """1 or 3 combined KRaft nodes on free loopback ports, with logs under ``workdir``."""
+
+    def __init__(self, nodes: int = 1, workdir: Path | None = None,
+                 broker_config: dict[str, str] | None = None, heap: str = "768m") -> None:
+        self.libs = ensure_kafka_libs()
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tierproxy-kafka-"))
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.heap = heap
+        self.broker_config = dict(broker_config or {})
+        self.nodes = [KafkaNode(i + 1, free_port(), free_port(), self.workdir / f"node{i + 1}") for i in range(nodes)]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def node(self, node_id: int) -> KafkaNode:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def _props(self, node: KafkaNode) -> str:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        rf = str(min(3, len(self.nodes)))
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(node.workdir / "data"),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # let tests see retention act within seconds
+            "log.retention.check.interval.ms": "1000",
+            "log.initial.task.delay.ms": "0",
+            "auto.create.topics.enable": "true",
+        }
+        props.update(self.broker_config)
+        props.update(node.extra)
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _java(self, main: str, *args: str, node: KafkaNode) -> list[str]:
+        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC",
+                f"-Dkafka.logs.dir={node.workdir}",
+                f"-Dlog4j2.configurationFile={self.libs.parent / 'log4j2.properties'}",
+                "-cp", f"{self.libs}/*", main, *args]
+
+    def start(self, timeout: float = 120.0) -> KafkaCluster:
+        if shutil.which("java") is None:
+            raise KafkaUnavailable("java not found on PATH: Kafka 4.x needs Java 17+")
+        for node in self.nodes:
+            node.workdir.mkdir(parents=True, exist_ok=True)
+            props = node.workdir / "server.properties"
+            props.write_text(self._props(node))
+            fmt = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+                                            "-c", str(props), "--ignore-formatted", node=node),
+                                 capture_output=True, text=True, timeout=120)
+            if fmt.returncode != 0:
+                raise KafkaUnavailable(f"kafka-storage format failed for node {node.node_id}:\n"
+                                       f"{fmt.stdout[-2000:]}{fmt.stderr[-2000:]}")
+        for node in self.nodes:
+            self.start_node(node.node_id, wait=False)
+        self.wait_ready(timeout)
+        return self
+
+    def start_node(self, node_id: int, wait: bool = True, timeout: float = 120.0) -> None:
+        node = self.node(node_id)
+        out = open(node.workdir / "stdout.log", "ab")  # noqa: SIM115 - owned by the child process
+        node.proc = subprocess.Popen(self._java("kafka.Kafka", str(node.workdir / "server.properties"), node=node),
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        if wait:
+            self.wait_ready(timeout, nodes=[node])
+
+    def wait_ready(self, timeout: float = 120.0, nodes: list[KafkaNode] | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(nodes or self.nodes)
+        while pending and time.monotonic() < deadline:
+            node = pending[0]
+            if not node.alive:
+                raise KafkaUnavailable(f"Kafka node {node.node_id} exited at start:\n{self.tail_logs(node)}")
+            live = sum(1 for n in self.nodes if n.alive)
+            if _api_versions_ok(node.port) and _metadata_broker_count(node.port) >= live:
+                pending.pop(0)
+            else:
+                time.sleep(0.2)
+        if pending:
+            raise KafkaUnavailable(f"Kafka not ready after {timeout:.0f}s:\n{self.tail_logs(pending[0])}")
+
+    def stop_node(self, node_id: int, kill: bool = False, timeout: float = 60.0) -> None:
+        node = self.node(node_id)
+        if node.proc is None:
+            return
+        if node.proc.poll() is None:
+            node.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                node.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                node.proc.kill()
+                node.proc.wait(10)
+        node.proc = None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM every node at once (a lone survivor would wait for a lost quorum), SIGKILL stragglers."""
+        live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        for n in live:
+            assert n.proc is not None
+            n.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for n in live:
+            assert n.proc is not None
+            try:
+                n.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                n.proc.kill()
+                n.proc.wait(10)
+        for n in self.nodes:
+            n.proc = None
+
+    def tail_logs(self, node: KafkaNode | None = None, lines: int = 60) -> str:
+        parts = []
+        for n in [node] if node else self.nodes:
+            for f in (n.log_file, n.workdir / "stdout.log"):
+                if f.exists():
+                    text = f.read_text(errors="replace").splitlines()[-lines:]
+                    parts.append(f"--- {f} ---\n" + "\n".join(text))
+        return "\n".join(parts)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
