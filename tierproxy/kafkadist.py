@@ -83,7 +83,8 @@ def ensure_kafka_libs() -> Path:
            f"-DoutputDirectory={libs}", "-DincludeScope=runtime"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        raise KafkaUnavailable(f"mvn failed resolving Kafka {KAFKA_VERSION}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        tail = proc.stdout[-3000:] + proc.stderr[-3000:]
+        raise KafkaUnavailable(f"mvn failed resolving Kafka {KAFKA_VERSION}:\n{tail}")
     for stray in libs.glob("slf4j-reload4j*.jar"):
         stray.unlink()  # log4j2 is Kafka 4's logging backend
     (root / "log4j2.properties").write_text(_LOG4J2)
