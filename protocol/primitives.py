@@ -18,6 +18,7 @@ Reads never copy record data: `bytes_view` returns a slice of the underlying mem
 from __future__ import annotations
 
 import struct
+from typing import NoReturn
 
 from protocol.errors import ProtocolError
 
@@ -71,7 +72,7 @@ class Reader:
     def float64(self) -> float:
         return float(FLOAT64.unpack_from(self.buf, self._need(8))[0])
 
-    def bool(self) -> bool:
+    def boolean(self) -> bool:
         v = self.int8()
         if v not in (0, 1):
             raise ProtocolError(f"bad boolean {v}")
@@ -127,7 +128,9 @@ class Reader:
 
     def nullable_string(self) -> str | None:
         n = self.int16()
-        return None if n == -1 else self._text(n) if n >= 0 else _bad_len(n)
+        if n < -1:
+            _bad_len(n)
+        return None if n == -1 else self._text(n)
 
     def compact_string(self) -> str:
         n = self.unsigned_varint() - 1
@@ -147,7 +150,9 @@ class Reader:
 
     def nullable_bytes_view(self) -> memoryview | None:
         n = self.int32()
-        return None if n == -1 else self.view(n) if n >= 0 else _bad_len(n)
+        if n < -1:
+            _bad_len(n)
+        return None if n == -1 else self.view(n)
 
     def compact_bytes_view(self) -> memoryview:
         n = self.unsigned_varint() - 1
@@ -174,7 +179,7 @@ class Reader:
         return n
 
 
-def _bad_len(n: int) -> None:
+def _bad_len(n: int) -> NoReturn:
     raise ProtocolError(f"negative length {n}")
 
 
@@ -225,7 +230,7 @@ class Writer:
     def float64(self, v: float) -> None:
         self.buf += FLOAT64.pack(v)
 
-    def bool(self, v: bool) -> None:
+    def boolean(self, v: bool) -> None:
         self.buf.append(1 if v else 0)
 
     def uuid(self, v: bytes) -> None:

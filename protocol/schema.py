@@ -95,7 +95,9 @@ class StructPlan:
 
 def _scalar_fns(t: str, nullable: bool, flex: bool) -> tuple[ReadFn, WriteFn]:
     if t in ("int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "bool", "uuid"):
-        return getattr(Reader, t), getattr(Writer, t)
+        name = "boolean" if t == "bool" else t
+        return getattr(Reader, name), getattr(Writer, name)
+    rd: ReadFn
     if t == "string":
         if flex:
             rd = Reader.compact_nullable_string if nullable else Reader.compact_string

@@ -1,0 +1,115 @@
+"""Sans-IO Kafka connections in the style of h11's `Connection`: bytes in, events out.
+
+`ServerConnection` is the side that receives requests (the proxy facing a client); `ClientConnection` the side
+that sends requests and receives responses (the proxy facing a broker). Neither does any IO: the caller feeds
+received bytes (or lets the transport write into `get_buffer`) and writes the chunks it is handed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.apis.produce import produce_acks
+from protocol.errors import ProtocolError
+from protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameBuffer, frame_header
+from protocol.headers import (
+    RequestHeader,
+    decode_request_header,
+    decode_response_header,
+    response_header_version,
+)
+
+PRODUCE_KEY = 0
+
+
+@dataclass(slots=True)
+class RequestEvent:
+    """A whole request frame; `frame` excludes the size prefix, the body starts at `header.body_offset`."""
+
+    header: RequestHeader
+    frame: memoryview
+    expects_response: bool
+
+    @property
+    def body(self) -> memoryview:
+        return self.frame[self.header.body_offset:]
+
+
+@dataclass(slots=True)
+class ResponseEvent:
+    """A whole response frame matched to its request (`context` is what the sender attached)."""
+
+    correlation_id: int
+    api_key: int
+    api_version: int
+    frame: memoryview
+    body_offset: int
+    context: Any = None
+
+
+class ServerConnection:
+    """Receives request frames; answers whether each expects a response (acks=0 Produce does not)."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.frames = FrameBuffer(max_frame_size)
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self.frames.feed(data)
+
+    def next_event(self) -> RequestEvent | None:
+        frame = self.frames.next_frame()
+        if frame is None:
+            return None
+        header = decode_request_header(frame)
+        expects = True
+        if header.api_key == PRODUCE_KEY:
+            expects = produce_acks(frame, header.api_version, header.body_offset) != 0
+        return RequestEvent(header, frame, expects)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    context: Any
+
+
+class ClientConnection:
+    """Sends requests, receives their responses in order (Kafka answers a connection's requests in order)."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.frames = FrameBuffer(max_frame_size)
+        self._in_flight: deque[_InFlight] = deque()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def send_request(self, header: RequestHeader, frame: memoryview | bytes, *, expects_response: bool = True,
+                     context: Any = None) -> list[bytes | memoryview]:
+        """Register a request (its whole frame without size prefix) and return the chunks to write."""
+        if expects_response:
+            self._in_flight.append(_InFlight(header.correlation_id, header.api_key, header.api_version, context))
+        return [frame_header(len(frame)), frame]
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self.frames.feed(data)
+
+    def next_event(self) -> ResponseEvent | None:
+        if not self._in_flight:
+            if self.frames.buffered():
+                raise ProtocolError(f"{self.frames.buffered()} bytes received with no request in flight")
+            return None
+        frame = self.frames.next_frame()
+        if frame is None:
+            return None
+        pending = self._in_flight.popleft()
+        correlation_id, offset = decode_response_header(
+            frame, response_header_version(pending.api_key, pending.api_version))
+        if correlation_id != pending.correlation_id:
+            raise ProtocolError(f"response correlation id {correlation_id} does not match the request in flight "
+                                f"({pending.correlation_id})", api_key=pending.api_key)
+        return ResponseEvent(correlation_id, pending.api_key, pending.api_version, frame, offset, pending.context)

@@ -1,0 +1,131 @@
+"""Size-prefixed framing: bytes in, whole frames out (sans-IO).
+
+Wire grammar: frame => size:int32 payload[size]
+
+One receive buffer per connection; frames are split off by advancing a read index, never by rescanning.
+Small frames are copied out of the staging buffer (so they outlive it). A frame larger than half the staging
+buffer gets a buffer of its own as soon as its size is known: the rest of it is received straight into that
+buffer by `get_buffer`, and the frame is handed out as a memoryview of it — the record sets inside large
+Fetch/Produce frames are not copied again on the way through.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from protocol.errors import ProtocolError
+
+# size:int32 — the length of the payload that follows
+FRAME_SIZE = struct.Struct(">i")
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
+DEFAULT_STAGING_SIZE = 64 * 1024
+
+
+class FrameBuffer:
+    """Feed bytes (or receive into `get_buffer`), then take frames with `next_frame` until it returns None."""
+
+    __slots__ = ("_big", "_big_w", "_buf", "_into_big", "_max", "_r", "_size", "_w")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, staging_size: int = DEFAULT_STAGING_SIZE) -> None:
+        self._max = max_frame_size
+        self._buf = bytearray(staging_size)
+        self._r = 0  # read index into _buf
+        self._w = 0  # write index into _buf
+        self._size = -1  # payload size of the frame at _r, once read
+        self._big: bytearray | None = None  # dedicated buffer of a large frame in progress
+        self._big_w = 0
+        self._into_big = False
+
+    @property
+    def max_frame_size(self) -> int:
+        return self._max
+
+    def buffered(self) -> int:
+        """Bytes received but not yet handed out as frames."""
+        return (self._w - self._r) + (self._big_w if self._big is not None else 0)
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """A writable region for the next received bytes (asyncio.BufferedProtocol.get_buffer)."""
+        big = self._big
+        if big is not None and self._big_w < len(big):
+            self._into_big = True
+            return memoryview(big)[self._big_w:]
+        self._into_big = False
+        if self._w == len(self._buf):
+            self._compact()
+            if self._w == len(self._buf):  # whole frames nobody took yet: make room rather than stall
+                self._buf.extend(bytes(len(self._buf)))
+        return memoryview(self._buf)[self._w:]
+
+    def buffer_updated(self, n: int) -> None:
+        """Record that `n` bytes were written into the region from `get_buffer`."""
+        if self._into_big:
+            self._big_w += n
+        else:
+            self._w += n
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Copy `data` in (for callers that are handed bytes, such as tests and non-buffered transports)."""
+        view = memoryview(data).cast("B")
+        while view:
+            region = self.get_buffer(len(view))
+            n = min(len(region), len(view))
+            region[:n] = view[:n]
+            region.release()  # the staging buffer may need to grow on the next turn
+            self.buffer_updated(n)
+            view = view[n:]
+
+    def next_frame(self) -> memoryview | None:
+        """The next whole frame payload (no size prefix), or None until more bytes arrive."""
+        big = self._big
+        if big is not None:
+            if self._big_w < len(big):
+                return None
+            self._big = None
+            self._big_w = 0
+            return memoryview(big)
+        self._advance_header()
+        if self._big is not None:
+            return self.next_frame()
+        size = self._size
+        if size < 0 or self._w - self._r < size:
+            return None
+        start = self._r
+        frame = bytes(self._buf[start:start + size])
+        self._r = start + size
+        self._size = -1
+        if self._r == self._w:
+            self._r = self._w = 0
+        return memoryview(frame)
+
+    def _advance_header(self) -> None:
+        if self._size >= 0 or self._w - self._r < 4:
+            return
+        size = FRAME_SIZE.unpack_from(self._buf, self._r)[0]
+        if size < 0 or size > self._max:
+            raise ProtocolError(f"frame size {size} outside 0..{self._max} (max frame size)")
+        self._r += 4
+        self._size = size
+        if size > len(self._buf) // 2:
+            # a large frame: give it its own buffer so the rest lands there directly
+            have = self._w - self._r
+            big = bytearray(size)
+            take = min(have, size)
+            big[:take] = self._buf[self._r:self._r + take]
+            self._r += take
+            self._big, self._big_w = big, take
+            self._size = -1
+            if self._r == self._w:  # otherwise the frame was already whole and what follows stays staged
+                self._r = self._w = 0
+
+    def _compact(self) -> None:
+        pending = self._w - self._r
+        if self._r == 0:
+            return
+        self._buf[:pending] = self._buf[self._r:self._w]
+        self._r, self._w = 0, pending
+
+
+def frame_header(payload_size: int) -> bytes:
+    """The 4-byte size prefix of a frame."""
+    return FRAME_SIZE.pack(payload_size)

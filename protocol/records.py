@@ -1,0 +1,260 @@
+"""RecordBatch v2 views over a record set, without copying or decompressing.
+
+Wire grammar (magic 2):
+    RecordBatch => base_offset:int64 batch_length:int32 partition_leader_epoch:int32 magic:int8 crc:uint32
+                   attributes:int16 last_offset_delta:int32 base_timestamp:int64 max_timestamp:int64
+                   producer_id:int64 producer_epoch:int16 base_sequence:int32 records_count:int32 records
+        batch_length counts from partition_leader_epoch to the end; crc (CRC-32C) covers attributes..end.
+        attributes: bits 0-2 compression, bit 3 timestamp type (1 = LogAppendTime), bit 4 transactional,
+                    bit 5 control, bit 6 delete horizon flag.
+    Record => length:varint attributes:int8 timestamp_delta:varlong offset_delta:varint key_length:varint key
+              value_length:varint value headers_count:varint [key_length:varint key value_length:varint value]
+    Control record key => version:int16 type:int16 (0 = ABORT, 1 = COMMIT); value => version:int16
+              coordinator_epoch:int32
+A fetched record set may end in a partial batch (the broker cuts at max bytes): iteration stops before it.
+Older message formats (magic 0/1) share the offset:int64 size:int32 prefix; they are iterated but not parsed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import crc32c
+
+from protocol import compression
+from protocol.errors import ProtocolError
+from protocol.primitives import Reader, Writer
+
+# base_offset:int64 batch_length:int32 partition_leader_epoch:int32 magic:int8 crc:uint32 attributes:int16
+# last_offset_delta:int32 base_timestamp:int64 max_timestamp:int64 producer_id:int64 producer_epoch:int16
+# base_sequence:int32 records_count:int32
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+# base_offset:int64 batch_length:int32 — the prefix every message format shares
+LOG_ENTRY_PREFIX = struct.Struct(">qi")
+# version:int16 type:int16
+CONTROL_KEY = struct.Struct(">hh")
+# version:int16 coordinator_epoch:int32
+CONTROL_VALUE = struct.Struct(">hi")
+CRC_OFFSET = 17  # where crc:uint32 sits
+ATTRIBUTES_OFFSET = 21  # the CRC covers from here to the end
+HEADER_SIZE = BATCH_HEADER.size  # 61
+LENGTH_OVERHEAD = 12  # base_offset + batch_length precede what batch_length counts
+
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+ABORT, COMMIT = 0, 1
+
+
+@dataclass(slots=True)
+class Header:
+    key: str
+    value: bytes | None
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ControlRecord:
+    type: int  # ABORT or COMMIT
+    coordinator_epoch: int
+
+
+class RecordBatch:
+    """A view of one batch in a buffer: header fields are read on demand, records only when asked."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def _h(self) -> tuple[int, ...]:
+        return BATCH_HEADER.unpack_from(self.buf, self.pos)
+
+    base_offset = property(lambda self: self._h()[0])
+    batch_length = property(lambda self: self._h()[1])
+    partition_leader_epoch = property(lambda self: self._h()[2])
+    magic = property(lambda self: self._h()[3])
+    crc = property(lambda self: self._h()[4])
+    attributes = property(lambda self: self._h()[5])
+    last_offset_delta = property(lambda self: self._h()[6])
+    base_timestamp = property(lambda self: self._h()[7])
+    max_timestamp = property(lambda self: self._h()[8])
+    producer_id = property(lambda self: self._h()[9])
+    producer_epoch = property(lambda self: self._h()[10])
+    base_sequence = property(lambda self: self._h()[11])
+    records_count = property(lambda self: self._h()[12])
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies, prefix included."""
+        return int(LOG_ENTRY_PREFIX.unpack_from(self.buf, self.pos)[1]) + LENGTH_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.base_offset + self.last_offset_delta)
+
+    @property
+    def compression(self) -> int:
+        return int(self.attributes & 0x07)
+
+    @property
+    def timestamp_type(self) -> int:
+        return 1 if self.attributes & TIMESTAMP_TYPE_BIT else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    def view(self) -> memoryview:
+        """The batch's bytes, exactly as stored (no copy)."""
+        return self.buf[self.pos:self.pos + self.size]
+
+    def crc_ok(self) -> bool:
+        end = self.pos + self.size
+        return bool(int(crc32c.crc32c(self.buf[self.pos + ATTRIBUTES_OFFSET:end])) == self.crc)
+
+    def _records_section(self) -> bytes | memoryview:
+        data = self.buf[self.pos + HEADER_SIZE:self.pos + self.size]
+        codec = self.compression
+        return data if codec == compression.NONE else compression.decompress(codec, data)
+
+    def records(self) -> Iterator[Record]:
+        """Decode the records (decompressing when needed); malformed data raises `ProtocolError`."""
+        if self.magic != 2:
+            raise ProtocolError(f"record decoding supports magic 2 only, got {self.magic}")
+        section = self._records_section()
+        r = Reader(memoryview(section))
+        base_offset, base_ts = self.base_offset, self.base_timestamp
+        log_append = self.timestamp_type == 1
+        for _ in range(self.records_count):
+            length = r.varint()
+            end = r.pos + length
+            if length < 0 or end > r.end:
+                raise ProtocolError("record length runs past the batch")
+            r.int8()  # attributes (unused)
+            ts_delta = r.varlong()
+            off_delta = r.varint()
+            key = _varbytes(r)
+            value = _varbytes(r)
+            headers = []
+            for _ in range(r.varint()):
+                hk = _varbytes(r)
+                if hk is None:
+                    raise ProtocolError("null header key")
+                headers.append(Header(str(hk, "utf-8", "replace"), _varbytes(r)))
+            if r.pos != end:
+                raise ProtocolError("record length does not match its fields")
+            ts = self.max_timestamp if log_append else base_ts + ts_delta
+            yield Record(base_offset + off_delta, ts, key, value, headers)
+
+    def control_record(self) -> ControlRecord:
+        """The commit/abort marker of a control batch."""
+        if not self.is_control:
+            raise ProtocolError("not a control batch")
+        rec = next(iter(self.records()), None)
+        if rec is None or rec.key is None or len(rec.key) < 4 or rec.value is None or len(rec.value) < 6:
+            raise ProtocolError("malformed control record")
+        _, ctype = CONTROL_KEY.unpack_from(rec.key)
+        _, epoch = CONTROL_VALUE.unpack_from(rec.value)
+        return ControlRecord(ctype, epoch)
+
+
+def _varbytes(r: Reader) -> bytes | None:
+    n = r.varint()
+    if n < 0:
+        return None
+    return bytes(r.view(n))
+
+
+def iter_batches(records: memoryview | bytes | None) -> Iterator[RecordBatch]:
+    """Whole batches in a record set, in order; a trailing partial batch is skipped (as clients do)."""
+    if records is None:
+        return
+    buf = memoryview(records)
+    pos, end = 0, len(buf)
+    while end - pos >= LOG_ENTRY_PREFIX.size:
+        length = LOG_ENTRY_PREFIX.unpack_from(buf, pos)[1]
+        if length < HEADER_SIZE - LENGTH_OVERHEAD and end - pos >= HEADER_SIZE:
+            raise ProtocolError(f"batch length {length} at {pos} is smaller than a batch header")
+        size = length + LENGTH_OVERHEAD
+        if pos + size > end or end - pos < HEADER_SIZE:
+            return
+        yield RecordBatch(buf, pos)
+        pos += size
+
+
+def whole_batches_size(records: memoryview | bytes) -> int:
+    """Bytes taken by the whole batches at the start of a record set."""
+    total = 0
+    for b in iter_batches(records):
+        total = b.pos + b.size
+    return total
+
+
+def build_batch(records: list[Record], *, base_offset: int = 0, codec: int = compression.NONE,
+                partition_leader_epoch: int = 0, producer_id: int = -1, producer_epoch: int = -1,
+                base_sequence: int = -1, transactional: bool = False, control: bool = False,
+                log_append_time: bool = False) -> bytes:
+    """Encode a v2 batch (CRC-32C back-patched with pack_into). For tests and tools."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    base_ts = min(r.timestamp for r in records)
+    max_ts = max(r.timestamp for r in records)
+    body = Writer()
+    for rec in records:
+        w = Writer()
+        w.int8(0)
+        w.varlong(rec.timestamp - base_ts)
+        w.varint(rec.offset - base_offset)
+        _write_varbytes(w, rec.key)
+        _write_varbytes(w, rec.value)
+        w.varint(len(rec.headers))
+        for h in rec.headers:
+            _write_varbytes(w, h.key.encode())
+            _write_varbytes(w, h.value)
+        body.varint(len(w.buf))
+        body.raw(w.buf)
+    section = bytes(body.buf)
+    if codec != compression.NONE:
+        section = compression.compress(codec, section)
+    attributes = codec | (TIMESTAMP_TYPE_BIT if log_append_time else 0) | \
+        (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0)
+    last_delta = max(r.offset for r in records) - base_offset
+    out = bytearray(HEADER_SIZE + len(section))
+    BATCH_HEADER.pack_into(out, 0, base_offset, len(out) - LENGTH_OVERHEAD, partition_leader_epoch, 2, 0,
+                           attributes, last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
+                           len(records))
+    out[HEADER_SIZE:] = section
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def build_control_batch(marker: int, *, offset: int, producer_id: int, producer_epoch: int, timestamp: int,
+                        coordinator_epoch: int = 0, partition_leader_epoch: int = 0) -> bytes:
+    """A transaction marker batch (COMMIT or ABORT)."""
+    rec = Record(offset, timestamp, CONTROL_KEY.pack(0, marker), CONTROL_VALUE.pack(0, coordinator_epoch))
+    return build_batch([rec], base_offset=offset, producer_id=producer_id, producer_epoch=producer_epoch,
+                       transactional=True, control=True, partition_leader_epoch=partition_leader_epoch)
+
+
+def _write_varbytes(w: Writer, v: bytes | None) -> None:
+    if v is None:
+        w.varint(-1)
+    else:
+        w.varint(len(v))
+        w.raw(v)

@@ -1,0 +1,96 @@
+"""The APIs the codec decodes, their version ranges (used by the proxy to cap ApiVersions), and helpers.
+
+Any API not listed here is carried as an opaque frame: header decoded, body untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.apis import discovery, fetch, offsets, produce
+from protocol.errors import ProtocolError
+from protocol.framing import frame_header
+from protocol.headers import RequestHeader, encode_response_header, response_header_version
+from protocol.primitives import Writer
+from protocol.schema import Data, Message
+
+Chunks = list[bytes | bytearray | memoryview]
+
+
+@dataclass(frozen=True)
+class ApiSchema:
+    """A decodable API: request schema (None = opaque body) and response schema over one version range."""
+
+    api_key: int
+    name: str
+    request: Message | None
+    response: Message
+
+    @property
+    def min_version(self) -> int:
+        return self.response.min_version
+
+    @property
+    def max_version(self) -> int:
+        return self.response.max_version
+
+
+SUPPORTED: dict[int, ApiSchema] = {s.api_key: s for s in (
+    ApiSchema(0, "Produce", None, produce.PRODUCE_RESPONSE),
+    ApiSchema(1, "Fetch", fetch.FETCH_REQUEST, fetch.FETCH_RESPONSE),
+    ApiSchema(2, "ListOffsets", offsets.LIST_OFFSETS_REQUEST, offsets.LIST_OFFSETS_RESPONSE),
+    ApiSchema(3, "Metadata", discovery.METADATA_REQUEST, discovery.METADATA_RESPONSE),
+    ApiSchema(10, "FindCoordinator", discovery.FIND_COORDINATOR_REQUEST, discovery.FIND_COORDINATOR_RESPONSE),
+    ApiSchema(18, "ApiVersions", discovery.API_VERSIONS_REQUEST, discovery.API_VERSIONS_RESPONSE),
+    ApiSchema(23, "OffsetForLeaderEpoch", offsets.OFFSET_FOR_LEADER_EPOCH_REQUEST,
+              offsets.OFFSET_FOR_LEADER_EPOCH_RESPONSE),
+    ApiSchema(60, "DescribeCluster", discovery.DESCRIBE_CLUSTER_REQUEST, discovery.DESCRIBE_CLUSTER_RESPONSE),
+)}
+
+
+def schema(api_key: int) -> ApiSchema:
+    s = SUPPORTED.get(api_key)
+    if s is None:
+        raise ProtocolError("API is not decoded by this codec (opaque)", api_key=api_key)
+    return s
+
+
+def supports(api_key: int, api_version: int) -> bool:
+    s = SUPPORTED.get(api_key)
+    return s is not None and s.min_version <= api_version <= s.max_version
+
+
+def decode_request(header: RequestHeader, frame: memoryview) -> Data:
+    """Decode the body of a request frame whose header is `header`."""
+    req = schema(header.api_key).request
+    if req is None:
+        raise ProtocolError("request body is opaque", api_key=header.api_key, api_version=header.api_version)
+    return req.decode(frame, header.api_version, header.body_offset)
+
+
+def decode_response(api_key: int, api_version: int, frame: memoryview, body_offset: int) -> Data:
+    return schema(api_key).response.decode(frame, api_version, body_offset)
+
+
+def encode_request(header: RequestHeader, data: Data) -> Chunks:
+    """A whole request frame (size prefix, header, body) as chunks; record sets are not copied."""
+    req = schema(header.api_key).request
+    if req is None:
+        raise ProtocolError("request body is opaque", api_key=header.api_key)
+    w = Writer()
+    w.raw(header.encode())
+    req.encode_into(w, data, header.api_version)
+    return _framed(w.finish())
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, data: Data) -> Chunks:
+    """A whole response frame (size prefix, header, body) as chunks; record sets are not copied."""
+    w = Writer()
+    w.raw(encode_response_header(correlation_id, response_header_version(api_key, api_version)))
+    schema(api_key).response.encode_into(w, data, api_version)
+    return _framed(w.finish())
+
+
+def _framed(chunks: Chunks) -> Chunks:
+    size = sum(len(c) for c in chunks)
+    return [frame_header(size), *chunks]
