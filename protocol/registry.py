@@ -68,8 +68,19 @@ def decode_request(header: RequestHeader, frame: memoryview) -> Data:
     return req.decode(frame, header.api_version, header.body_offset)
 
 
+API_VERSIONS_KEY = 18
+
+
 def decode_response(api_key: int, api_version: int, frame: memoryview, body_offset: int) -> Data:
-    return schema(api_key).response.decode(frame, api_version, body_offset)
+    """Decode a response body. An ApiVersions response that does not parse at the request's version is read
+    as v0, as the Java client does: a broker answers a version it does not know with a v0 UNSUPPORTED_VERSION."""
+    response = schema(api_key).response
+    try:
+        return response.decode(frame, api_version, body_offset)
+    except ProtocolError:
+        if api_key != API_VERSIONS_KEY or api_version == 0:
+            raise
+        return response.decode(frame, 0, body_offset)
 
 
 def encode_request(header: RequestHeader, data: Data) -> Chunks:

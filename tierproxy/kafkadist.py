@@ -141,6 +141,14 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def _cluster_id() -> str:
+    """A random Kafka cluster id (base64url of a UUID) that argparse cannot mistake for an option."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 @dataclass
 class KafkaNode:
     """One combined broker+controller JVM."""
@@ -172,7 +180,7 @@ class KafkaCluster:
                  broker_config: dict[str, str] | None = None, heap: str = "768m") -> None:
         self.libs = ensure_kafka_libs()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tierproxy-kafka-"))
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = _cluster_id()
         self.heap = heap
         self.broker_config = dict(broker_config or {})
         self.nodes = [KafkaNode(i + 1, free_port(), free_port(), self.workdir / f"node{i + 1}") for i in range(nodes)]

@@ -1,0 +1,126 @@
+"""Framing and primitive types: tables, limits, and the purity of the protocol package."""
+
+from __future__ import annotations
+
+import ast
+import struct
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import ProtocolError
+from protocol.framing import FrameBuffer, frame_header
+from protocol.headers import decode_request_header, decode_response_header, request_header_version
+from protocol.primitives import Reader, Writer, encode_unsigned_varint, encode_varint
+
+VARINTS = [(0, b"\x00"), (1, b"\x02"), (-1, b"\x01"), (63, b"\x7e"), (-64, b"\x7f"), (64, b"\x80\x01"),
+           (2147483647, b"\xfe\xff\xff\xff\x0f"), (-2147483648, b"\xff\xff\xff\xff\x0f")]
+UVARINTS = [(0, b"\x00"), (127, b"\x7f"), (128, b"\x80\x01"), (300, b"\xac\x02"), (16383, b"\xff\x7f"),
+            (16384, b"\x80\x80\x01")]
+
+
+@pytest.mark.parametrize(("value", "wire"), VARINTS)
+def test_varint_table(value: int, wire: bytes) -> None:
+    assert encode_varint(value) == wire
+    r = Reader(memoryview(wire))
+    assert r.varint() == value and r.remaining() == 0
+
+
+@pytest.mark.parametrize(("value", "wire"), UVARINTS)
+def test_unsigned_varint_table(value: int, wire: bytes) -> None:
+    assert encode_unsigned_varint(value) == wire
+    assert Reader(memoryview(wire)).unsigned_varint() == value
+
+
+def test_varlong_extremes_round_trip() -> None:
+    for v in (-(1 << 63), (1 << 63) - 1, 0, -1, 1 << 40):
+        w = Writer()
+        w.varlong(v)
+        assert Reader(memoryview(bytes(w.buf))).varlong() == v
+
+
+@pytest.mark.parametrize(("wire", "compact", "value"), [
+    (b"\xff\xff", False, None), (b"\x00\x03abc", False, "abc"), (b"\x00", True, None), (b"\x04abc", True, "abc"),
+    (b"\x01", True, ""), (b"\x00\x00", False, ""),
+])
+def test_nullable_strings(wire: bytes, compact: bool, value: str | None) -> None:
+    r = Reader(memoryview(wire))
+    assert (r.compact_nullable_string() if compact else r.nullable_string()) == value
+    w = Writer()
+    w.string(value, compact)
+    assert bytes(w.buf) == wire
+
+
+@pytest.mark.parametrize("wire", [b"\x00\x05ab", b"\xff\xfe", b"\x80", b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01",
+                                  b"\x00\x02\xff\xfe"])
+def test_malformed_primitives_raise_protocol_error(wire: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        r = Reader(memoryview(wire))
+        if wire[:1] in (b"\x80",):
+            r.unsigned_varint()
+        else:
+            r.nullable_string()
+
+
+def test_bytes_are_views_not_copies() -> None:
+    frame = bytearray(b"\x00\x00\x00\x03xyz")
+    view = Reader(memoryview(frame)).bytes_view()
+    assert view.obj is frame
+    frame[4] = ord("Q")
+    assert bytes(view) == b"Qyz"
+
+
+def test_oversized_frame_rejected_before_buffering() -> None:
+    fb = FrameBuffer(max_frame_size=1024)
+    fb.feed(frame_header(1025))
+    with pytest.raises(ProtocolError, match="max frame size"):
+        fb.next_frame()
+    fb2 = FrameBuffer()
+    fb2.feed(struct.pack(">i", -5))
+    with pytest.raises(ProtocolError):
+        fb2.next_frame()
+
+
+def test_large_frame_lands_in_its_own_buffer_without_staging_it() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    fb = FrameBuffer(staging_size=64 * 1024)
+    fb.feed(frame_header(len(payload)) + payload[:100])
+    assert fb.next_frame() is None
+    region = fb.get_buffer()
+    assert len(region) == len(payload) - 100  # the rest is received straight into the frame's buffer
+    region[:] = payload[100:]
+    del region
+    fb.buffer_updated(len(payload) - 100)
+    frame = fb.next_frame()
+    assert frame is not None and bytes(frame) == payload and isinstance(frame.obj, bytearray)
+
+
+def test_request_header_versions() -> None:
+    assert request_header_version(1, 11) == 1 and request_header_version(1, 12) == 2
+    assert request_header_version(18, 3) == 2 and request_header_version(9999, 5) == 1
+    frame = memoryview(struct.pack(">hhih", 1, 12, 42, 3) + b"cid" + b"\x01\x05\x02ab" + b"BODY")
+    h = decode_request_header(frame)
+    assert (h.api_key, h.api_version, h.correlation_id, h.client_id) == (1, 12, 42, "cid")
+    assert h.tagged == b"\x01\x05\x02ab" and bytes(frame[h.body_offset:]) == b"BODY"
+    assert h.encode() == bytes(frame[:h.body_offset])
+    assert decode_response_header(memoryview(b"\x00\x00\x00\x07\x00rest"), 1) == (7, 5)
+    with pytest.raises(ProtocolError):
+        decode_request_header(memoryview(b"\x00\x01\x00"))
+
+
+FORBIDDEN = {"asyncio", "socket", "threading", "selectors", "ssl", "aiobotocore", "botocore", "boto3",
+             "multiprocessing", "concurrent", "aiokafka", "tierproxy", "subprocess", "http", "urllib"}
+
+
+def test_protocol_package_is_sans_io() -> None:
+    root = Path(__file__).resolve().parents[2] / "protocol"
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+    assert offenders == []
