@@ -88,11 +88,15 @@ class ClientConnection:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
+    def expect_response(self, header: RequestHeader, context: Any = None) -> None:
+        """Register a request the caller writes itself; its response will carry `context`."""
+        self._in_flight.append(_InFlight(header.correlation_id, header.api_key, header.api_version, context))
+
     def send_request(self, header: RequestHeader, frame: memoryview | bytes, *, expects_response: bool = True,
                      context: Any = None) -> list[bytes | memoryview]:
         """Register a request (its whole frame without size prefix) and return the chunks to write."""
         if expects_response:
-            self._in_flight.append(_InFlight(header.correlation_id, header.api_key, header.api_version, context))
+            self.expect_response(header, context)
         return [frame_header(len(frame)), frame]
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:

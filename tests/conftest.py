@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.realparts import S3Server, kcat_path, moto_server, unavailable
+from tests.realparts import ProxyProcess, S3Server, kcat_path, moto_server, unavailable
 from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
 
 _clusters: list[KafkaCluster] = []
+_proxies: list[ProxyProcess] = []
 _names = itertools.count()
 
 
@@ -41,6 +42,15 @@ def kafka_cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def proxy(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
+    """`tierproxy serve` in front of the session broker."""
+    p = ProxyProcess(kafka.bootstrap, tmp_path_factory.mktemp("proxy"))
+    _proxies.append(p)
+    yield p
+    p.stop()
+
+
 @pytest.fixture
 def s3(tmp_path: Path) -> Iterator[S3Server]:
     with moto_server(tmp_path) as server:
@@ -66,4 +76,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for cluster in _clusters:
             if any(n.proc is not None for n in cluster.nodes):
                 report.sections.append((f"kafka logs {cluster.workdir}", cluster.tail_logs(lines=40)))
+        for p in _proxies:
+            if p.log.exists():
+                report.sections.append((f"tierproxy log {p.log}", "\n".join(p.log_text().splitlines()[-60:])))
     return report

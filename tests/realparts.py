@@ -80,3 +80,63 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+class ProxyProcess:
+    """`tierproxy serve` in a subprocess on free loopback ports, its log in a file."""
+
+    def __init__(self, bootstrap: str, workdir: Path, extra: dict[str, str] | None = None,
+                 args: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.base = free_port_block(100)
+        self.log = workdir / f"tierproxy-{self.port}.log"
+        env = dict(os.environ)
+        env.update({"TIERPROXY_BROKER_PORT_BASE": str(self.base), "TIERPROXY_BROKER_PORT_RANGE": "100"})
+        env.update(extra or {})
+        cmd = [sys.executable, "-m", "tierproxy.cli", "--log-level", "DEBUG" if os.environ.get("TP_DEBUG") else "INFO",
+               "serve", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}", *(args or [])]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_port(self.port, 20)
+        except TimeoutError:
+            self.stop()
+            unavailable("tierproxy serve", self.log.read_text(errors="replace")[-3000:])
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, timeout: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return int(self.proc.returncode)
+
+
+def free_port_block(n: int) -> int:
+    """The first of `n` consecutive free loopback ports (best effort, checked by binding each)."""
+    for _ in range(50):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no block of {n} free ports")

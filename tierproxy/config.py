@@ -1,0 +1,175 @@
+"""One settings model for `serve` (and later `tier`): defaults < config file < TIERPROXY_* env < CLI flags.
+
+Keys use Kafka's dotted style in files (``bootstrap.servers=...``), ``TIERPROXY_BOOTSTRAP_SERVERS`` in the
+environment and ``--bootstrap-server`` style flags on the command line. A bad value stops the process at
+start with a `ConfigError` naming the key and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "TIERPROXY_"
+
+
+class ConfigError(ValueError):
+    """A configuration key has a bad value (or is unknown); the message names the key and the reason."""
+
+
+def _hostport(value: str, key: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{key} must be HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class ProxySettings(BaseModel):
+    """Everything `tierproxy serve` reads. Field names are the dotted keys with '.' → '_'."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bootstrap_servers: str = Field(description="upstream brokers HOST:PORT[,HOST:PORT..]")
+    listen: str = Field("127.0.0.1:9192", description="bootstrap listener HOST:PORT")
+    advertised_host: str | None = Field(None, description="host clients use to reach the proxy")
+    admin_listen: str | None = Field(None, description="admin HTTP listener HOST:PORT")
+    broker_port_base: int | None = Field(None, ge=1, le=65535,
+                                         description="proxy port of broker node 0 (default listen port + 1)")
+    broker_port_range: int = Field(100, ge=1, le=10000, description="how many node ids get a proxy port")
+    socket_request_max_bytes: int = Field(100 * 1024 * 1024, ge=1024, description="max frame size")
+    max_connections: int = Field(10000, ge=1, description="client connections accepted at once")
+    connections_max_idle_ms: int = Field(600_000, ge=0, description="close client connections idle this long")
+    shutdown_drain_ms: int = Field(10_000, ge=0, description="how long SIGTERM waits for in-flight requests")
+    upstream_connect_timeout_ms: int = Field(10_000, ge=1)
+    buffer_high_water_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024,
+                                         description="pause the other side above this many buffered bytes")
+    max_in_flight_requests: int = Field(1000, ge=1, description="per connection, before reading pauses")
+    ssl_certfile: Path | None = Field(None, description="TLS certificate chain for the client listener")
+    ssl_keyfile: Path | None = None
+    ssl_cafile: Path | None = Field(None, description="CA that client certificates must chain to (mTLS)")
+    upstream_ssl_enabled: bool = False
+    upstream_ssl_cafile: Path | None = None
+    upstream_ssl_certfile: Path | None = None
+    upstream_ssl_keyfile: Path | None = None
+    upstream_ssl_check_hostname: bool = True
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_bootstrap(cls, v: str) -> str:
+        servers = [s.strip() for s in v.split(",") if s.strip()]
+        if not servers:
+            raise ValueError("needs at least one HOST:PORT")
+        for s in servers:
+            _hostport(s, "bootstrap.servers")
+        return ",".join(servers)
+
+    @field_validator("listen", "admin_listen")
+    @classmethod
+    def _check_listen(cls, v: str | None) -> str | None:
+        if v is not None:
+            _hostport(v, "listen")
+        return v
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> ProxySettings:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl.certfile and ssl.keyfile go together")
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_cafile", "upstream_ssl_cafile", "upstream_ssl_certfile",
+                     "upstream_ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name.replace('_', '.')}: no such file {path}")
+        port = self.listen_address[1]
+        base = self.port_base
+        if port != 0 and base <= port < base + self.broker_port_range:
+            raise ValueError(f"listen port {port} falls inside the broker port range {base}..")
+        return self
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return _hostport(self.listen, "listen")
+
+    @property
+    def port_base(self) -> int:
+        return self.broker_port_base if self.broker_port_base is not None else self.listen_address[1] + 1
+
+    @property
+    def advertised(self) -> str:
+        if self.advertised_host:
+            return self.advertised_host
+        host = self.listen_address[0]
+        return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
+
+    @property
+    def bootstrap_list(self) -> list[tuple[str, int]]:
+        return [_hostport(s, "bootstrap.servers") for s in self.bootstrap_servers.split(",")]
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective settings with secrets hidden (for logs and the admin API)."""
+        out = self.model_dump(mode="json")
+        for k in out:
+            if any(s in k for s in ("password", "secret", "token")) and out[k] is not None:
+                out[k] = "***"
+        return out
+
+
+def dotted(field: str) -> str:
+    return field.replace("_", ".")
+
+
+def _normalize(key: str) -> str:
+    return key.strip().lower().replace(".", "_").replace("-", "_")
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Kafka-style properties: key=value (or key: value) per line, '#' and '!' comments."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"{path}:{n}: expected key=value, got {line!r}")
+        out[line[:sep].strip()] = line[sep + 1:].strip()
+    return out
+
+
+def load_settings(model: type[ProxySettings] = ProxySettings, *, config_file: str | Path | None = None,
+                  cli: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> ProxySettings:
+    """Merge defaults < file < env < CLI and validate; raise `ConfigError` naming the bad key."""
+    fields = model.model_fields
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"config: no such file {path}")
+        for key, value in read_properties(path).items():
+            name = _normalize(key)
+            if name not in fields:
+                raise ConfigError(f"{key}: unknown config key (in {path})")
+            merged[name], sources[name] = value, f"{path}"
+    environ = os.environ if env is None else env
+    for key, value in environ.items():
+        if key.startswith(ENV_PREFIX):
+            name = _normalize(key[len(ENV_PREFIX):])
+            if name in fields:
+                merged[name], sources[name] = value, f"env {key}"
+    for name, value in (cli or {}).items():
+        if value is not None:
+            merged[name], sources[name] = value, "command line"
+    try:
+        return model(**merged)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            key = dotted(loc) if loc else "config"
+            src = f" (from {sources[loc]})" if loc in sources else ""
+            problems.append(f"{key}: {err['msg']}{src}")
+        raise ConfigError("; ".join(problems)) from None

@@ -1,0 +1,115 @@
+"""Request and response handlers of the pass-through proxy: address rewrites, ApiVersions capping and
+sessionless Fetch. Every API without a handler is relayed as an opaque frame."""
+
+from __future__ import annotations
+
+import logging
+
+from protocol import registry
+from protocol.connection import RequestEvent, ResponseEvent
+from protocol.errors import ProtocolError
+from tierproxy import rewrite
+from tierproxy.session import RequestHandler, ResponseHandler, Session, Slot, framed
+
+log = logging.getLogger("tierproxy.handlers")
+UNSUPPORTED_VERSION = 35
+
+
+def _encode(ev: ResponseEvent, data: dict[str, object], version: int | None = None) -> registry.Chunks:
+    return registry.encode_response(ev.api_key, ev.api_version if version is None else version,
+                                    ev.correlation_id, data)
+
+
+def _decode(session: Session, slot: Slot, ev: ResponseEvent) -> dict[str, object] | None:
+    """Decode an intercepted response; if its version is beyond the codec, relay it untouched with a warning."""
+    if not registry.supports(ev.api_key, ev.api_version):
+        log.warning("client %s uses %s v%d beyond the codec's range: relayed without rewriting", session.peer,
+                    registry.SUPPORTED[ev.api_key].name, ev.api_version)
+        slot.chunks = framed(ev.frame)
+        return None
+    return registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+
+
+def api_versions_request(session: Session, ev: RequestEvent) -> None:
+    """A version beyond the codec is answered as a broker would: v0 UNSUPPORTED_VERSION with our range."""
+    s = registry.SUPPORTED[rewrite.API_VERSIONS]
+    if ev.header.api_version <= s.max_version:
+        session.forward(ev)
+        return
+    body = {"error_code": UNSUPPORTED_VERSION, "api_keys": [
+        {"api_key": rewrite.API_VERSIONS, "min_version": s.min_version, "max_version": s.max_version}]}
+    session.answer_locally(ev.header, registry.encode_response(rewrite.API_VERSIONS, 0, ev.header.correlation_id,
+                                                               body))
+
+
+def api_versions_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    response = registry.SUPPORTED[rewrite.API_VERSIONS].response
+    version = ev.api_version
+    try:
+        data = response.decode(ev.frame, version, ev.body_offset)
+    except ProtocolError:
+        version = 0  # the broker's UNSUPPORTED_VERSION answer comes as v0
+        data = response.decode(ev.frame, 0, ev.body_offset)
+    slot.chunks = _encode(ev, rewrite.cap_api_versions(data), version)
+
+
+def metadata_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    data = _decode(session, slot, ev)
+    if data is not None:
+        session.proxy.brokers.learn(rewrite.rewrite_metadata(data, session.proxy.brokers.proxy_address))
+        slot.chunks = _encode(ev, data)
+
+
+def find_coordinator_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    data = _decode(session, slot, ev)
+    if data is not None:
+        rewrite.rewrite_find_coordinator(data, ev.api_version, session.proxy.brokers.proxy_address)
+        slot.chunks = _encode(ev, data)
+
+
+def describe_cluster_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    data = _decode(session, slot, ev)
+    if data is not None:
+        session.proxy.brokers.learn(rewrite.rewrite_describe_cluster(data, session.proxy.brokers.proxy_address))
+        slot.chunks = _encode(ev, data)
+
+
+def node_endpoints_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    """Fetch v16+ / Produce v10+: only frames that carry NodeEndpoints are re-encoded."""
+    min_version = 16 if ev.api_key == rewrite.FETCH else 10
+    if ev.api_version < min_version or not registry.supports(ev.api_key, ev.api_version):
+        slot.chunks = framed(ev.frame)
+        return
+    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    if rewrite.rewrite_node_endpoints(data, session.proxy.brokers.proxy_address):
+        slot.chunks = _encode(ev, data)
+    else:
+        slot.chunks = framed(ev.frame)
+
+
+def fetch_request(session: Session, ev: RequestEvent) -> None:
+    """Fetch sessions (KIP-227) are not forwarded: the broker is asked sessionless and answers session_id 0,
+    which every client treats as "no session" (full fetches from then on)."""
+    if not registry.supports(ev.header.api_key, ev.header.api_version):
+        session.forward(ev)
+        return
+    data = registry.decode_request(ev.header, ev.frame)
+    if data["session_id"] == 0 and data["session_epoch"] == -1:
+        session.forward(ev)
+        return
+    data["session_id"], data["session_epoch"], data["forgotten_topics_data"] = 0, -1, []
+    session.forward(ev, registry.encode_request(ev.header, data))
+
+
+REQUEST_HANDLERS: dict[int, RequestHandler] = {
+    rewrite.API_VERSIONS: api_versions_request,
+    rewrite.FETCH: fetch_request,
+}
+RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
+    rewrite.API_VERSIONS: api_versions_response,
+    rewrite.METADATA: metadata_response,
+    rewrite.FIND_COORDINATOR: find_coordinator_response,
+    rewrite.DESCRIBE_CLUSTER: describe_cluster_response,
+    rewrite.FETCH: node_endpoints_response,
+    rewrite.PRODUCE: node_endpoints_response,
+}

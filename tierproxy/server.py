@@ -1,0 +1,202 @@
+"""The proxy process: listeners (bootstrap + port-per-broker), sessions, metadata refresh, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import signal
+import socket
+from collections.abc import Coroutine
+from typing import Any
+
+from tierproxy import tls
+from tierproxy.asyncclient import AsyncWireClient
+from tierproxy.brokers import BrokerMap
+from tierproxy.config import ProxySettings
+from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.session import ClientProtocol, RequestHandler, ResponseHandler, Session, UpstreamProtocol
+
+log = logging.getLogger("tierproxy.server")
+METADATA_KEY, METADATA_VERSION = 3, 12
+
+
+class Proxy:
+    """A running tierproxy: owns the listeners and every client session."""
+
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.loop = asyncio.get_running_loop()
+        self.brokers = BrokerMap(settings.advertised, settings.port_base, settings.broker_port_range,
+                                 self._on_new_node)
+        self.request_handlers: dict[int, RequestHandler] = dict(REQUEST_HANDLERS)
+        self.response_handlers: dict[int, ResponseHandler] = dict(RESPONSE_HANDLERS)
+        self.sessions: set[Session] = set()
+        self.listeners: dict[int | None, asyncio.Server] = {}
+        self.listener_ssl = tls.listener_context(settings)
+        self.upstream_ssl = tls.upstream_context(settings)
+        self.accepting_new = True
+        self.stopped = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._bootstrap_rr = itertools.count()
+        self._refresh_lock = asyncio.Lock()
+        self._bound: set[int] = set()  # node ids whose proxy port is bound
+
+    # --- startup -----------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        try:
+            await self.refresh_metadata()
+        except (TimeoutError, OSError, ConnectionError) as exc:
+            log.warning("no broker answered Metadata at start (%s); will retry when clients connect", exc)
+        host, port = self.settings.listen_address
+        sock = socket.create_server((host, port), reuse_port=False, backlog=1024)
+        self.listeners[None] = await self.loop.create_server(
+            lambda: ClientProtocol(self, None), sock=sock, ssl=self.listener_ssl)
+        self.bootstrap_port = self.listeners[None].sockets[0].getsockname()[1]
+        log.info("tierproxy listening on %s:%d (bootstrap) for brokers %s; broker ports from %d",
+                 host, self.bootstrap_port, self.settings.bootstrap_servers, self.settings.port_base)
+        for node_id in list(self.brokers.upstream):
+            self._on_new_node(node_id)
+        if self.settings.connections_max_idle_ms > 0:
+            self.spawn(self._idle_sweeper())
+
+    def _on_new_node(self, node_id: int) -> None:
+        """Bind the node's proxy port right away (the kernel queues connections) and serve it soon after."""
+        port = self.brokers.port_for(node_id)
+        if port is None or node_id in self._bound or not self.accepting_new:
+            return
+        host = self.settings.listen_address[0]
+        try:
+            sock = socket.create_server((host, port), backlog=1024)
+        except OSError as exc:
+            log.error("cannot listen on %s:%d for broker %d: %s", host, port, node_id, exc)
+            return
+
+        async def serve() -> None:
+            self.listeners[node_id] = await self.loop.create_server(
+                lambda: ClientProtocol(self, node_id), sock=sock, ssl=self.listener_ssl)
+
+        self._bound.add(node_id)
+        self.spawn(serve())
+
+    async def refresh_metadata(self) -> None:
+        """Learn the brokers from the first bootstrap server that answers."""
+        async with self._refresh_lock:
+            last: BaseException | None = None
+            for host, port in self.settings.bootstrap_list:
+                client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl,
+                                         timeout=self.settings.upstream_connect_timeout_ms / 1000)
+                try:
+                    md = await client.request(METADATA_KEY, METADATA_VERSION,
+                                              {"topics": [], "allow_auto_topic_creation": False})
+                    self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
+                    return
+                except (TimeoutError, OSError, ConnectionError) as exc:
+                    last = exc
+                finally:
+                    await client.close()
+            if last is not None:
+                raise last
+
+    # --- sessions ----------------------------------------------------------------------------------------------
+    async def connect_upstream(self, session: Session) -> tuple[asyncio.Transport, str]:
+        if session.node_id is None:
+            servers = self.settings.bootstrap_list
+            start = next(self._bootstrap_rr) % len(servers)
+            candidates = servers[start:] + servers[:start]
+        else:
+            addr = self.brokers.upstream.get(session.node_id)
+            if addr is None:
+                await self.refresh_metadata()
+                addr = self.brokers.upstream.get(session.node_id)
+            if addr is None:
+                raise LookupError(f"broker {session.node_id} is not in the cluster metadata")
+            candidates = [addr]
+        last: BaseException = OSError("no candidates")
+        timeout = self.settings.upstream_connect_timeout_ms / 1000
+        for host, port in candidates:
+            try:
+                transport, _ = await asyncio.wait_for(self.loop.create_connection(
+                    lambda: UpstreamProtocol(session), host, port, ssl=self.upstream_ssl,
+                    server_hostname=host if self.upstream_ssl else None), timeout)
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return transport, f"{host}:{port}"
+            except (TimeoutError, OSError) as exc:
+                last = exc
+        raise last
+
+    def accepting(self, transport: asyncio.BaseTransport) -> bool:
+        if not self.accepting_new:
+            return False
+        if len(self.sessions) >= self.settings.max_connections:
+            log.warning("max.connections %d reached: refusing %s", self.settings.max_connections,
+                        transport.get_extra_info("peername"))
+            return False
+        return True
+
+    def session_opened(self, session: Session) -> None:
+        self.sessions.add(session)
+
+    def session_closed(self, session: Session) -> None:
+        self.sessions.discard(session)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    async def _idle_sweeper(self) -> None:
+        idle = self.settings.connections_max_idle_ms / 1000
+        while True:
+            await asyncio.sleep(min(5.0, max(0.05, idle / 4)))
+            now = self.loop.time()
+            for s in list(self.sessions):
+                if s.idle and now - s.last_active > idle:
+                    log.info("closing client %s idle for %.0fs (connections.max.idle.ms)", s.peer, now - s.last_active)
+                    s.close()
+
+    # --- shutdown ----------------------------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (up to shutdown.drain.ms), then close everything."""
+        if not self.accepting_new:
+            return
+        self.accepting_new = False
+        for server in self.listeners.values():
+            server.close()
+        for s in list(self.sessions):
+            s.client_gate.pause("draining")
+        deadline = self.loop.time() + self.settings.shutdown_drain_ms / 1000
+        while any(not s.idle for s in self.sessions) and self.loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        busy = sum(1 for s in self.sessions if not s.idle)
+        if busy:
+            log.warning("shutdown: %d connections still had requests in flight", busy)
+        for s in list(self.sessions):
+            s.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.stopped.set()
+
+
+async def serve(settings: ProxySettings, ready: asyncio.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT, then drain and stop."""
+    proxy = Proxy(settings)
+    await proxy.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, lambda: proxy.spawn(proxy.stop()))
+    if ready is not None:
+        ready.set()
+    await proxy.stopped.wait()
+    log.info("tierproxy stopped")

@@ -1,0 +1,255 @@
+"""One client connection and its own upstream broker connection (1:1, so SASL identity and ACLs apply).
+
+The transport is thin: both sides are asyncio BufferedProtocols that receive straight into the sans-IO frame
+buffers of `protocol.connection`; the session loops over whole frames until more bytes are needed. Responses go
+back in request order through a queue of slots — most are filled the moment the broker answers (opaque
+frames are written untouched), intercepted ones may be filled later (remote reads) or locally.
+Backpressure: a slow client pauses reading from the broker, a slow broker pauses reading from the client, and
+too many requests in flight pause the client too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from protocol.connection import ClientConnection, RequestEvent, ResponseEvent, ServerConnection
+from protocol.errors import ProtocolError
+from protocol.framing import frame_header
+from protocol.headers import RequestHeader
+from tierproxy.flow import ReadGate
+
+if TYPE_CHECKING:
+    from tierproxy.server import Proxy
+
+log = logging.getLogger("tierproxy.session")
+Chunks = list[bytes | bytearray | memoryview]
+SMALL_FRAME = 64 * 1024  # below this a size prefix and frame go out as one write
+
+
+class Slot:
+    """A response position in the client's stream; `chunks` is None until the response is ready."""
+
+    __slots__ = ("chunks", "header")
+
+    def __init__(self, header: RequestHeader, chunks: Chunks | None = None) -> None:
+        self.header = header
+        self.chunks = chunks
+
+
+def framed(frame: memoryview | bytes) -> Chunks:
+    """A frame with its size prefix, as few chunks as possible without copying large payloads."""
+    if len(frame) < SMALL_FRAME:
+        return [frame_header(len(frame)) + bytes(frame)]
+    return [frame_header(len(frame)), frame]
+
+
+RequestHandler = Callable[["Session", RequestEvent], None]
+ResponseHandler = Callable[["Session", Slot, ResponseEvent], None]
+
+
+class Session:
+    """Relays one client connection to one broker connection."""
+
+    def __init__(self, proxy: Proxy, node_id: int | None) -> None:
+        self.proxy = proxy
+        self.node_id = node_id  # None: the bootstrap listener (any broker)
+        settings = proxy.settings
+        self.server = ServerConnection(settings.socket_request_max_bytes)
+        self.upstream_conn = ClientConnection(settings.socket_request_max_bytes)
+        self.client: asyncio.Transport | None = None
+        self.upstream: asyncio.Transport | None = None
+        self.client_gate = ReadGate()
+        self.upstream_gate = ReadGate()
+        self.slots: deque[Slot] = deque()
+        self.max_in_flight = settings.max_in_flight_requests
+        self.closed = False
+        self.peer = "?"
+        self.upstream_name = "?"
+        self.last_active = asyncio.get_running_loop().time()
+        self.state: dict[str, Any] = {}  # per-connection state of request handlers (e.g. known-remote partitions)
+
+    # --- client side -------------------------------------------------------------------------------------------
+    def client_connected(self, transport: asyncio.Transport) -> None:
+        self.client = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        transport.set_write_buffer_limits(high=self.proxy.settings.buffer_high_water_bytes)
+        self.client_gate.attach(transport)
+        self.client_gate.pause("connecting")
+        self.proxy.spawn(self._connect_upstream())
+
+    async def _connect_upstream(self) -> None:
+        try:
+            self.upstream, self.upstream_name = await self.proxy.connect_upstream(self)
+        except (TimeoutError, OSError, LookupError) as exc:
+            log.warning("client %s: cannot reach broker %s: %s", self.peer,
+                        "bootstrap" if self.node_id is None else self.node_id, exc)
+            self.close()
+            return
+        if self.closed:
+            self.upstream.close()
+            return
+        self.upstream.set_write_buffer_limits(high=self.proxy.settings.buffer_high_water_bytes)
+        self.upstream_gate.attach(self.upstream)
+        self.client_gate.resume("connecting")
+        self.process_client()  # frames that arrived while connecting
+
+    def process_client(self) -> None:
+        if self.upstream is None or self.closed:
+            return
+        self.last_active = self.proxy.loop.time()
+        try:
+            while not self.closed and (ev := self.server.next_event()) is not None:
+                handler = self.proxy.request_handlers.get(ev.header.api_key)
+                if handler is None:
+                    self.forward(ev)
+                else:
+                    handler(self, ev)
+        except ProtocolError as exc:
+            log.warning("client %s: malformed request, closing the connection: %s", self.peer, exc)
+            self.close()
+
+    def forward(self, ev: RequestEvent, chunks: Chunks | None = None, slot: Slot | None = None) -> Slot | None:
+        """Send a request upstream (its original frame unless `chunks` replace it); return its response slot."""
+        assert self.upstream is not None
+        if ev.expects_response and slot is None:
+            slot = Slot(ev.header)
+        if ev.expects_response:
+            self.upstream_conn.expect_response(ev.header, slot)
+        for chunk in chunks if chunks is not None else framed(ev.frame):
+            self.upstream.write(chunk)
+        if slot is not None:
+            self.add_slot(slot)
+        return slot
+
+    def add_slot(self, slot: Slot) -> None:
+        self.slots.append(slot)
+        if len(self.slots) >= self.max_in_flight:
+            self.client_gate.pause("in_flight")
+
+    def answer_locally(self, header: RequestHeader, chunks: Chunks) -> None:
+        """Queue a response the proxy makes itself, in order with the forwarded ones."""
+        self.add_slot(Slot(header, chunks))
+        self.flush()
+
+    # --- upstream side -----------------------------------------------------------------------------------------
+    def process_upstream(self) -> None:
+        self.last_active = self.proxy.loop.time()
+        try:
+            while not self.closed and (ev := self.upstream_conn.next_event()) is not None:
+                slot = ev.context
+                handler = self.proxy.response_handlers.get(ev.api_key)
+                if slot is None:
+                    continue
+                if callable(slot):  # a proxy-internal request: hand it the response
+                    slot(ev)
+                    continue
+                if handler is None:
+                    slot.chunks = framed(ev.frame)
+                else:
+                    handler(self, slot, ev)
+                self.flush()
+        except ProtocolError as exc:
+            log.error("broker %s: malformed response, closing client %s: %s", self.upstream_name, self.peer, exc)
+            self.close()
+
+    def flush(self) -> None:
+        """Write every ready response at the head of the queue, in order."""
+        client = self.client
+        if client is None or self.closed:
+            return
+        slots = self.slots
+        while slots and slots[0].chunks is not None:
+            for chunk in slots.popleft().chunks:  # type: ignore[union-attr]
+                client.write(chunk)
+        if self.client_gate.paused and len(slots) < self.max_in_flight // 2 + 1:
+            self.client_gate.resume("in_flight")
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        return not self.slots and self.upstream_conn.in_flight == 0
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for t in (self.client, self.upstream):
+            if t is not None and not t.is_closing():
+                t.close()
+        self.proxy.session_closed(self)
+
+
+class ClientProtocol(asyncio.BufferedProtocol):
+    """The client-facing side: bytes land in the session's request frame buffer."""
+
+    def __init__(self, proxy: Proxy, node_id: int | None) -> None:
+        self.proxy = proxy
+        self.node_id = node_id
+        self.session: Session | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        if not self.proxy.accepting(transport):
+            transport.abort()
+            return
+        self.session = Session(self.proxy, self.node_id)
+        self.proxy.session_opened(self.session)
+        self.session.client_connected(transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        assert self.session is not None
+        return self.session.server.frames.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        assert self.session is not None
+        self.session.server.frames.buffer_updated(nbytes)
+        self.session.process_client()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.session is not None:
+            self.session.close()
+
+    def pause_writing(self) -> None:
+        if self.session is not None:
+            self.session.upstream_gate.pause("client_slow")
+
+    def resume_writing(self) -> None:
+        if self.session is not None:
+            self.session.upstream_gate.resume("client_slow")
+
+
+class UpstreamProtocol(asyncio.BufferedProtocol):
+    """The broker-facing side: bytes land in the session's response frame buffer."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.session.upstream_conn.frames.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.session.upstream_conn.frames.buffer_updated(nbytes)
+        self.session.process_upstream()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.session.closed:
+            log.info("broker %s closed the connection of client %s%s", self.session.upstream_name,
+                     self.session.peer, f": {exc}" if exc else "")
+        self.session.close()
+
+    def pause_writing(self) -> None:
+        self.session.client_gate.pause("upstream_slow")
+
+    def resume_writing(self) -> None:
+        self.session.client_gate.resume("upstream_slow")

@@ -1,0 +1,32 @@
+"""TLS contexts for the client listener and the upstream brokers."""
+
+from __future__ import annotations
+
+import ssl
+
+from tierproxy.config import ProxySettings
+
+
+def listener_context(s: ProxySettings) -> ssl.SSLContext | None:
+    """Server-side TLS for clients, or None for plaintext; with ssl.cafile, client certificates are required."""
+    if s.ssl_certfile is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(s.ssl_certfile), str(s.ssl_keyfile) if s.ssl_keyfile else None)
+    if s.ssl_cafile is not None:
+        ctx.load_verify_locations(str(s.ssl_cafile))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def upstream_context(s: ProxySettings) -> ssl.SSLContext | None:
+    """Client-side TLS toward the brokers, or None for plaintext."""
+    if not s.upstream_ssl_enabled:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
+                                     cafile=str(s.upstream_ssl_cafile) if s.upstream_ssl_cafile else None)
+    ctx.check_hostname = s.upstream_ssl_check_hostname
+    if s.upstream_ssl_certfile is not None:
+        ctx.load_cert_chain(str(s.upstream_ssl_certfile),
+                            str(s.upstream_ssl_keyfile) if s.upstream_ssl_keyfile else None)
+    return ctx
