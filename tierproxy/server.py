@@ -182,9 +182,10 @@ class Proxy:
             log.warning("shutdown: %d connections still had requests in flight", busy)
         for s in list(self.sessions):
             s.close()
-        for task in list(self._tasks):
+        others = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in others:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*others, return_exceptions=True)
         self.stopped.set()
 
 

@@ -1,0 +1,267 @@
+"""Faults and limits: malformed frames, max connections, idle timeout, SIGTERM drain, broker restart,
+config errors, backpressure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from protocol import registry
+from protocol.connection import ClientConnection
+from protocol.headers import RequestHeader, request_header_version
+from tests.kafkahelpers import create_topic
+from tests.realparts import ProxyProcess
+from tierproxy.kafkadist import KafkaCluster, free_port
+from tierproxy.wireclient import WireClient
+
+pytestmark = pytest.mark.kafka
+
+
+def _wait_for(cond: object, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_malformed_frame_closes_only_that_connection(proxy: ProxyProcess) -> None:
+    good = WireClient(proxy.bootstrap)
+    bad = socket.create_connection(("127.0.0.1", proxy.port))
+    # a frame whose header claims ApiVersions v3 but whose client id length runs past the frame
+    bad.sendall(struct.pack(">ihhih", 10, 18, 3, 1, 200) + b"xx")
+    bad.settimeout(10)
+    assert bad.recv(100) == b""  # closed by the proxy
+    bad.close()
+    resp = good.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+    assert resp["error_code"] == 0
+    good.close()
+    _wait_for(lambda: "malformed request, closing the connection" in proxy.log_text(), what="log line")
+    assert proxy.proc.poll() is None
+
+
+def test_oversized_frame_is_rejected_before_buffering(proxy: ProxyProcess) -> None:
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    s.sendall(struct.pack(">i", 2**31 - 1))
+    s.settimeout(10)
+    assert s.recv(100) == b""
+    s.close()
+    assert proxy.proc.poll() is None
+
+
+def test_api_versions_capped_to_the_codec(proxy: ProxyProcess, kafka: KafkaCluster) -> None:
+    with WireClient(kafka.bootstrap) as direct, WireClient(proxy.bootstrap) as via:
+        body = {"client_software_name": "t", "client_software_version": "1"}
+        broker = {k["api_key"]: (k["min_version"], k["max_version"]) for k in direct.request(18, 3, body)["api_keys"]}
+        proxied = {k["api_key"]: (k["min_version"], k["max_version"]) for k in via.request(18, 3, body)["api_keys"]}
+    for key, (lo, hi) in broker.items():
+        if key in registry.SUPPORTED and key != 0:
+            s = registry.SUPPORTED[key]
+            assert proxied[key] == (max(lo, s.min_version), min(hi, s.max_version))
+        elif key == 17:
+            assert proxied[key] == (1, hi)
+        elif key != 0:
+            assert proxied[key] == (lo, hi)  # not intercepted: as the broker says
+
+
+def test_api_versions_beyond_the_codec_answered_like_a_broker(proxy: ProxyProcess) -> None:
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    header = RequestHeader(18, 99, 5, "t", request_header_version(18, 99), 0)
+    frame = header.encode() + b"\x01\x01\x00"
+    s.sendall(struct.pack(">i", len(frame)) + frame)
+    conn = ClientConnection()
+    conn.expect_response(header)
+    while (ev := conn.next_event()) is None:
+        conn.receive_data(s.recv(4096))
+    s.close()
+    data = registry.SUPPORTED[18].response.decode(ev.frame, 0, ev.body_offset)
+    assert data["error_code"] == 35 and data["api_keys"][0]["max_version"] == 4
+
+
+def _proxy(kafka: KafkaCluster, tmp_path: Path, **env: str) -> ProxyProcess:
+    return ProxyProcess(kafka.bootstrap, tmp_path, extra={f"TIERPROXY_{k.upper()}": v for k, v in env.items()})
+
+
+def test_max_connections(kafka: KafkaCluster, tmp_path: Path) -> None:
+    p = _proxy(kafka, tmp_path, max_connections="2")
+    try:
+        a, b = WireClient(p.bootstrap), WireClient(p.bootstrap)
+        c = socket.create_connection(("127.0.0.1", p.port))
+        c.settimeout(10)
+        assert c.recv(10) == b""  # refused: closed at once
+        assert a.request(18, 3, {"client_software_name": "a", "client_software_version": "1"})["error_code"] == 0
+        a.close()
+        _wait_for(lambda: _can_request(p.bootstrap), what="a slot after closing one")
+        b.close()
+        c.close()
+        assert "max.connections 2 reached" in p.log_text()
+    finally:
+        p.stop()
+
+
+def _can_request(bootstrap: str) -> bool:
+    try:
+        with WireClient(bootstrap, timeout=2) as w:
+            return bool(w.request(18, 0, {})["error_code"] == 0)
+    except OSError:
+        return False
+
+
+def test_idle_connections_are_closed(kafka: KafkaCluster, tmp_path: Path) -> None:
+    p = _proxy(kafka, tmp_path, connections_max_idle_ms="300")
+    try:
+        s = socket.create_connection(("127.0.0.1", p.port))
+        s.settimeout(10)
+        start = time.monotonic()
+        assert s.recv(10) == b""
+        assert 0.25 < time.monotonic() - start < 8
+        s.close()
+        assert "connections.max.idle.ms" in p.log_text()
+    finally:
+        p.stop()
+
+
+def test_sigterm_drains_in_flight_requests(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name)
+    p = _proxy(kafka, tmp_path)
+    try:
+        w = WireClient(f"127.0.0.1:{p.base + 1}")
+        header = RequestHeader(1, 12, 77, "t", 2, 0)
+        body = {"replica_id": -1, "max_wait_ms": 1500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic_name, "partitions": [
+                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+        chunks = registry.encode_request(header, body)
+        w.conn.expect_response(header)
+        w.sock.sendall(b"".join(bytes(c) for c in chunks))
+        time.sleep(0.3)
+        start = time.monotonic()
+        p.proc.send_signal(signal.SIGTERM)
+        while (ev := w.conn.next_event()) is None:
+            data = w.sock.recv(65536)
+            assert data, "connection closed before the in-flight Fetch was answered"
+            w.conn.receive_data(data)
+        assert ev.correlation_id == 77 and time.monotonic() - start > 0.5  # it waited for the broker's answer
+        assert p.proc.wait(20) == 0
+        w.close()
+    finally:
+        p.stop()
+
+
+def test_broker_restart_clients_recover(tmp_path: Path, topic_name: str) -> None:
+    cluster = KafkaCluster(1, workdir=tmp_path / "k").start()
+    p = ProxyProcess(cluster.bootstrap, tmp_path)
+    try:
+        create_topic(cluster.bootstrap, topic_name)
+        prod = Producer({"bootstrap.servers": p.bootstrap})
+        for i in range(100):
+            prod.produce(topic_name, f"before-{i}".encode())
+        prod.flush(30)
+        c = Consumer({"bootstrap.servers": p.bootstrap, "group.id": "restart", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False})
+        c.subscribe([topic_name])
+        got: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 100 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value().decode())
+        cluster.stop_node(1)
+        time.sleep(1)
+        cluster.start_node(1)
+        for i in range(100):
+            prod.produce(topic_name, f"after-{i}".encode())
+        assert prod.flush(60) == 0
+        deadline = time.monotonic() + 60
+        while len(got) < 200 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value().decode())
+        c.close()
+        assert got == [f"before-{i}" for i in range(100)] + [f"after-{i}" for i in range(100)]
+        assert "closed the connection of client" in p.log_text()
+    finally:
+        p.stop()
+        cluster.stop()
+
+
+@pytest.mark.parametrize(("args", "env", "key"), [
+    (["--listen", "nonsense"], {}, "listen"),
+    ([], {"TIERPROXY_BROKER_PORT_RANGE": "many"}, "broker.port.range"),
+    ([], {"TIERPROXY_SOCKET_REQUEST_MAX_BYTES": "10"}, "socket.request.max.bytes"),
+    ([], {"TIERPROXY_SSL_CERTFILE": "/nonexistent.pem", "TIERPROXY_SSL_KEYFILE": "/nonexistent.key"}, "ssl.certfile"),
+])
+def test_bad_config_fails_at_start_naming_the_key(args: list[str], env: dict[str, str], key: str) -> None:
+    cmd = [sys.executable, "-m", "tierproxy.cli", "serve", "--bootstrap-server", "127.0.0.1:1",
+           "--listen", f"127.0.0.1:{free_port()}", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert out.returncode == 2
+    assert "config error" in out.stderr and key in out.stderr
+
+
+def test_unknown_key_in_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "tp.properties"
+    cfg.write_text("bootstrap.servers=127.0.0.1:1\nremote.fetch.max.wiat.ms=10\n")
+    out = subprocess.run([sys.executable, "-m", "tierproxy.cli", "serve", "--config", str(cfg)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "remote.fetch.max.wiat.ms: unknown config key" in out.stderr
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name)
+    prod = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 50, "batch.size": 1 << 20})
+    value = os.urandom(10_000)
+    for _ in range(6000):  # 60 MB
+        prod.produce(topic_name, value)
+    prod.flush(60)
+    p = _proxy(kafka, tmp_path)
+    try:
+        s = socket.create_connection(("127.0.0.1", p.base + 1))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        base_rss = _rss_mib(p.proc.pid)
+        requests = 40
+        for cid in range(requests):  # 40 x 60 MB asked for, nothing read yet
+            header = RequestHeader(1, 12, cid, "slow", 2, 0)
+            body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 64 << 20, "isolation_level": 0,
+                    "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic_name, "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 64 << 20}]}],
+                    "forgotten_topics_data": [], "rack_id": ""}
+            s.sendall(b"".join(bytes(c) for c in registry.encode_request(header, body)))
+        time.sleep(3)
+        held = _rss_mib(p.proc.pid) - base_rss
+        assert held < 300, f"proxy buffered {held:.0f} MiB for a client that reads nothing"
+        conn = ClientConnection()
+        for cid in range(requests):
+            conn.expect_response(RequestHeader(1, 12, cid, "slow", 2, 0))
+        got = 0
+        s.settimeout(30)
+        while got < requests:
+            ev = conn.next_event()
+            if ev is None:
+                region = conn.frames.get_buffer()
+                n = s.recv_into(region)
+                del region
+                assert n > 0
+                conn.frames.buffer_updated(n)
+                continue
+            got += 1
+        s.close()
+    finally:
+        p.stop()
