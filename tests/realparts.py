@@ -131,8 +131,8 @@ def free_port_block(n: int) -> int:
         try:
             for p in range(base, base + n):
                 s = socket.socket()
-                s.bind(("127.0.0.1", p))
                 socks.append(s)
+                s.bind(("127.0.0.1", p))
             return base
         except OSError:
             continue

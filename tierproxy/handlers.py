@@ -101,8 +101,20 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     session.forward(ev, registry.encode_request(ev.header, data))
 
 
+def sasl_handshake_request(session: Session, ev: RequestEvent) -> None:
+    """SaslHandshake v0 is followed by raw, unframed SASL tokens (clients older than Kafka 1.0) that a frame
+    relay cannot carry: such a connection is closed with a log line. v1 (SaslAuthenticate frames) passes."""
+    if ev.header.api_version >= 1:
+        session.forward(ev)
+        return
+    log.warning("client %s: SaslHandshake v0 (unframed SASL tokens) is not supported, closing; use a client "
+                "that authenticates with SaslAuthenticate (Kafka 1.0+)", session.peer)
+    session.close()
+
+
 REQUEST_HANDLERS: dict[int, RequestHandler] = {
     rewrite.API_VERSIONS: api_versions_request,
+    rewrite.SASL_HANDSHAKE: sasl_handshake_request,
     rewrite.FETCH: fetch_request,
 }
 RESPONSE_HANDLERS: dict[int, ResponseHandler] = {

@@ -159,6 +159,10 @@ class KafkaNode:
     workdir: Path
     proc: subprocess.Popen[bytes] | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    listener_ports: dict[str, int] = field(default_factory=dict)  # extra listener name → port
+
+    def address(self, listener: str) -> str:
+        return f"127.0.0.1:{self.listener_ports[listener]}"
 
     @property
     def bootstrap(self) -> str:
@@ -177,13 +181,22 @@ class KafkaCluster:
     """1 or 3 combined KRaft nodes on free loopback ports, with logs under ``workdir``."""
 
     def __init__(self, nodes: int = 1, workdir: Path | None = None,
-                 broker_config: dict[str, str] | None = None, heap: str = "768m") -> None:
+                 broker_config: dict[str, str] | None = None, heap: str = "768m",
+                 extra_listeners: dict[str, str] | None = None) -> None:
+        """`extra_listeners` maps listener names to security protocols (e.g. {"SASL": "SASL_PLAINTEXT"}); each
+        node gets a free port for each, in `node.listener_ports`; their settings go in `broker_config`."""
         self.libs = ensure_kafka_libs()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tierproxy-kafka-"))
         self.cluster_id = _cluster_id()
         self.heap = heap
         self.broker_config = dict(broker_config or {})
         self.nodes = [KafkaNode(i + 1, free_port(), free_port(), self.workdir / f"node{i + 1}") for i in range(nodes)]
+        self.extra_listeners = dict(extra_listeners or {})
+        for n in self.nodes:
+            n.listener_ports = {name: free_port() for name in self.extra_listeners}
+
+    def bootstrap_for(self, listener: str) -> str:
+        return ",".join(n.address(listener) for n in self.nodes)
 
     @property
     def bootstrap(self) -> str:
@@ -195,14 +208,16 @@ class KafkaCluster:
     def _props(self, node: KafkaNode) -> str:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         rf = str(min(3, len(self.nodes)))
+        extra_l = "".join(f",{name}://127.0.0.1:{node.listener_ports[name]}" for name in self.extra_listeners)
+        extra_p = "".join(f",{name}:{proto}" for name, proto in self.extra_listeners.items())
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}{extra_l}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}{extra_l}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{extra_p}",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(node.workdir / "data"),
             "num.partitions": "1",

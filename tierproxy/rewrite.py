@@ -29,7 +29,7 @@ def cap_api_versions(data: Data) -> Data:
     """Intersect the broker's ranges with the codec's for intercepted APIs; others pass as the broker says.
 
     Produce keeps the broker's minimum (old versions carry no NodeEndpoints and stay opaque) but is capped
-    at the codec's maximum; SaslHandshake v0 (raw, unframed tokens) is not offered.
+    at the codec's maximum. (SaslHandshake stays as the broker says: librdkafka requires v0 to be listed.)
     """
     keys = []
     for entry in data["api_keys"]:
@@ -40,8 +40,6 @@ def cap_api_versions(data: Data) -> Data:
             lo, hi = max(lo, s.min_version), min(hi, s.max_version)
         elif key == PRODUCE:
             hi = min(hi, registry.SUPPORTED[PRODUCE].max_version)
-        elif key == SASL_HANDSHAKE:
-            lo = max(lo, 1)
         if lo <= hi:
             keys.append({**entry, "min_version": lo, "max_version": hi})
     return {**data, "api_keys": keys}

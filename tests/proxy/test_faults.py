@@ -68,8 +68,6 @@ def test_api_versions_capped_to_the_codec(proxy: ProxyProcess, kafka: KafkaClust
         if key in registry.SUPPORTED and key != 0:
             s = registry.SUPPORTED[key]
             assert proxied[key] == (max(lo, s.min_version), min(hi, s.max_version))
-        elif key == 17:
-            assert proxied[key] == (1, hi)
         elif key != 0:
             assert proxied[key] == (lo, hi)  # not intercepted: as the broker says
 
@@ -265,3 +263,13 @@ def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path,
         s.close()
     finally:
         p.stop()
+
+
+def test_sasl_handshake_v0_is_refused_with_a_log_line(proxy: ProxyProcess) -> None:
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    frame = RequestHeader(17, 0, 1, "old", 1, 0).encode() + struct.pack(">h", 5) + b"PLAIN"
+    s.sendall(struct.pack(">i", len(frame)) + frame)
+    s.settimeout(10)
+    assert s.recv(100) == b""
+    s.close()
+    _wait_for(lambda: "SaslHandshake v0" in proxy.log_text(), what="log line")
