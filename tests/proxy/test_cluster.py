@@ -32,8 +32,9 @@ def test_leader_dies_mid_consume_no_loss_no_duplicates(kafka_cluster: KafkaClust
         for i in range(total):
             p.produce(topic_name, f"r{i}".encode())
         assert p.flush(60) == 0
-        c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "leader-change", "auto.offset.reset": "earliest",
-                      "max.partition.fetch.bytes": 4096, "topic.metadata.refresh.interval.ms": 1000})
+        c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "leader-change",
+                      "auto.offset.reset": "earliest", "max.partition.fetch.bytes": 4096,
+                      "topic.metadata.refresh.interval.ms": 1000})
         c.subscribe([topic_name])
         got: list[tuple[int, str]] = []
         leader = _leader(kafka_cluster.bootstrap, topic_name)
