@@ -188,3 +188,31 @@ def test_kafka_python_consumer_through_the_proxy(proxy: ProxyProcess, kafka: Kaf
     got = [m.value for m in cons]
     cons.close()
     assert got == [f"kp-{i}".encode() for i in range(50)]
+
+
+def test_acks0_produce_gets_no_response_and_later_requests_still_match(proxy: ProxyProcess, kafka: KafkaCluster,
+                                                                       topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name)
+
+    async def run() -> list[bytes]:
+        prod = AIOKafkaProducer(bootstrap_servers=proxy.bootstrap, acks=0)
+        await prod.start()
+        for i in range(100):
+            await prod.send(topic_name, f"a0-{i}".encode())
+        await prod.flush()
+        md = await prod.client.fetch_all_metadata()  # a request with a response after the acks=0 ones
+        assert topic_name in md.topics()
+        await prod.stop()
+        cons = AIOKafkaConsumer(topic_name, bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest")
+        await cons.start()
+        got: list[bytes] = []
+        try:
+            async with asyncio.timeout(30):
+                while len(got) < 100:
+                    for msgs in (await cons.getmany(timeout_ms=500)).values():
+                        got += [m.value for m in msgs if m.value is not None]
+        finally:
+            await cons.stop()
+        return got
+
+    assert asyncio.run(run()) == [f"a0-{i}".encode() for i in range(100)]

@@ -1,0 +1,106 @@
+"""Pass-through benchmark, same run, same data: consume throughput through tierproxy / direct with kcat and
+kafka-consumer-perf-test, and the fetch latency the proxy adds (p50/p99).
+
+    make bench                       # or: pytest -m bench tests/bench/test_proxy_bench.py -s
+    TIERPROXY_BENCH_RECORDS=65536    # a smaller topic for a quick look
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bench.conftest import BENCH_RECORDS, RECORD_SIZE
+from tests.bench.report import report
+from tests.realparts import ProxyProcess
+from tierproxy.kafkadist import KafkaCluster
+from tierproxy.wireclient import WireClient
+
+pytestmark = [pytest.mark.bench, pytest.mark.kafka]
+ROUNDS = 2
+
+
+@pytest.fixture(scope="module")
+def bench_proxy(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> ProxyProcess:
+    p = ProxyProcess(kafka.bootstrap, tmp_path_factory.mktemp("bench-proxy"))
+    yield p  # type: ignore[misc]
+    p.stop()
+
+
+def _kcat_seconds(kcat: str, bootstrap: str, topic: str) -> float:
+    start = time.perf_counter()
+    out = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%o\n",
+                          "-X", "fetch.message.max.bytes=4194304"], capture_output=True, timeout=600, check=True)
+    elapsed = time.perf_counter() - start
+    assert out.stdout.count(b"\n") == BENCH_RECORDS
+    return elapsed
+
+
+def _perf_test_seconds(kafka: KafkaCluster, bootstrap: str, topic: str) -> float:
+    cmd = ["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ConsumerPerformance",
+           "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(BENCH_RECORDS), "--timeout", "120000"]
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - start
+    assert out.returncode == 0, out.stderr[-2000:]
+    return elapsed
+
+
+def _compare(name: str, run: object) -> float:
+    direct, proxied = [], []
+    for _ in range(ROUNDS):  # alternate so drift hits both sides alike
+        direct.append(run("direct"))  # type: ignore[operator]
+        proxied.append(run("proxy"))  # type: ignore[operator]
+    mb = BENCH_RECORDS * RECORD_SIZE / 1e6
+    d, p = mb / min(direct), mb / min(proxied)
+    report(name, f"direct {d:.0f} MB/s, through tierproxy {p:.0f} MB/s, ratio {p / d:.2f}x (best of {ROUNDS})")
+    return p / d
+
+
+def test_kcat_consume_throughput(kafka: KafkaCluster, bench_proxy: ProxyProcess, bench_topic: str, kcat: str) -> None:
+    ratio = _compare("kcat consume 1 KiB records",
+                     lambda side: _kcat_seconds(kcat, kafka.bootstrap if side == "direct" else bench_proxy.bootstrap,
+                                                bench_topic))
+    assert ratio > 0.3  # a sanity floor; the figure itself is the result
+
+
+def test_consumer_perf_test_throughput(kafka: KafkaCluster, bench_proxy: ProxyProcess, bench_topic: str) -> None:
+    ratio = _compare("kafka-consumer-perf-test",
+                     lambda side: _perf_test_seconds(kafka, kafka.bootstrap if side == "direct"
+                                                     else bench_proxy.bootstrap, bench_topic))
+    assert ratio > 0.3
+
+
+def _fetch_latencies(bootstrap: str, topic: str, n: int) -> list[float]:
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 16384, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "fetch_offset": BENCH_RECORDS - 100, "partition_max_bytes": 16384}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+    out = []
+    with WireClient(bootstrap) as w:
+        for _ in range(n):
+            start = time.perf_counter()
+            w.request_event(1, 12, body)
+            out.append(time.perf_counter() - start)
+    return out
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100)[int(q) - 1] * 1e3
+
+
+def test_added_fetch_latency(kafka: KafkaCluster, bench_proxy: ProxyProcess, bench_topic: str, tmp_path: Path) -> None:
+    n = 3000
+    broker_port = f"127.0.0.1:{bench_proxy.base + 1}"
+    _fetch_latencies(kafka.bootstrap, bench_topic, 200)  # warm up both paths
+    _fetch_latencies(broker_port, bench_topic, 200)
+    direct = _fetch_latencies(kafka.bootstrap, bench_topic, n)
+    proxied = _fetch_latencies(broker_port, bench_topic, n)
+    d50, d99, p50, p99 = _pct(direct, 50), _pct(direct, 99), _pct(proxied, 50), _pct(proxied, 99)
+    report("fetch latency (16 KiB tail fetch)", f"direct p50 {d50:.3f} ms p99 {d99:.3f} ms; through tierproxy "
+           f"p50 {p50:.3f} ms p99 {p99:.3f} ms; added p50 {p50 - d50:.3f} ms p99 {p99 - d99:.3f} ms")
+    assert p50 > 0
