@@ -232,6 +232,7 @@ class KafkaCluster:
             # let tests see retention act within seconds
             "log.retention.check.interval.ms": "1000",
             "log.initial.task.delay.ms": "0",
+            "log.cleaner.backoff.ms": "500",
             "auto.create.topics.enable": "true",
         }
         props.update(self.broker_config)

@@ -1,0 +1,97 @@
+"""The KIP-405 state machine and the cache's segment queries."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tier.helpers import seg, tp
+from tierproxy.tier.cache import MetadataCache
+from tierproxy.tier.model import (
+    IllegalStateTransition,
+    PartitionDeleteState,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+)
+from tierproxy.tier.rlmm import transition
+
+S = SegmentState
+
+
+def _finish(cache: MetadataCache, md):  # type: ignore[no-untyped-def]
+    cache.apply(md)
+    cache.apply(transition(md, S.COPY_SEGMENT_FINISHED))
+    return md
+
+
+def test_legal_lifecycle() -> None:
+    cache, t = MetadataCache(), tp()
+    md = seg(t, 0, 99)
+    cache.apply(md)
+    assert cache.get(t.topic_id, 0).segment_for(5, 0) is None  # STARTED segments are not served
+    for state in (S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+        cache.apply(transition(md, state))
+    assert cache.get(t.topic_id, 0).all_segments() == []
+
+
+@pytest.mark.parametrize(("path", "bad"), [
+    ([], S.COPY_SEGMENT_FINISHED),
+    ([S.COPY_SEGMENT_FINISHED], S.COPY_SEGMENT_STARTED),
+    ([S.COPY_SEGMENT_FINISHED], S.DELETE_SEGMENT_FINISHED),
+    ([S.COPY_SEGMENT_FINISHED], S.COPY_SEGMENT_FINISHED),
+    ([S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED], S.COPY_SEGMENT_FINISHED),
+])
+def test_illegal_transitions_rejected_with_a_clear_error(path: list[SegmentState], bad: SegmentState) -> None:
+    cache, t = MetadataCache(), tp()
+    md = seg(t, 0, 9)
+    if path or bad != S.COPY_SEGMENT_FINISHED:
+        cache.apply(md)
+    for state in path:
+        cache.apply(transition(md, state))
+    with pytest.raises(IllegalStateTransition, match="->|first event"):
+        cache.apply(transition(md, bad))
+
+
+def test_partition_delete_state_machine() -> None:
+    cache, t = MetadataCache(), tp()
+    P = PartitionDeleteState
+
+    def ev(state: PartitionDeleteState) -> RemotePartitionDeleteMetadata:
+        return RemotePartitionDeleteMetadata(t, state, 1, 1)
+
+    with pytest.raises(IllegalStateTransition):
+        cache.apply(ev(P.DELETE_PARTITION_STARTED))
+    for state in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED, P.DELETE_PARTITION_FINISHED):
+        cache.apply(ev(state))
+    with pytest.raises(IllegalStateTransition):
+        cache.apply(ev(P.DELETE_PARTITION_MARKED))
+
+
+def test_queries_over_epochs() -> None:
+    cache, t = MetadataCache(), tp()
+    _finish(cache, seg(t, 0, 99, {0: 0}))
+    _finish(cache, seg(t, 100, 199, {0: 100, 1: 150}))
+    _finish(cache, seg(t, 200, 299, {2: 200}))
+    pc = cache.get(t.topic_id, 0)
+    assert pc is not None
+    assert pc.earliest_offset() == 0 and pc.latest_tiered_offset() == 299
+    assert pc.segment_for(120, 0).start_offset == 100
+    assert pc.segment_for(160, 0) is None and pc.segment_for(160, 1).start_offset == 100
+    assert pc.segment_for_offset(250).start_offset == 200
+    assert pc.highest_offset_for_epoch(0) == 149 and pc.highest_offset_for_epoch(1) == 199
+    assert [(e, lo, hi) for e, lo, hi in pc.lineage()] == [(0, 0, 149), (1, 150, 199), (2, 200, 299)]
+    assert pc.end_offset_for_epoch(1) == (1, 200) and pc.end_offset_for_epoch(5) == (2, 300)
+    assert [m.start_offset for m in pc.segments_for_epoch(0)] == [0, 100]
+
+
+def test_highest_leader_epoch_wins_whatever_the_order() -> None:
+    for order in ((3, 4), (4, 3)):
+        cache, t = MetadataCache(), tp()
+        a = seg(t, 0, 99, {3: 0}, broker_epoch=order[0])
+        b = seg(t, 0, 99, {3: 0}, broker_epoch=order[1])
+        _finish(cache, a)
+        _finish(cache, b)
+        pc = cache.get(t.topic_id, 0)
+        winner = a if a.broker_leader_epoch == 4 else b
+        assert pc.segment_for(50, 3).segment_id == winner.segment_id
+        loser = b if winner is a else a
+        assert loser.segment_id.id in pc.unreferenced

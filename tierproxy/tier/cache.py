@@ -1,0 +1,239 @@
+"""The RLMM cache: applies lifecycle events (validating the state machine) and answers segment queries.
+
+Per partition and leader epoch, FINISHED segments are indexed by the start offset of that epoch within them.
+When two finished segments claim the same (epoch, start offset) — a leadership change during upload — the one
+written by the higher broker leader epoch wins (then the later event); the loser is "unreferenced", kept for
+cleanup but never served.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+from tierproxy.tier.model import (
+    PartitionDeleteState,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+    TopicIdPartition,
+    check_partition_transition,
+    check_segment_transition,
+)
+
+PartitionKey = tuple[bytes, int]  # (topic id, partition): names can be reused after a delete, ids cannot
+
+
+class _EpochIndex:
+    """start offset (of this epoch inside a segment) → segment id, sorted."""
+
+    __slots__ = ("ids", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ids: dict[int, bytes] = {}
+
+    def put(self, start: int, seg_id: bytes) -> bytes | None:
+        old = self.ids.get(start)
+        if old is None:
+            bisect.insort(self.starts, start)
+        self.ids[start] = seg_id
+        return old
+
+    def remove(self, start: int, seg_id: bytes) -> None:
+        if self.ids.get(start) == seg_id:
+            del self.ids[start]
+            self.starts.pop(bisect.bisect_left(self.starts, start))
+
+    def floor(self, offset: int) -> bytes | None:
+        i = bisect.bisect_right(self.starts, offset)
+        return self.ids[self.starts[i - 1]] if i else None
+
+
+class PartitionCache:
+    """Segments of one topic-id partition."""
+
+    def __init__(self, tp: TopicIdPartition) -> None:
+        self.tp = tp
+        self.segments: dict[bytes, RemoteLogSegmentMetadata] = {}
+        self.epochs: dict[int, _EpochIndex] = {}
+        self.unreferenced: set[bytes] = set()
+
+    # --- events ------------------------------------------------------------------------------------------------
+    def add(self, md: RemoteLogSegmentMetadata) -> None:
+        check_segment_transition(self.segments[md.segment_id.id].state if md.segment_id.id in self.segments else None,
+                                 md.state, md.segment_id)
+        self.segments[md.segment_id.id] = md
+        self.unreferenced.add(md.segment_id.id)
+
+    def update(self, up: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        seg_id = up.segment_id.id
+        current = self.segments.get(seg_id)
+        check_segment_transition(current.state if current else None, up.state, up.segment_id)
+        assert current is not None
+        md = current.with_update(up)
+        if up.state == SegmentState.DELETE_SEGMENT_FINISHED:
+            del self.segments[seg_id]
+            self.unreferenced.discard(seg_id)
+            return md
+        self.segments[seg_id] = md
+        if up.state == SegmentState.COPY_SEGMENT_FINISHED:
+            self._reference(md)
+        elif up.state == SegmentState.DELETE_SEGMENT_STARTED:
+            for epoch, start, _ in md.epoch_ranges():
+                idx = self.epochs.get(epoch)
+                if idx is not None:
+                    idx.remove(start, seg_id)
+            self.unreferenced.add(seg_id)
+        return md
+
+    def _reference(self, md: RemoteLogSegmentMetadata) -> None:
+        seg_id = md.segment_id.id
+        self.unreferenced.discard(seg_id)
+        for epoch, start, _ in md.epoch_ranges():
+            idx = self.epochs.setdefault(epoch, _EpochIndex())
+            old = idx.ids.get(start)
+            if old is not None and old != seg_id:
+                rival = self.segments[old]
+                if (rival.broker_leader_epoch, rival.event_timestamp_ms) > (md.broker_leader_epoch,
+                                                                            md.event_timestamp_ms):
+                    self.unreferenced.add(seg_id)
+                    continue
+                self.unreferenced.add(old)
+            idx.put(start, seg_id)
+
+    # --- queries -----------------------------------------------------------------------------------------------
+    def finished(self) -> Iterator[RemoteLogSegmentMetadata]:
+        """Served segments (COPY_SEGMENT_FINISHED and referenced), in offset order."""
+        ids = {i for idx in self.epochs.values() for i in idx.ids.values()}
+        return iter(sorted((self.segments[i] for i in ids), key=lambda m: (m.start_offset, m.end_offset)))
+
+    def all_segments(self) -> list[RemoteLogSegmentMetadata]:
+        return sorted(self.segments.values(), key=lambda m: (m.start_offset, m.end_offset))
+
+    def segments_for_epoch(self, epoch: int) -> list[RemoteLogSegmentMetadata]:
+        idx = self.epochs.get(epoch)
+        return [] if idx is None else [self.segments[idx.ids[s]] for s in idx.starts]
+
+    def segment_for(self, offset: int, leader_epoch: int) -> RemoteLogSegmentMetadata | None:
+        idx = self.epochs.get(leader_epoch)
+        seg_id = idx.floor(offset) if idx is not None else None
+        if seg_id is None:
+            return None
+        md = self.segments[seg_id]
+        for epoch, start, end in md.epoch_ranges():
+            if epoch == leader_epoch and start <= offset <= end:
+                return md
+        return None
+
+    def segment_for_offset(self, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The served segment holding `offset`, whatever its epoch (the consumer fetch path)."""
+        epoch = self.epoch_for_offset(offset)
+        return None if epoch is None else self.segment_for(offset, epoch)
+
+    def lineage(self) -> list[tuple[int, int, int]]:
+        """(epoch, first offset, last offset) over the served segments, in epoch order."""
+        ranges: dict[int, list[int]] = {}
+        for epoch, idx in self.epochs.items():
+            for start in idx.starts:
+                md = self.segments[idx.ids[start]]
+                for e, s, end in md.epoch_ranges():
+                    if e == epoch:
+                        lo_hi = ranges.setdefault(epoch, [s, end])
+                        lo_hi[0], lo_hi[1] = min(lo_hi[0], s), max(lo_hi[1], end)
+        return sorted(((e, lo, hi) for e, (lo, hi) in ranges.items()), key=lambda t: t[0])
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        for epoch, lo, hi in reversed(self.lineage()):
+            if lo <= offset <= hi:
+                return epoch
+        return None
+
+    def highest_offset_for_epoch(self, epoch: int) -> int | None:
+        ends = [end for md in self.segments_for_epoch(epoch) for e, _, end in md.epoch_ranges() if e == epoch]
+        return max(ends) if ends else None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
+        """OffsetForLeaderEpoch over the tier: (largest epoch ≤ `epoch`, its end offset = next epoch's start)."""
+        lineage = self.lineage()
+        older = [t for t in lineage if t[0] <= epoch]
+        if not older:
+            return None
+        e, _, hi = older[-1]
+        later = [t for t in lineage if t[0] > e]
+        return e, (later[0][1] if later else hi + 1)
+
+    def earliest_offset(self) -> int | None:
+        starts = [md.start_offset for md in self.finished()]
+        return min(starts) if starts else None
+
+    def latest_tiered_offset(self) -> int:
+        ends = [md.end_offset for md in self.finished()]
+        return max(ends) if ends else -1
+
+
+class MetadataCache:
+    """Every partition's segments and deletion state; `apply` validates each event against the state machine."""
+
+    def __init__(self) -> None:
+        self.partitions: dict[PartitionKey, PartitionCache] = {}
+        self.deletions: dict[PartitionKey, RemotePartitionDeleteMetadata] = {}
+        self.events_applied = 0
+
+    def partition(self, tp: TopicIdPartition) -> PartitionCache:
+        key = (tp.topic_id, tp.partition)
+        pc = self.partitions.get(key)
+        if pc is None:
+            pc = self.partitions[key] = PartitionCache(tp)
+        return pc
+
+    def get(self, topic_id: bytes, partition: int) -> PartitionCache | None:
+        return self.partitions.get((topic_id, partition))
+
+    def apply_record(self, md: RemoteLogSegmentMetadata) -> None:
+        """A full segment record carrying any state, as the metadata topic stores each event.
+
+        Known segments move through the state machine as usual. An unknown segment in a later state is what
+        compaction leaves of its history (earlier records shared its key and were compacted away): it is taken
+        as it stands.
+        """
+        pc = self.partition(md.tp)
+        current = pc.segments.get(md.segment_id.id)
+        if md.state == SegmentState.COPY_SEGMENT_STARTED or current is not None:
+            if md.state == SegmentState.COPY_SEGMENT_STARTED:
+                pc.add(md)
+            else:
+                pc.update(RemoteLogSegmentMetadataUpdate(md.segment_id, md.event_timestamp_ms, md.state, md.broker_id,
+                                                         md.custom_metadata, md.broker_leader_epoch, md.end_offset))
+        elif md.state != SegmentState.DELETE_SEGMENT_FINISHED:
+            pc.segments[md.segment_id.id] = md
+            if md.state == SegmentState.COPY_SEGMENT_FINISHED:
+                pc._reference(md)
+            else:
+                pc.unreferenced.add(md.segment_id.id)
+        self.events_applied += 1
+
+    def apply(self, event: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
+              | RemotePartitionDeleteMetadata) -> None:
+        if isinstance(event, RemoteLogSegmentMetadata):
+            self.partition(event.tp).add(event)
+        elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+            self.partition(event.segment_id.tp).update(event)
+        else:
+            key = (event.tp.topic_id, event.tp.partition)
+            current = self.deletions.get(key)
+            check_partition_transition(current.state if current else None, event.state, event.tp)
+            self.deletions[key] = event
+            if event.state == PartitionDeleteState.DELETE_PARTITION_FINISHED:
+                self.partitions.pop(key, None)
+        self.events_applied += 1
+
+    def find(self, topic: str, partition: int) -> PartitionCache | None:
+        """By topic name (the newest id if a name was reused and both are known)."""
+        found = [pc for (tid, p), pc in self.partitions.items() if p == partition and pc.tp.topic == topic
+                 and not self.is_deleted(tid, p)]
+        return found[-1] if found else None
+
+    def is_deleted(self, topic_id: bytes, partition: int) -> bool:
+        return (topic_id, partition) in self.deletions

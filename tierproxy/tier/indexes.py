@@ -1,0 +1,238 @@
+"""Segment indexes in Kafka's on-disk formats, built from raw record batches without decoding records.
+
+    offset index  => [relative_offset:int32 position:int32]   one entry per `index.interval.bytes` of log
+    time index    => [timestamp:int64 relative_offset:int32]  same cadence, only when the max timestamp grows
+    leader-epoch checkpoint => "0\\n<count>\\n<epoch> <start offset>\\n..." (Kafka's text checkpoint)
+    txn index     => [version:int16 producer_id:int64 first_offset:int64 last_offset:int64
+                      last_stable_offset:int64]   one per aborted transaction completed in the segment
+    producer snapshot => version:int16(1) crc:uint32 [producer_id:int64 epoch:int16 last_sequence:int32
+                      last_offset:int64 offset_delta:int32 timestamp:int64 coordinator_epoch:int32
+                      current_txn_first_offset:int64]  — transactions still open at the segment's end, so the
+                      next segment's txn index can name their first offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass, field
+
+import crc32c
+
+from protocol.records import ABORT, RecordBatch, iter_batches
+
+INDEX_INTERVAL_BYTES = 4096
+# relative_offset:int32 position:int32
+OFFSET_ENTRY = struct.Struct(">ii")
+# timestamp:int64 relative_offset:int32
+TIME_ENTRY = struct.Struct(">qi")
+# version:int16 producer_id:int64 first_offset:int64 last_offset:int64 last_stable_offset:int64
+TXN_ENTRY = struct.Struct(">hqqqq")
+# producer_id:int64 epoch:int16 last_sequence:int32 last_offset:int64 offset_delta:int32 timestamp:int64
+# coordinator_epoch:int32 current_txn_first_offset:int64
+PRODUCER_ENTRY = struct.Struct(">qhiqiqiq")
+# version:int16 crc:uint32 ; then entries count:int32
+SNAPSHOT_HEADER = struct.Struct(">hI")
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int  # -1: no open transaction
+
+
+@dataclass(slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+@dataclass
+class SegmentFiles:
+    """What goes to remote storage for one segment, plus the facts its metadata needs."""
+
+    log: bytes
+    offset_index: bytes
+    time_index: bytes
+    leader_epoch_checkpoint: bytes
+    txn_index: bytes
+    producer_snapshot: bytes
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    leader_epochs: dict[int, int]  # epoch → first offset in this segment
+    aborted: list[AbortedTxn] = field(default_factory=list)
+    producers: dict[int, ProducerEntry] = field(default_factory=dict)
+
+    @property
+    def txn_index_empty(self) -> bool:
+        return not self.aborted
+
+
+class SegmentBuilder:
+    """Feed whole batches in offset order; `finish()` returns the segment files and their facts.
+
+    `producers` carries the producer state (open transactions) from the end of the previous segment.
+    """
+
+    def __init__(self, producers: dict[int, ProducerEntry] | None = None,
+                 index_interval_bytes: int = INDEX_INTERVAL_BYTES) -> None:
+        self.interval = index_interval_bytes
+        self.log = bytearray()
+        self.offset_index = bytearray()
+        self.time_index = bytearray()
+        self.epochs: dict[int, int] = {}
+        self.aborted: list[AbortedTxn] = []
+        self.producers = {pid: ProducerEntry(**vars_of(e)) for pid, e in (producers or {}).items()}
+        self.start_offset = -1
+        self.end_offset = -1
+        self.max_ts = -1
+        self._max_ts_offset = -1
+        self._since_index = 0
+        self._last_time_entry = -1
+
+    def add(self, batch: RecordBatch) -> None:
+        if batch.magic != 2:
+            raise ValueError(f"batch at {batch.base_offset} has magic {batch.magic}: only v2 batches are tiered")
+        if self.start_offset < 0:
+            self.start_offset = batch.base_offset
+        elif batch.base_offset <= self.end_offset:
+            raise ValueError(f"batch at {batch.base_offset} does not follow {self.end_offset}")
+        position = len(self.log)
+        last = batch.last_offset
+        if self._since_index > self.interval:
+            self.offset_index += OFFSET_ENTRY.pack(last - self.start_offset, position)
+            if self.max_ts > self._last_time_entry:
+                self.time_index += TIME_ENTRY.pack(self.max_ts, self._max_ts_offset - self.start_offset)
+                self._last_time_entry = self.max_ts
+            self._since_index = 0
+        self.log += batch.view()
+        self._since_index += batch.size
+        self.end_offset = last
+        if batch.max_timestamp > self.max_ts:
+            self.max_ts, self._max_ts_offset = batch.max_timestamp, last
+        epoch = batch.partition_leader_epoch
+        if epoch >= 0 and (not self.epochs or epoch > max(self.epochs)):
+            self.epochs[epoch] = batch.base_offset
+        self._track_producer(batch)
+
+    def _track_producer(self, batch: RecordBatch) -> None:
+        pid = batch.producer_id
+        if pid < 0:
+            return
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerEntry(pid, batch.producer_epoch, -1, -1, 0, -1, -1, -1)
+        entry.epoch = batch.producer_epoch
+        entry.last_offset = batch.last_offset
+        entry.timestamp = batch.max_timestamp
+        if batch.is_control:
+            ctl = batch.control_record()
+            entry.coordinator_epoch = ctl.coordinator_epoch
+            if ctl.type == ABORT and entry.current_txn_first_offset >= 0:
+                self.aborted.append(AbortedTxn(pid, entry.current_txn_first_offset, batch.last_offset,
+                                               self._lso_after(pid, batch.last_offset)))
+            entry.current_txn_first_offset = -1
+            return
+        entry.last_sequence = batch.base_sequence + batch.last_offset_delta if batch.base_sequence >= 0 else -1
+        entry.offset_delta = batch.last_offset_delta
+        if batch.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = batch.base_offset
+
+    def _lso_after(self, done_pid: int, marker_offset: int) -> int:
+        # the last stable offset once this transaction completed: the first offset still open elsewhere
+        open_firsts = [e.current_txn_first_offset for p, e in self.producers.items()
+                       if p != done_pid and e.current_txn_first_offset >= 0]
+        return min(open_firsts) if open_firsts else marker_offset + 1
+
+    def finish(self) -> SegmentFiles:
+        if self.start_offset < 0:
+            raise ValueError("an empty segment")
+        return SegmentFiles(
+            log=bytes(self.log), offset_index=bytes(self.offset_index), time_index=bytes(self.time_index),
+            leader_epoch_checkpoint=encode_leader_epochs(self.epochs), txn_index=encode_txn_index(self.aborted),
+            producer_snapshot=encode_producer_snapshot(self.producers), start_offset=self.start_offset,
+            end_offset=self.end_offset, max_timestamp_ms=self.max_ts, leader_epochs=dict(self.epochs),
+            aborted=list(self.aborted), producers={p: ProducerEntry(**vars_of(e)) for p, e in self.producers.items()})
+
+
+def vars_of(e: ProducerEntry) -> dict[str, int]:
+    return {k: getattr(e, k) for k in ProducerEntry.__slots__}
+
+
+def encode_leader_epochs(epochs: dict[int, int]) -> bytes:
+    lines = ["0", str(len(epochs))] + [f"{e} {o}" for e, o in sorted(epochs.items(), key=lambda kv: kv[1])]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def decode_leader_epochs(data: bytes) -> dict[int, int]:
+    lines = data.decode().split("\n")
+    if lines[0] != "0":
+        raise ValueError(f"unknown leader-epoch checkpoint version {lines[0]!r}")
+    n = int(lines[1])
+    return {int(e): int(o) for e, o in (line.split() for line in lines[2:2 + n])}
+
+
+def encode_txn_index(aborted: list[AbortedTxn]) -> bytes:
+    return b"".join(TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
+                    for a in aborted)
+
+
+def decode_txn_index(data: bytes) -> list[AbortedTxn]:
+    if len(data) % TXN_ENTRY.size:
+        raise ValueError(f"txn index of {len(data)} bytes is not a whole number of entries")
+    return [AbortedTxn(*TXN_ENTRY.unpack_from(data, i)[1:]) for i in range(0, len(data), TXN_ENTRY.size)]
+
+
+def encode_producer_snapshot(producers: dict[int, ProducerEntry]) -> bytes:
+    body = struct.pack(">i", len(producers)) + b"".join(
+        PRODUCER_ENTRY.pack(e.producer_id, e.epoch, e.last_sequence, e.last_offset, e.offset_delta, e.timestamp,
+                            e.coordinator_epoch, e.current_txn_first_offset)
+        for e in sorted(producers.values(), key=lambda e: e.producer_id))
+    return SNAPSHOT_HEADER.pack(1, crc32c.crc32c(body)) + body
+
+
+def decode_producer_snapshot(data: bytes) -> dict[int, ProducerEntry]:
+    version, crc = SNAPSHOT_HEADER.unpack_from(data, 0)
+    body = data[SNAPSHOT_HEADER.size:]
+    if version != 1 or crc32c.crc32c(body) != crc:
+        raise ValueError("producer snapshot: bad version or CRC")
+    (n,) = struct.unpack_from(">i", body, 0)
+    entries = [ProducerEntry(*PRODUCER_ENTRY.unpack_from(body, 4 + i * PRODUCER_ENTRY.size)) for i in range(n)]
+    return {e.producer_id: e for e in entries}
+
+
+def lookup_position(offset_index: bytes, start_offset: int, target: int) -> int:
+    """Byte position to scan from for `target`: the batch start of the largest indexed offset ≤ target."""
+    n = len(offset_index) // OFFSET_ENTRY.size
+    rel = target - start_offset
+    keys = [OFFSET_ENTRY.unpack_from(offset_index, i * OFFSET_ENTRY.size)[0] for i in range(n)]
+    i = bisect.bisect_right(keys, rel)
+    return 0 if i == 0 else int(OFFSET_ENTRY.unpack_from(offset_index, (i - 1) * OFFSET_ENTRY.size)[1])
+
+
+def lookup_time(time_index: bytes, start_offset: int, timestamp: int) -> int:
+    """A relative-offset floor to scan from for the first record with timestamp ≥ `timestamp`."""
+    best = 0
+    for i in range(0, len(time_index), TIME_ENTRY.size):
+        ts, rel = TIME_ENTRY.unpack_from(time_index, i)
+        if ts >= timestamp:
+            break
+        best = rel
+    return start_offset + best
+
+
+def build_segment(records: bytes, producers: dict[int, ProducerEntry] | None = None) -> SegmentFiles:
+    """All whole batches of `records` as one segment (tests and tools)."""
+    b = SegmentBuilder(producers)
+    for batch in iter_batches(records):
+        b.add(batch)
+    return b.finish()

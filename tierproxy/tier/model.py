@@ -1,0 +1,171 @@
+"""KIP-405's data model: topic-id partitions, remote segment ids, segment metadata and its state machine."""
+
+from __future__ import annotations
+
+import base64
+import enum
+import uuid
+from dataclasses import dataclass, field, replace
+
+
+def uuid_str(raw: bytes) -> str:
+    """Kafka's textual Uuid: URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def uuid_bytes(text: str) -> bytes:
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"not a Kafka Uuid: {text!r}")
+    return raw
+
+
+def new_uuid() -> bytes:
+    return uuid.uuid4().bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TopicIdPartition:
+    topic: str
+    topic_id: bytes
+    partition: int
+
+    def __str__(self) -> str:  # Kafka's TopicIdPartition.toString(), used for metadata partitioning
+        return f"{uuid_str(self.topic_id)}:{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentId:
+    tp: TopicIdPartition
+    id: bytes
+
+    def __str__(self) -> str:
+        return f"{self.tp}/{uuid_str(self.id)}"
+
+
+class SegmentState(enum.IntEnum):
+    COPY_SEGMENT_STARTED = 0
+    COPY_SEGMENT_FINISHED = 1
+    DELETE_SEGMENT_STARTED = 2
+    DELETE_SEGMENT_FINISHED = 3
+
+
+class PartitionDeleteState(enum.IntEnum):
+    DELETE_PARTITION_MARKED = 0
+    DELETE_PARTITION_STARTED = 1
+    DELETE_PARTITION_FINISHED = 2
+
+
+_SEGMENT_TRANSITIONS = {
+    SegmentState.COPY_SEGMENT_STARTED: {SegmentState.COPY_SEGMENT_FINISHED, SegmentState.DELETE_SEGMENT_STARTED},
+    SegmentState.COPY_SEGMENT_FINISHED: {SegmentState.DELETE_SEGMENT_STARTED},
+    SegmentState.DELETE_SEGMENT_STARTED: {SegmentState.DELETE_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_FINISHED},
+    SegmentState.DELETE_SEGMENT_FINISHED: set(),
+}
+_PARTITION_TRANSITIONS = {
+    None: {PartitionDeleteState.DELETE_PARTITION_MARKED},
+    PartitionDeleteState.DELETE_PARTITION_MARKED: {PartitionDeleteState.DELETE_PARTITION_MARKED,
+                                                   PartitionDeleteState.DELETE_PARTITION_STARTED},
+    PartitionDeleteState.DELETE_PARTITION_STARTED: {PartitionDeleteState.DELETE_PARTITION_STARTED,
+                                                    PartitionDeleteState.DELETE_PARTITION_FINISHED},
+    PartitionDeleteState.DELETE_PARTITION_FINISHED: set(),
+}
+
+
+class IllegalStateTransition(ValueError):
+    """A lifecycle event that the KIP-405 state machine does not allow."""
+
+
+def check_segment_transition(current: SegmentState | None, target: SegmentState, what: object) -> None:
+    if current is None:
+        if target != SegmentState.COPY_SEGMENT_STARTED:
+            raise IllegalStateTransition(f"{what}: unknown segment cannot move to {target.name} "
+                                         "(the first event must be COPY_SEGMENT_STARTED)")
+        return
+    if target not in _SEGMENT_TRANSITIONS[current]:
+        raise IllegalStateTransition(f"{what}: illegal transition {current.name} -> {target.name}")
+
+
+def check_partition_transition(current: PartitionDeleteState | None, target: PartitionDeleteState,
+                               what: object) -> None:
+    if target not in _PARTITION_TRANSITIONS[current]:
+        raise IllegalStateTransition(f"{what}: illegal transition {current.name if current is not None else 'none'}"
+                                     f" -> {target.name}")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadata:
+    """One remote segment: offsets, timestamps, the leader epochs it spans (epoch → start offset), size, state."""
+
+    segment_id: RemoteLogSegmentId
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    broker_id: int
+    event_timestamp_ms: int
+    segment_leader_epochs: dict[int, int]
+    segment_size_in_bytes: int
+    state: SegmentState = SegmentState.COPY_SEGMENT_STARTED
+    txn_index_empty: bool = False
+    custom_metadata: bytes | None = None
+    broker_leader_epoch: int = 0  # the writer's leader epoch (compacted-metadata KIP key component)
+
+    def __post_init__(self) -> None:
+        if self.start_offset < 0 or self.end_offset < self.start_offset:
+            raise ValueError(f"bad offsets {self.start_offset}..{self.end_offset}")
+        if not self.segment_leader_epochs:
+            raise ValueError("segment_leader_epochs must not be empty")
+
+    @property
+    def tp(self) -> TopicIdPartition:
+        return self.segment_id.tp
+
+    @property
+    def leader_epoch(self) -> int:
+        """The highest leader epoch in the segment."""
+        return max(self.segment_leader_epochs)
+
+    def with_update(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        return replace(self, state=update.state, event_timestamp_ms=update.event_timestamp_ms,
+                       broker_id=update.broker_id,
+                       custom_metadata=update.custom_metadata if update.custom_metadata is not None
+                       else self.custom_metadata,
+                       broker_leader_epoch=update.broker_leader_epoch)
+
+    def epoch_ranges(self) -> list[tuple[int, int, int]]:
+        """(epoch, first offset, last offset) for each leader epoch in the segment."""
+        items = sorted(self.segment_leader_epochs.items(), key=lambda kv: kv[1])
+        out = []
+        for i, (epoch, start) in enumerate(items):
+            end = items[i + 1][1] - 1 if i + 1 < len(items) else self.end_offset
+            out.append((epoch, start, end))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadataUpdate:
+    segment_id: RemoteLogSegmentId
+    event_timestamp_ms: int
+    state: SegmentState
+    broker_id: int
+    custom_metadata: bytes | None = None
+    broker_leader_epoch: int = 0
+    end_offset: int = -1  # carried for the compacted topic's key (tagged in v1)
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePartitionDeleteMetadata:
+    tp: TopicIdPartition
+    state: PartitionDeleteState
+    event_timestamp_ms: int
+    broker_id: int
+    broker_leader_epoch: int = 0
+    end_offset: int = -1
+
+
+@dataclass
+class PartitionLifecycle:
+    """What the cache knows of a partition's deletion."""
+
+    state: PartitionDeleteState | None = None
+    history: list[PartitionDeleteState] = field(default_factory=list)

@@ -1,0 +1,163 @@
+"""RemoteLogMetadataManager (KIP-405): the strongly consistent record of which remote segments exist.
+
+Writes are validated against the state machine, published, and return only once this instance's cache has
+applied them (read-your-writes). Every segment event is stored as a full RemoteLogSegmentMetadataRecord carrying
+its state, keyed `topicId:partition:endOffset:brokerLeaderEpoch`: in a compacted topic the latest record of a
+key must stand on its own. After DELETE_SEGMENT_FINISHED every key of that segment (same end offset, writer
+epochs up to the current one) gets a tombstone, unless a live segment still uses it; after
+DELETE_PARTITION_FINISHED every segment key of the partition does, and the partition marker stays.
+
+Backends: `TopicRLMM` (a compacted topic on the upstream cluster, the default) and `FileRLMM` (one local file,
+for single-node development and unit tests).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import time
+from collections.abc import Iterable
+
+from tierproxy.tier.cache import MetadataCache, PartitionCache
+from tierproxy.tier.model import (
+    PartitionDeleteState,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+    TopicIdPartition,
+    check_partition_transition,
+    check_segment_transition,
+)
+from tierproxy.tier.serde import decode_value, encode_value, record_key
+
+log = logging.getLogger("tierproxy.rlmm")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RemoteLogMetadataManager(abc.ABC):
+    """Validated lifecycle writes and cache queries; subclasses provide publish/consume."""
+
+    def __init__(self) -> None:
+        self.cache = MetadataCache()
+        self.keys: dict[tuple[bytes, int], set[bytes]] = {}  # live (not tombstoned) record keys per partition
+
+    # --- backend -----------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def publish(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Store records (value None = tombstone) and return once the cache has applied them."""
+
+    @abc.abstractmethod
+    async def catch_up(self) -> None:
+        """Apply everything published so far (by any writer)."""
+
+    def apply_record(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one stored record (value None = tombstone, which only retires its key)."""
+        pk = _partition_of_key(key) if key else None
+        if value is None:
+            if pk is not None:
+                self.keys.get(pk, set()).discard(key)
+            return
+        event = decode_value(value)
+        if isinstance(event, RemoteLogSegmentMetadata):
+            self.cache.apply_record(event)
+        else:
+            self.cache.apply(event)
+        if pk is not None and key is not None:
+            self.keys.setdefault(pk, set()).add(key)
+
+    # --- writes ------------------------------------------------------------------------------------------------
+    async def add_segment(self, md: RemoteLogSegmentMetadata) -> None:
+        """COPY_SEGMENT_STARTED for a new segment id."""
+        pc = self.cache.get(md.tp.topic_id, md.tp.partition)
+        current = pc.segments.get(md.segment_id.id) if pc else None
+        check_segment_transition(current.state if current else None, md.state, md.segment_id)
+        await self.publish([(record_key(md), encode_value(md))])
+
+    async def update_segment(self, up: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        pc = self.cache.get(up.segment_id.tp.topic_id, up.segment_id.tp.partition)
+        current = pc.segments.get(up.segment_id.id) if pc else None
+        check_segment_transition(current.state if current else None, up.state, up.segment_id)
+        assert current is not None and pc is not None
+        md = current.with_update(up)
+        records: list[tuple[bytes, bytes | None]] = [(record_key(md), encode_value(md))]
+        if up.state == SegmentState.DELETE_SEGMENT_FINISHED:
+            records += [(k, None) for k in self._dead_keys(pc, md)]
+        await self.publish(records)
+        return md
+
+    def _dead_keys(self, pc: PartitionCache, md: RemoteLogSegmentMetadata) -> list[bytes]:
+        """Keys of this segment's end offset written at epochs up to the current one, unless still live."""
+        live = {record_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
+        prefix = record_key(md).rsplit(b":", 1)[0] + b":"
+        out = []
+        for k in self.keys.get((md.tp.topic_id, md.tp.partition), set()) | {record_key(md)}:
+            if k.startswith(prefix) and int(k.rsplit(b":", 1)[1]) <= md.broker_leader_epoch and k not in live:
+                out.append(k)
+        return sorted(out)
+
+    async def put_partition_delete(self, pdm: RemotePartitionDeleteMetadata) -> None:
+        key = (pdm.tp.topic_id, pdm.tp.partition)
+        current = self.cache.deletions.get(key)
+        check_partition_transition(current.state if current else None, pdm.state, pdm.tp)
+        records: list[tuple[bytes, bytes | None]] = [(record_key(pdm), encode_value(pdm))]
+        if pdm.state == PartitionDeleteState.DELETE_PARTITION_FINISHED:
+            pc = self.cache.get(*key)
+            remaining = list(pc.segments.values()) if pc else []
+            if remaining:
+                raise ValueError(f"{pdm.tp}: {len(remaining)} segments are not deleted yet")
+            marker = record_key(pdm)
+            records += [(k, None) for k in sorted(self.keys.get(key, set())) if k != marker]
+        await self.publish(records)
+
+    async def tombstone_keys(self, keys: Iterable[bytes]) -> None:
+        await self.publish([(k, None) for k in keys])
+
+    # --- queries -----------------------------------------------------------------------------------------------
+    def partition(self, tp: TopicIdPartition) -> PartitionCache | None:
+        return self.cache.get(tp.topic_id, tp.partition)
+
+    def segment_for(self, tp: TopicIdPartition, offset: int, leader_epoch: int) -> RemoteLogSegmentMetadata | None:
+        pc = self.partition(tp)
+        return pc.segment_for(offset, leader_epoch) if pc else None
+
+    def segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        pc = self.partition(tp)
+        return pc.all_segments() if pc else []
+
+
+def _partition_of_key(key: bytes) -> tuple[bytes, int] | None:
+    from tierproxy.tier.model import uuid_bytes
+
+    parts = key.split(b":")
+    try:
+        return uuid_bytes(parts[0].decode()), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def new_segment(tp: TopicIdPartition, segment_id: bytes, start: int, end: int, max_ts: int,
+                epochs: dict[int, int], size: int, *, broker_id: int = -1, broker_leader_epoch: int = 0,
+                txn_index_empty: bool = False) -> RemoteLogSegmentMetadata:
+    """COPY_SEGMENT_STARTED metadata for a segment about to be copied."""
+    from tierproxy.tier.model import RemoteLogSegmentId
+
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, segment_id), start, end, max_ts, broker_id, now_ms(),
+                                    dict(epochs), size, SegmentState.COPY_SEGMENT_STARTED, txn_index_empty, None,
+                                    broker_leader_epoch)
+
+
+def transition(md: RemoteLogSegmentMetadata, state: SegmentState, *, broker_id: int | None = None,
+               broker_leader_epoch: int | None = None) -> RemoteLogSegmentMetadataUpdate:
+    return RemoteLogSegmentMetadataUpdate(
+        md.segment_id, now_ms(), state, md.broker_id if broker_id is None else broker_id, None,
+        md.broker_leader_epoch if broker_leader_epoch is None else broker_leader_epoch, md.end_offset)

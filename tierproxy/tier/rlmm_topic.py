@@ -1,0 +1,242 @@
+"""Topic-based RLMM: a compacted metadata topic on the upstream cluster (aiokafka), the default backend.
+
+Topic `__tierproxy_remote_log_metadata` (50 partitions by default; partition = toPositive(murmur2(
+"topicId:topic-partition")) % N, as Kafka's RemoteLogMetadataTopicPartitioner), `cleanup.policy=compact`,
+`min.cleanable.dirty.ratio=0.1`, `delete.retention.ms=86400000`, `segment.ms=3600000` (the compacted-metadata
+KIP). An optional audit topic keeps the full, uncompacted history.
+
+Local checkpoint (flat file per metadata partition, written atomically):
+    file  => magic:unsigned_varint(1) metadata_topic_offset:varlong entry*
+    entry => length:unsigned_varint key_length:unsigned_varint key value   (value = api_key version payload)
+It holds the latest value of every live key up to `metadata_topic_offset` (what compaction would keep), in
+offset order; a restart loads it and consumes only the tail after that offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from protocol.primitives import Reader, Writer
+from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate
+from tierproxy.tier.rlmm import RemoteLogMetadataManager
+from tierproxy.tier.serde import decode_value, metadata_partition
+
+log = logging.getLogger("tierproxy.rlmm")
+DEFAULT_TOPIC = "__tierproxy_remote_log_metadata"
+TOPIC_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "86400000",
+                "segment.ms": "3600000", "retention.ms": "-1"}
+CHECKPOINT_MAGIC = 1
+
+
+class TopicRLMM(RemoteLogMetadataManager):
+    def __init__(self, bootstrap: str, *, topic: str = DEFAULT_TOPIC, partitions: int = 50,
+                 replication: int | None = None, checkpoint_dir: Path | None = None, audit_topic: str | None = None,
+                 topic_config: dict[str, str] | None = None, client_options: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.replication = replication
+        self.checkpoint_dir = checkpoint_dir
+        self.audit_topic = audit_topic
+        self.topic_config = {**TOPIC_CONFIG, **(topic_config or {})}
+        self.client_options = client_options or {}
+        self.positions: dict[int, int] = {}
+        self.latest: dict[int, dict[bytes, tuple[int, bytes]]] = {}  # metadata partition → key → (offset, value)
+        self.records_consumed = 0
+        self._progress = asyncio.Condition()
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+        await self._ensure_topic()
+        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
+                                          **self.client_options)
+        await self._producer.start()
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
+                                          auto_offset_reset="earliest", **self.client_options)
+        await self._consumer.start()
+        tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        self._consumer.assign(tps)
+        loaded = self.load_checkpoint()
+        for tp in tps:
+            start = loaded.get(tp.partition, 0)
+            self.positions[tp.partition] = start
+            if start:
+                self._consumer.seek(tp, start)
+            else:
+                await self._consumer.seek_to_beginning(tp)
+        self._task = asyncio.get_running_loop().create_task(self._consume())
+        await self.catch_up()
+
+    async def _ensure_topic(self) -> None:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+        from aiokafka.errors import TopicAlreadyExistsError
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **self.client_options)
+        await admin.start()
+        try:
+            replication = self.replication
+            if replication is None:
+                meta = await admin.describe_cluster()
+                replication = min(3, len(meta["brokers"]))
+            topics = [NewTopic(self.topic, self.partitions, replication, topic_configs=self.topic_config)]
+            if self.audit_topic:
+                topics.append(NewTopic(self.audit_topic, self.partitions, replication,
+                                       topic_configs={"retention.ms": "-1"}))
+            for t in topics:
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    resp = await admin.create_topics([t])
+                    for _, code, *_ in getattr(resp, "topic_errors", []):
+                        if code not in (0, 36):  # 36 TOPIC_ALREADY_EXISTS
+                            raise RuntimeError(f"creating {t.name}: error {code}")
+        finally:
+            await admin.close()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.checkpoint_dir is not None and self._failure is None:
+            self.write_checkpoint()
+        for client in (self._consumer, self._producer):
+            if client is not None:
+                await client.stop()
+
+    # --- consume -----------------------------------------------------------------------------------------------
+    async def _consume(self) -> None:
+        try:
+            while True:
+                batches = await self._consumer.getmany(timeout_ms=200, max_records=10000)
+                for tp, msgs in batches.items():
+                    for m in msgs:
+                        self._apply(tp.partition, m.offset, m.key, m.value)
+                    if msgs:
+                        self.positions[tp.partition] = msgs[-1].offset + 1
+                async with self._progress:
+                    self._progress.notify_all()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the cache must not silently stop moving
+            self._failure = exc
+            log.exception("remote log metadata consumer stopped")
+            async with self._progress:
+                self._progress.notify_all()
+
+    def _apply(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self.records_consumed += 1
+        if key is not None:
+            latest = self.latest.setdefault(partition, {})
+            if value is None:
+                latest.pop(key, None)
+            else:
+                latest[key] = (offset, value)
+        try:
+            self.apply_record(key, value)
+        except (IllegalStateTransition, ValueError) as exc:
+            log.error("metadata partition %d offset %d: %s (record skipped)", partition, offset, exc)
+
+    async def _wait(self, targets: dict[int, int], timeout: float = 60.0) -> None:
+        async def reached() -> None:
+            async with self._progress:
+                await self._progress.wait_for(
+                    lambda: self._failure is not None or all(self.positions.get(p, 0) >= o for p, o in targets.items()))
+        await asyncio.wait_for(reached(), timeout)
+        if self._failure is not None:
+            raise RuntimeError(f"metadata consumer failed: {self._failure}")
+
+    async def catch_up(self) -> None:
+        from aiokafka import TopicPartition
+
+        ends = await self._consumer.end_offsets([TopicPartition(self.topic, p) for p in range(self.partitions)])
+        await self._wait({tp.partition: off for tp, off in ends.items()})
+
+    # --- publish -----------------------------------------------------------------------------------------------
+    async def publish(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        futures = []
+        for key, value in records:
+            partition = self._partition_for(key, value)
+            futures.append(await self._producer.send(self.topic, value=value, key=key, partition=partition))
+            if self.audit_topic and value is not None:
+                await self._producer.send(self.audit_topic, value=value, key=key, partition=partition)
+        metas = await asyncio.gather(*futures)
+        targets: dict[int, int] = {}
+        for md in metas:
+            targets[md.partition] = max(targets.get(md.partition, 0), md.offset + 1)
+        await self._wait(targets)
+
+    def _partition_for(self, key: bytes, value: bytes | None) -> int:
+        if value is not None:
+            event = decode_value(value)
+            tp = event.segment_id.tp if isinstance(event, RemoteLogSegmentMetadataUpdate) else event.tp
+            return metadata_partition(tp, self.partitions)
+        for p, latest in self.latest.items():  # a tombstone goes where its key lives
+            if key in latest:
+                return p
+        raise ValueError(f"tombstone for unknown key {key!r}")
+
+    # --- checkpoint --------------------------------------------------------------------------------------------
+    def _checkpoint_path(self, partition: int) -> Path:
+        assert self.checkpoint_dir is not None
+        return self.checkpoint_dir / f"{self.topic}-{partition}.checkpoint"
+
+    def write_checkpoint(self) -> None:
+        """Write each metadata partition's live records and consumed offset (atomically, file by file)."""
+        if self.checkpoint_dir is None:
+            return
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        for p in range(self.partitions):
+            w = Writer()
+            w.unsigned_varint(CHECKPOINT_MAGIC)
+            w.varlong(self.positions.get(p, 0))
+            for key, (_, value) in sorted(self.latest.get(p, {}).items(), key=lambda kv: kv[1][0]):
+                entry = Writer()
+                entry.unsigned_varint(len(key))
+                entry.raw(key)
+                entry.raw(value)
+                w.unsigned_varint(len(entry.buf))
+                w.raw(entry.buf)
+            path = self._checkpoint_path(p)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(bytes(w.buf))
+            os.replace(tmp, path)
+
+    def load_checkpoint(self) -> dict[int, int]:
+        """Load every partition's checkpoint into the cache; return the offsets to resume from."""
+        offsets: dict[int, int] = {}
+        if self.checkpoint_dir is None:
+            return offsets
+        for p in range(self.partitions):
+            path = self._checkpoint_path(p)
+            if not path.exists():
+                continue
+            r = Reader(memoryview(path.read_bytes()))
+            if r.unsigned_varint() != CHECKPOINT_MAGIC:
+                log.warning("ignoring checkpoint %s: unknown format", path)
+                continue
+            offsets[p] = r.varlong()
+            latest = self.latest.setdefault(p, {})
+            n = 0
+            while r.remaining():
+                length = r.unsigned_varint()
+                er = Reader(r.view(length))
+                key = bytes(er.view(er.unsigned_varint()))
+                value = bytes(er.view(er.remaining()))
+                latest[key] = (n - (1 << 40), value)  # before every offset consumed after the checkpoint
+                n += 1
+                try:
+                    self.apply_record(key, value)
+                except (IllegalStateTransition, ValueError) as exc:
+                    log.error("checkpoint %s: %s (entry skipped)", path, exc)
+        return offsets

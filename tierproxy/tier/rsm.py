@@ -1,0 +1,70 @@
+"""RemoteStorageManager (KIP-405): copy, fetch and delete a segment and its indexes on an object store.
+
+Object layout: {prefix}/{topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.{ext}
+    ext: log (raw record batches exactly as the broker served them), index (offset), timeindex,
+    leader-epoch-checkpoint, txnindex, snapshot (producer snapshot)
+Copies overwrite whatever a failed attempt left (idempotent); deletes ignore missing objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+
+from tierproxy.tier.indexes import SegmentFiles
+from tierproxy.tier.model import RemoteLogSegmentMetadata, uuid_str
+from tierproxy.tier.storage import ObjectStore, open_store
+
+
+class IndexType(enum.Enum):
+    OFFSET = "index"
+    TIMESTAMP = "timeindex"
+    LEADER_EPOCH = "leader-epoch-checkpoint"
+    TRANSACTION = "txnindex"
+    PRODUCER_SNAPSHOT = "snapshot"
+
+
+LOG_EXT = "log"
+
+
+class RemoteStorageManager:
+    """Segments on an `ObjectStore` under a key prefix."""
+
+    def __init__(self, store: ObjectStore, prefix: str = "") -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+
+    @classmethod
+    def from_uri(cls, uri: str) -> RemoteStorageManager:
+        store, prefix = open_store(uri)
+        return cls(store, prefix)
+
+    def key(self, md: RemoteLogSegmentMetadata, ext: str) -> str:
+        tp = md.tp
+        name = f"{tp.topic}-{uuid_str(tp.topic_id)}/{tp.partition}/{md.start_offset:020d}-{uuid_str(md.segment_id.id)}"
+        return f"{self.prefix}/{name}.{ext}" if self.prefix else f"{name}.{ext}"
+
+    async def copy_segment(self, md: RemoteLogSegmentMetadata, files: SegmentFiles) -> None:
+        """Upload the indexes, then the log (a reader finding the log finds its indexes too)."""
+        await asyncio.gather(
+            self.store.put(self.key(md, IndexType.OFFSET.value), files.offset_index),
+            self.store.put(self.key(md, IndexType.TIMESTAMP.value), files.time_index),
+            self.store.put(self.key(md, IndexType.LEADER_EPOCH.value), files.leader_epoch_checkpoint),
+            self.store.put(self.key(md, IndexType.TRANSACTION.value), files.txn_index),
+            self.store.put(self.key(md, IndexType.PRODUCER_SNAPSHOT.value), files.producer_snapshot))
+        await self.store.put(self.key(md, LOG_EXT), files.log)
+
+    async def fetch_log(self, md: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> bytes:
+        """Bytes [start, end) of the segment's log (to its end when `end` is None)."""
+        return await self.store.get(self.key(md, LOG_EXT), start, end)
+
+    async def fetch_index(self, md: RemoteLogSegmentMetadata, index: IndexType) -> bytes:
+        return await self.store.get(self.key(md, index.value))
+
+    async def delete_segment(self, md: RemoteLogSegmentMetadata) -> None:
+        """Delete the log and every index; objects already gone are fine."""
+        await asyncio.gather(*(self.store.delete(self.key(md, ext))
+                               for ext in [LOG_EXT, *(i.value for i in IndexType)]))
+
+    async def close(self) -> None:
+        await self.store.close()

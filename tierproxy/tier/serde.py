@@ -1,0 +1,207 @@
+"""Metadata records: the KIP-405 schemas (Kafka 4.1's storage module) plus the compacted-metadata KIP's v1
+tagged fields, their keys, and the metadata-topic partitioner.
+
+Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka protocol, flexible)
+    0 RemoteLogSegmentMetadataRecord   (v1 adds tag 1 BrokerLeaderEpoch; tag 0 is Kafka's TxnIndexEmpty)
+    1 RemoteLogSegmentMetadataUpdateRecord (v1 adds tag 0 BrokerLeaderEpoch, tag 1 EndOffset)
+    2 RemotePartitionDeleteMetadataRecord  (v1 adds tag 0 BrokerLeaderEpoch, tag 1 EndOffset)
+    3 RemoteLogSegmentMetadataSnapshotRecord (flat-file checkpoint entries)
+Record key (compacted topic) => "topicId:partition:endOffset:brokerLeaderEpoch" for segment records,
+    "topicId:partition" for partition-deletion records (topic ids in Kafka's base64 form).
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ProtocolError
+from protocol.primitives import Reader, Writer
+from protocol.schema import F, Message
+from tierproxy.tier.model import (
+    PartitionDeleteState,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+    TopicIdPartition,
+    uuid_str,
+)
+
+Event = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+VERSION = 1
+
+_TIP = [F("name", "string", "0+"), F("id", "uuid", "0+"), F("partition", "int32", "0+")]
+_SEGMENT_ID = [F("topic_id_partition", "{}", "0+", fields=_TIP), F("id", "uuid", "0+")]
+_EPOCHS = [F("leader_epoch", "int32", "0+"), F("offset", "int64", "0+")]
+
+SEGMENT_RECORD = Message("RemoteLogSegmentMetadataRecord", api_key=0, versions="0-1", flexible="0+", fields=[
+    F("remote_log_segment_id", "{}", "0+", fields=_SEGMENT_ID),
+    F("start_offset", "int64", "0+"),
+    F("end_offset", "int64", "0+"),
+    F("broker_id", "int32", "0+"),
+    F("max_timestamp_ms", "int64", "0+"),
+    F("event_timestamp_ms", "int64", "0+"),
+    F("segment_leader_epochs", "[]", "0+", fields=_EPOCHS),
+    F("segment_size_in_bytes", "int32", "0+"),
+    F("custom_metadata", "bytes", "0+", nullable="0+", default=None),
+    F("remote_log_segment_state", "int8", "0+"),
+    F("txn_index_empty", "bool", "0+", tag=0, default=False),
+    F("broker_leader_epoch", "int32", "1+", tag=1, default=-1),
+])
+
+UPDATE_RECORD = Message("RemoteLogSegmentMetadataUpdateRecord", api_key=1, versions="0-1", flexible="0+", fields=[
+    F("remote_log_segment_id", "{}", "0+", fields=_SEGMENT_ID),
+    F("broker_id", "int32", "0+"),
+    F("event_timestamp_ms", "int64", "0+"),
+    F("custom_metadata", "bytes", "0+", nullable="0+", default=None),
+    F("remote_log_segment_state", "int8", "0+"),
+    F("broker_leader_epoch", "int32", "1+", tag=0, default=-1),
+    F("end_offset", "int64", "1+", tag=1, default=-1),
+])
+
+PARTITION_DELETE_RECORD = Message("RemotePartitionDeleteMetadataRecord", api_key=2, versions="0-1", flexible="0+",
+                                  fields=[
+    F("topic_id_partition", "{}", "0+", fields=_TIP),
+    F("broker_id", "int32", "0+"),
+    F("event_timestamp_ms", "int64", "0+"),
+    F("remote_partition_delete_state", "int8", "0+"),
+    F("broker_leader_epoch", "int32", "1+", tag=0, default=-1),
+    F("end_offset", "int64", "1+", tag=1, default=-1),
+])
+
+SNAPSHOT_RECORD = Message("RemoteLogSegmentMetadataSnapshotRecord", api_key=3, versions="0", flexible="0+", fields=[
+    F("segment_id", "uuid", "0+"),
+    F("start_offset", "int64", "0+"),
+    F("end_offset", "int64", "0+"),
+    F("broker_id", "int32", "0+"),
+    F("max_timestamp_ms", "int64", "0+"),
+    F("event_timestamp_ms", "int64", "0+"),
+    F("segment_leader_epochs", "[]", "0+", fields=_EPOCHS),
+    F("segment_size_in_bytes", "int32", "0+"),
+    F("custom_metadata", "bytes", "0+", nullable="0+", default=None),
+    F("remote_log_segment_state", "int8", "0+"),
+    F("txn_index_empty", "bool", "0+", tag=0, default=False),
+    F("broker_leader_epoch", "int32", "0+", tag=1, default=-1),
+])
+
+_BY_KEY = {m.api_key: m for m in (SEGMENT_RECORD, UPDATE_RECORD, PARTITION_DELETE_RECORD)}
+
+
+def _tip(tp: TopicIdPartition) -> dict[str, object]:
+    return {"name": tp.topic, "id": tp.topic_id, "partition": tp.partition}
+
+
+def _seg_id(s: RemoteLogSegmentId) -> dict[str, object]:
+    return {"topic_id_partition": _tip(s.tp), "id": s.id}
+
+
+def _from_tip(d: dict[str, object]) -> TopicIdPartition:
+    return TopicIdPartition(str(d["name"]), bytes(d["id"]), int(d["partition"]))  # type: ignore[call-overload]
+
+
+def _from_seg_id(d: dict[str, object]) -> RemoteLogSegmentId:
+    return RemoteLogSegmentId(_from_tip(d["topic_id_partition"]), bytes(d["id"]))  # type: ignore[arg-type, call-overload]
+
+
+def _epochs(d: dict[int, int]) -> list[dict[str, int]]:
+    return [{"leader_epoch": e, "offset": o} for e, o in sorted(d.items(), key=lambda kv: kv[1])]
+
+
+def encode_value(event: Event, version: int = VERSION) -> bytes:
+    w = Writer()
+    if isinstance(event, RemoteLogSegmentMetadata):
+        msg, data = SEGMENT_RECORD, {
+            "remote_log_segment_id": _seg_id(event.segment_id), "start_offset": event.start_offset,
+            "end_offset": event.end_offset, "broker_id": event.broker_id, "max_timestamp_ms": event.max_timestamp_ms,
+            "event_timestamp_ms": event.event_timestamp_ms,
+            "segment_leader_epochs": _epochs(event.segment_leader_epochs),
+            "segment_size_in_bytes": event.segment_size_in_bytes, "custom_metadata": event.custom_metadata,
+            "remote_log_segment_state": int(event.state), "txn_index_empty": event.txn_index_empty,
+            "broker_leader_epoch": event.broker_leader_epoch}
+    elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+        msg, data = UPDATE_RECORD, {
+            "remote_log_segment_id": _seg_id(event.segment_id), "broker_id": event.broker_id,
+            "event_timestamp_ms": event.event_timestamp_ms, "custom_metadata": event.custom_metadata,
+            "remote_log_segment_state": int(event.state), "broker_leader_epoch": event.broker_leader_epoch,
+            "end_offset": event.end_offset}
+    else:
+        msg, data = PARTITION_DELETE_RECORD, {
+            "topic_id_partition": _tip(event.tp), "broker_id": event.broker_id,
+            "event_timestamp_ms": event.event_timestamp_ms, "remote_partition_delete_state": int(event.state),
+            "broker_leader_epoch": event.broker_leader_epoch, "end_offset": event.end_offset}
+    w.unsigned_varint(msg.api_key)
+    w.unsigned_varint(version)
+    msg.encode_into(w, data, version)
+    return b"".join(bytes(c) for c in w.finish())
+
+
+def decode_value(value: bytes | memoryview) -> Event:
+    """Decode a metadata record value; malformed input raises `ProtocolError`."""
+    r = Reader(memoryview(value))
+    api_key, version = r.unsigned_varint(), r.unsigned_varint()
+    msg = _BY_KEY.get(api_key)
+    if msg is None:
+        raise ProtocolError(f"unknown remote log metadata record type {api_key}")
+    d = msg.decode(r.buf, version, r.pos)
+    try:
+        if api_key == 0:
+            return RemoteLogSegmentMetadata(
+                _from_seg_id(d["remote_log_segment_id"]), d["start_offset"], d["end_offset"], d["max_timestamp_ms"],
+                d["broker_id"], d["event_timestamp_ms"],
+                {e["leader_epoch"]: e["offset"] for e in d["segment_leader_epochs"]}, d["segment_size_in_bytes"],
+                SegmentState(d["remote_log_segment_state"]), d["txn_index_empty"],
+                None if d["custom_metadata"] is None else bytes(d["custom_metadata"]), d["broker_leader_epoch"])
+        if api_key == 1:
+            return RemoteLogSegmentMetadataUpdate(
+                _from_seg_id(d["remote_log_segment_id"]), d["event_timestamp_ms"],
+                SegmentState(d["remote_log_segment_state"]), d["broker_id"],
+                None if d["custom_metadata"] is None else bytes(d["custom_metadata"]), d["broker_leader_epoch"],
+                d["end_offset"])
+        return RemotePartitionDeleteMetadata(_from_tip(d["topic_id_partition"]),
+                                             PartitionDeleteState(d["remote_partition_delete_state"]),
+                                             d["event_timestamp_ms"], d["broker_id"], d["broker_leader_epoch"],
+                                             d["end_offset"])
+    except ValueError as exc:
+        raise ProtocolError(f"bad remote log metadata record: {exc}") from None
+
+
+def record_key(event: Event, end_offset: int | None = None) -> bytes:
+    """The compacted topic's key: topicId:partition:endOffset:brokerLeaderEpoch (partitions: topicId:partition)."""
+    if isinstance(event, RemotePartitionDeleteMetadata):
+        return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}".encode()
+    if isinstance(event, RemoteLogSegmentMetadata):
+        tp, end = event.tp, event.end_offset
+    else:
+        tp, end = event.segment_id.tp, event.end_offset if end_offset is None else end_offset
+    return f"{uuid_str(tp.topic_id)}:{tp.partition}:{end}:{event.broker_leader_epoch}".encode()
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as a signed 32-bit int."""
+    length = len(data)
+    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    tail = length - rest
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def metadata_partition(tp: TopicIdPartition, partitions: int) -> int:
+    """Kafka's RemoteLogMetadataTopicPartitioner: toPositive(murmur2(tp.toString())) % N."""
+    return (murmur2(str(tp).encode()) & 0x7FFFFFFF) % partitions
