@@ -47,7 +47,7 @@ def test_illegal_transitions_rejected_with_a_clear_error(path: list[SegmentState
         cache.apply(md)
     for state in path:
         cache.apply(transition(md, state))
-    with pytest.raises(IllegalStateTransition, match="->|first event"):
+    with pytest.raises(IllegalStateTransition, match=r"->|first event"):
         cache.apply(transition(md, bad))
 
 
