@@ -1,0 +1,251 @@
+"""RLMM on the real broker (metadata topic) and on a file: the seed KIP's five scenarios, read-your-writes,
+restart from checkpoint + topic tail, and compaction by the broker's log cleaner."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.tier.helpers import seg, tp
+from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tier.model import (
+    IllegalStateTransition,
+    PartitionDeleteState,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+    uuid_str,
+)
+from tierproxy.tier.rlmm import RemoteLogMetadataManager, transition
+from tierproxy.tier.rlmm_file import FileRLMM
+from tierproxy.tier.rlmm_topic import TopicRLMM
+
+S = SegmentState
+P = PartitionDeleteState
+
+
+@pytest.fixture(params=["file", "topic"])
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., RemoteLogMetadataManager]:
+    if request.param == "file":
+        return lambda **kw: FileRLMM(tmp_path / "rlmm")
+    kafka: KafkaCluster = request.getfixturevalue("kafka")
+    topic = f"__rlmm-{uuid.uuid4().hex[:8]}"
+    return lambda **kw: TopicRLMM(kafka.bootstrap, topic=topic, partitions=3, replication=1, **kw)
+
+
+@asynccontextmanager
+async def opened(r: RemoteLogMetadataManager) -> AsyncIterator[RemoteLogMetadataManager]:
+    await r.start()
+    try:
+        yield r
+    finally:
+        await r.close()
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
+
+
+def _state(r: RemoteLogMetadataManager) -> set[tuple[bytes, int, int, int]]:
+    return {(md.segment_id.id, md.start_offset, md.end_offset, int(md.state))
+            for pc in r.cache.partitions.values() for md in pc.segments.values()}
+
+
+def test_scenario_1_normal_upload(make: Callable[..., RemoteLogMetadataManager]) -> None:
+    async def go() -> None:
+        t = tp("orders")
+        async with opened(make()) as r, opened(make()) as reader:
+            md = seg(t, 0, 999, {3: 0}, broker_epoch=3)
+            await r.add_segment(md)
+            assert r.segment_for(t, 10, 3) is None  # not served before FINISHED
+            await r.update_segment(transition(md, S.COPY_SEGMENT_FINISHED))
+            assert r.segment_for(t, 10, 3).segment_id == md.segment_id  # read-your-writes
+            await reader.catch_up()
+            assert reader.segment_for(t, 999, 3).segment_id == md.segment_id  # another instance sees it
+            assert r.keys[(t.topic_id, 0)] == {f"{uuid_str(t.topic_id)}:0:999:3".encode()}
+
+    run(go())
+
+
+def test_scenario_2_leadership_change_during_upload(make: Callable[..., RemoteLogMetadataManager]) -> None:
+    async def go() -> None:
+        t = tp("orders")
+        async with opened(make()) as r:
+            old = seg(t, 0, 999, {3: 0}, broker_epoch=3)
+            new = seg(t, 0, 999, {3: 0}, broker_epoch=4)
+            await r.add_segment(old)
+            await r.add_segment(new)
+            await r.update_segment(transition(new, S.COPY_SEGMENT_FINISHED))
+            await r.update_segment(transition(old, S.COPY_SEGMENT_FINISHED))  # the old leader finishes late
+            assert r.segment_for(t, 500, 3).segment_id == new.segment_id
+            assert old.segment_id.id in r.partition(t).unreferenced
+            assert len(r.keys[(t.topic_id, 0)]) == 2  # different epochs, different keys
+
+    run(go())
+
+
+def test_scenario_3_failed_upload_retried(make: Callable[..., RemoteLogMetadataManager]) -> None:
+    async def go() -> None:
+        t = tp("orders")
+        async with opened(make()) as r:
+            failed = seg(t, 0, 999, {3: 0}, broker_epoch=3)
+            await r.add_segment(failed)
+            retry = seg(t, 0, 999, {3: 0}, broker_epoch=3)  # same epoch → same key, new uuid
+            await r.add_segment(retry)
+            await r.update_segment(transition(retry, S.COPY_SEGMENT_FINISHED))
+            await r.update_segment(transition(failed, S.DELETE_SEGMENT_STARTED))
+            await r.update_segment(transition(failed, S.DELETE_SEGMENT_FINISHED))
+            assert r.segment_for(t, 0, 3).segment_id == retry.segment_id
+            assert failed.segment_id.id not in r.partition(t).segments
+            assert r.keys[(t.topic_id, 0)] == {f"{uuid_str(t.topic_id)}:0:999:3".encode()}  # the shared key lives
+            with pytest.raises(IllegalStateTransition):
+                await r.update_segment(transition(failed, S.COPY_SEGMENT_FINISHED))
+
+    run(go())
+
+
+def test_scenario_4_segment_deletion_tombstones_every_key(make: Callable[..., RemoteLogMetadataManager]) -> None:
+    async def go() -> None:
+        t = tp("orders")
+        async with opened(make()) as r:
+            uploads = [seg(t, 0, 1000, {3: 0}, broker_epoch=e) for e in (3, 4, 5)]
+            for md in uploads:
+                await r.add_segment(md)
+                await r.update_segment(transition(md, S.COPY_SEGMENT_FINISHED))
+            for md in uploads:
+                await r.update_segment(transition(md, S.DELETE_SEGMENT_STARTED, broker_leader_epoch=6))
+                await r.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED, broker_leader_epoch=6))
+            assert r.segments(t) == []
+            assert r.keys.get((t.topic_id, 0), set()) == set()  # all 4 keys (epochs 3, 4, 5, 6) tombstoned
+
+    run(go())
+
+
+def test_scenario_5_partition_deletion(make: Callable[..., RemoteLogMetadataManager]) -> None:
+    async def go() -> None:
+        t = tp("orders", 1)
+        async with opened(make()) as r:
+            mds = [seg(t, i * 100, i * 100 + 99) for i in range(3)]
+            for md in mds:
+                await r.add_segment(md)
+                await r.update_segment(transition(md, S.COPY_SEGMENT_FINISHED))
+            await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_MARKED, 1, -1))
+            await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_STARTED, 2, 101))
+            with pytest.raises(ValueError, match="not deleted yet"):
+                await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_FINISHED, 3, 101))
+            for md in mds:
+                await r.update_segment(transition(md, S.DELETE_SEGMENT_STARTED))
+                await r.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED))
+            await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_FINISHED, 3, 101))
+            assert r.cache.deletions[(t.topic_id, 1)].state == P.DELETE_PARTITION_FINISHED
+            assert r.keys[(t.topic_id, 1)] == {f"{uuid_str(t.topic_id)}:1".encode()}  # only the marker remains
+            with pytest.raises(IllegalStateTransition):
+                await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_MARKED, 4, -1))
+
+    run(go())
+
+
+@pytest.mark.kafka
+def test_restart_replays_only_the_tail_after_the_checkpoint(kafka: KafkaCluster, tmp_path: Path) -> None:
+    topic = f"__rlmm-{uuid.uuid4().hex[:8]}"
+    ckpt = tmp_path / "ckpt"
+
+    def new(**kw: Any) -> TopicRLMM:
+        return TopicRLMM(kafka.bootstrap, topic=topic, partitions=3, replication=1, **kw)
+
+    async def go() -> None:
+        parts = [tp("orders", p) for p in range(4)]
+        async with opened(new(checkpoint_dir=ckpt)) as first:
+            for t in parts:
+                for i in range(10):
+                    md = seg(t, i * 10, i * 10 + 9)
+                    await first.add_segment(md)
+                    await first.update_segment(transition(md, S.COPY_SEGMENT_FINISHED))
+            before = _state(first)
+        assert len(list(ckpt.iterdir())) == 3
+        async with opened(new()) as other:  # the tail, written while the first was down
+            for t in parts[:2]:
+                md = other.partition(t).all_segments()[0]
+                await other.update_segment(transition(md, S.DELETE_SEGMENT_STARTED))
+            after_tail = _state(other)
+        assert after_tail != before
+        async with opened(new(checkpoint_dir=ckpt)) as restarted:
+            assert _state(restarted) == after_tail
+            assert restarted.records_consumed == 2  # only the tail was read from the topic
+        async with opened(new()) as full:
+            assert _state(full) == after_tail
+            assert full.records_consumed == 4 * 10 * 2 + 2
+
+    run(go())
+
+
+def _count_records(bootstrap: str, topic: str) -> tuple[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, 0, 0)])
+    n = tombstones = 0
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error() is not None:
+            break  # partition EOF
+        n += 1
+        tombstones += m.value() is None
+    c.close()
+    return n, tombstones
+
+
+@pytest.mark.kafka
+def test_log_cleaner_compacts_the_metadata_topic(kafka: KafkaCluster) -> None:
+    topic = f"__rlmm-{uuid.uuid4().hex[:8]}"
+    fast = {"segment.ms": "200", "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000",
+            "min.compaction.lag.ms": "0"}
+
+    def new() -> TopicRLMM:
+        return TopicRLMM(kafka.bootstrap, topic=topic, partitions=1, replication=1, topic_config=fast)
+
+    async def go() -> set[tuple[bytes, int, int, int]]:
+        t = tp("orders")
+        async with opened(new()) as r:
+            mds = [seg(t, i * 100, i * 100 + 99) for i in range(40)]
+            for md in mds:
+                await r.add_segment(md)
+                await r.update_segment(transition(md, S.COPY_SEGMENT_FINISHED))
+            for md in mds[:30]:  # retention deletes 75%
+                await r.update_segment(transition(md, S.DELETE_SEGMENT_STARTED))
+                await r.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED))
+            return _state(r)
+
+    expected = asyncio.run(go())
+    written, _ = _count_records(kafka.bootstrap, topic)
+    assert written == 40 * 2 + 30 * 3  # two lifecycle records per upload, two + one tombstone per deletion
+
+    async def tick() -> None:  # appends roll the active segment so the cleaner can work on the rest
+        async with opened(new()) as r:
+            md = seg(tp("ticks"), 0, 0)
+            await r.add_segment(md)
+
+    deadline = time.monotonic() + 90
+    remaining = written
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        asyncio.run(tick())
+        remaining, tombstones = _count_records(kafka.bootstrap, topic)
+        if remaining <= 10 + 10 and tombstones == 0:
+            break
+    assert remaining < written / 4, f"the topic still holds {remaining} of {written} records"
+
+    async def reread() -> set[tuple[bytes, int, int, int]]:
+        async with opened(new()) as r:
+            return {s for s in _state(r) if s[2] > 0}
+
+    assert asyncio.run(reread()) == expected  # the compacted topic alone rebuilds the same cache
