@@ -249,3 +249,22 @@ def test_log_cleaner_compacts_the_metadata_topic(kafka: KafkaCluster) -> None:
             return {s for s in _state(r) if s[2] > 0}
 
     assert asyncio.run(reread()) == expected  # the compacted topic alone rebuilds the same cache
+
+
+@pytest.mark.kafka
+def test_audit_topic_keeps_the_full_history(kafka: KafkaCluster) -> None:
+    topic, audit = f"__rlmm-{uuid.uuid4().hex[:8]}", f"__rlmm-audit-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        async with opened(TopicRLMM(kafka.bootstrap, topic=topic, partitions=1, replication=1,
+                                    audit_topic=audit)) as r:
+            md = seg(tp("orders"), 0, 9)
+            await r.add_segment(md)
+            for state in (S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+                await r.update_segment(transition(md, state))
+
+    asyncio.run(go())
+    n, tombstones = _count_records(kafka.bootstrap, audit)
+    assert (n, tombstones) == (4, 0)  # every lifecycle event, no tombstones
+    n, tombstones = _count_records(kafka.bootstrap, topic)
+    assert tombstones == 1 and n == 5

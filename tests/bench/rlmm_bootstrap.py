@@ -1,0 +1,34 @@
+"""One RLMM bootstrap in a fresh process: prints seconds, records consumed, live segments and peak RSS (MiB)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+from tierproxy.tier.rlmm_topic import TopicRLMM
+
+
+async def main(bootstrap: str, topic: str, checkpoint: str | None) -> None:
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = TopicRLMM(bootstrap, topic=topic, partitions=50, replication=1,
+                  checkpoint_dir=Path(checkpoint) if checkpoint else None)
+    start = time.perf_counter()
+    await r.start()
+    elapsed = time.perf_counter() - start
+    live = sum(len(pc.segments) for pc in r.cache.partitions.values())
+    if checkpoint and not any(Path(checkpoint).iterdir()):
+        r.write_checkpoint()
+    consumed = r.records_consumed
+    r.checkpoint_dir = None  # keep the checkpoint as written above
+    await r.close()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"seconds": elapsed, "consumed": consumed, "live": live, "rss_mib": peak / 1024,
+                      "rss_before_mib": base / 1024}))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))
