@@ -17,13 +17,13 @@ def _demo(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from tierproxy.config import ConfigError, load_settings
+    from tierproxy.config import ConfigError, ProxySettings, load_settings
     from tierproxy.server import serve
 
     cli = {"bootstrap_servers": args.bootstrap_server, "listen": args.listen, "advertised_host": args.advertised_host,
            "admin_listen": args.admin_listen}
     try:
-        settings = load_settings(config_file=args.config, cli=cli)
+        settings = load_settings(ProxySettings, config_file=args.config, cli=cli)
     except ConfigError as exc:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2

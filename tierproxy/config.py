@@ -7,14 +7,17 @@ start with a `ConfigError` naming the key and the reason.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "TIERPROXY_"
+S = TypeVar("S", bound="CommonSettings")
 
 
 class ConfigError(ValueError):
@@ -28,12 +31,42 @@ def _hostport(value: str, key: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-class ProxySettings(BaseModel):
-    """Everything `tierproxy serve` reads. Field names are the dotted keys with '.' → '_'."""
+class CommonSettings(BaseModel):
+    """What `serve` and `tier` share: the cluster, the tier's storage and its metadata."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bootstrap_servers: str = Field(description="upstream brokers HOST:PORT[,HOST:PORT..]")
+    storage: str = Field("file://./tierproxy-data/tier", description="file:///path or s3://bucket/prefix?endpoint=")
+    metadata: str | None = Field(None, description="topic:[NAME] (default: the metadata topic) or file:///dir")
+    metadata_checkpoint_dir: Path | None = Field(None, description="local RLMM checkpoint (restart reads the tail)")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_bootstrap(cls, v: str) -> str:
+        servers = [s.strip() for s in v.split(",") if s.strip()]
+        if not servers:
+            raise ValueError("needs at least one HOST:PORT")
+        for s in servers:
+            _hostport(s, "bootstrap.servers")
+        return ",".join(servers)
+
+    @field_validator("storage")
+    @classmethod
+    def _check_storage(cls, v: str) -> str:
+        if v.startswith("file://./"):
+            v = "file://" + str(Path(v[len("file://"):]).resolve())
+        if not (v.startswith("file:///") or v.startswith("s3://")):
+            raise ValueError("must be file:///path or s3://bucket/prefix")
+        return v
+
+    @property
+    def bootstrap_list(self) -> list[tuple[str, int]]:
+        return [_hostport(s, "bootstrap.servers") for s in self.bootstrap_servers.split(",")]
+
+
+class ProxySettings(CommonSettings):
+    """Everything `tierproxy serve` reads. Field names are the dotted keys with '.' → '_'."""
     listen: str = Field("127.0.0.1:9192", description="bootstrap listener HOST:PORT")
     advertised_host: str | None = Field(None, description="host clients use to reach the proxy")
     admin_listen: str | None = Field(None, description="admin HTTP listener HOST:PORT")
@@ -56,16 +89,6 @@ class ProxySettings(BaseModel):
     upstream_ssl_certfile: Path | None = None
     upstream_ssl_keyfile: Path | None = None
     upstream_ssl_check_hostname: bool = True
-
-    @field_validator("bootstrap_servers")
-    @classmethod
-    def _check_bootstrap(cls, v: str) -> str:
-        servers = [s.strip() for s in v.split(",") if s.strip()]
-        if not servers:
-            raise ValueError("needs at least one HOST:PORT")
-        for s in servers:
-            _hostport(s, "bootstrap.servers")
-        return ",".join(servers)
 
     @field_validator("listen", "admin_listen")
     @classmethod
@@ -104,10 +127,6 @@ class ProxySettings(BaseModel):
         host = self.listen_address[0]
         return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
 
-    @property
-    def bootstrap_list(self) -> list[tuple[str, int]]:
-        return [_hostport(s, "bootstrap.servers") for s in self.bootstrap_servers.split(",")]
-
     def redacted(self) -> dict[str, Any]:
         """The effective settings with secrets hidden (for logs and the admin API)."""
         out = self.model_dump(mode="json")
@@ -115,6 +134,52 @@ class ProxySettings(BaseModel):
             if any(s in k for s in ("password", "secret", "token")) and out[k] is not None:
                 out[k] = "***"
         return out
+
+
+def parse_duration_ms(value: str | int) -> int:
+    """'30s', '5m', '1h', '250ms' or a number of milliseconds."""
+    if isinstance(value, int):
+        return value
+    v = value.strip().lower()
+    for suffix, factor in (("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000)):
+        if v.endswith(suffix) and v[: -len(suffix)].replace(".", "", 1).isdigit():
+            return int(float(v[: -len(suffix)]) * factor)
+    if v.isdigit():
+        return int(v)
+    raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 5m, 250ms)")
+
+
+class TierSettings(CommonSettings):
+    """Everything `tierproxy tier` reads (shares the cluster, storage and metadata keys with `serve`)."""
+
+    tier_topics: str = Field(r"^(?!__).*", description="regex of topics to tier (internal topics never)")
+    tier_segment_bytes: int = Field(16 << 20, ge=1024, description="target size of a remote segment")
+    tier_interval_ms: int = Field(30_000, ge=100, description="pause between tiering passes (--interval)")
+    tier_orphan_timeout_ms: int = Field(600_000, ge=0,
+                                        description="STARTED without FINISHED for this long = orphan")
+    tier_task_max_attempts: int = Field(3, ge=1, description="copy attempts per segment (each with a new id)")
+    tier_topic_overrides: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="JSON {topic: {segment.bytes|retention.ms|retention.bytes: N}}")
+    spark_master: str = Field("local[*]", description="Spark master (local[*] by default)")
+    tier_state_dir: Path = Field(Path("tierproxy-data/state"), description="run summaries (gaps, last run)")
+
+    @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", mode="before")
+    @classmethod
+    def _durations(cls, v: Any) -> int:
+        return parse_duration_ms(v)
+
+    @field_validator("tier_topic_overrides", mode="before")
+    @classmethod
+    def _overrides(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return json.loads(v)
+        return v
+
+    @field_validator("tier_topics")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        re.compile(v)
+        return v
 
 
 def dotted(field: str) -> str:
@@ -139,8 +204,8 @@ def read_properties(path: Path) -> dict[str, str]:
     return out
 
 
-def load_settings(model: type[ProxySettings] = ProxySettings, *, config_file: str | Path | None = None,
-                  cli: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> ProxySettings:
+def load_settings(model: type[S] = ProxySettings, *, config_file: str | Path | None = None,  # type: ignore[assignment]
+                  cli: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> S:
     """Merge defaults < file < env < CLI and validate; raise `ConfigError` naming the bad key."""
     fields = model.model_fields
     merged: dict[str, Any] = {}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -12,8 +11,16 @@ from pathlib import Path
 from tierproxy.tier.rlmm_topic import TopicRLMM
 
 
+def _hwm_kib() -> int:
+    """Peak RSS of this process image (VmHWM; ru_maxrss would include the parent's peak from before exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM")
+
+
 async def main(bootstrap: str, topic: str, checkpoint: str | None) -> None:
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = _hwm_kib()
     r = TopicRLMM(bootstrap, topic=topic, partitions=50, replication=1,
                   checkpoint_dir=Path(checkpoint) if checkpoint else None)
     start = time.perf_counter()
@@ -25,7 +32,7 @@ async def main(bootstrap: str, topic: str, checkpoint: str | None) -> None:
     consumed = r.records_consumed
     r.checkpoint_dir = None  # keep the checkpoint as written above
     await r.close()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _hwm_kib()
     print(json.dumps({"seconds": elapsed, "consumed": consumed, "live": live, "rss_mib": peak / 1024,
                       "rss_before_mib": base / 1024}))
 

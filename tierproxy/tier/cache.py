@@ -67,12 +67,14 @@ class PartitionCache:
         self.segments[md.segment_id.id] = md
         self.unreferenced.add(md.segment_id.id)
 
-    def update(self, up: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+    def update(self, up: RemoteLogSegmentMetadataUpdate,
+               facts: RemoteLogSegmentMetadata | None = None) -> RemoteLogSegmentMetadata:
+        """Apply a state change; `facts` (a full record) may correct what STARTED planned (the copied range)."""
         seg_id = up.segment_id.id
         current = self.segments.get(seg_id)
         check_segment_transition(current.state if current else None, up.state, up.segment_id)
         assert current is not None
-        md = current.with_update(up)
+        md = facts if facts is not None else current.with_update(up)
         if up.state == SegmentState.DELETE_SEGMENT_FINISHED:
             del self.segments[seg_id]
             self.unreferenced.discard(seg_id)
@@ -205,7 +207,8 @@ class MetadataCache:
                 pc.add(md)
             else:
                 pc.update(RemoteLogSegmentMetadataUpdate(md.segment_id, md.event_timestamp_ms, md.state, md.broker_id,
-                                                         md.custom_metadata, md.broker_leader_epoch, md.end_offset))
+                                                         md.custom_metadata, md.broker_leader_epoch, md.end_offset),
+                          md)
         elif md.state != SegmentState.DELETE_SEGMENT_FINISHED:
             pc.segments[md.segment_id.id] = md
             if md.state == SegmentState.COPY_SEGMENT_FINISHED:

@@ -84,7 +84,10 @@ class SegmentBuilder:
     """
 
     def __init__(self, producers: dict[int, ProducerEntry] | None = None,
-                 index_interval_bytes: int = INDEX_INTERVAL_BYTES) -> None:
+                 index_interval_bytes: int = INDEX_INTERVAL_BYTES,
+                 txn_starts: list[tuple[int, int]] | None = None) -> None:
+        """`txn_starts` — (producer id, first offset) of aborted transactions as the broker reports them in
+        READ_COMMITTED fetches — names the start of a transaction that began before this segment."""
         self.interval = index_interval_bytes
         self.log = bytearray()
         self.offset_index = bytearray()
@@ -92,6 +95,7 @@ class SegmentBuilder:
         self.epochs: dict[int, int] = {}
         self.aborted: list[AbortedTxn] = []
         self.producers = {pid: ProducerEntry(**vars_of(e)) for pid, e in (producers or {}).items()}
+        self.txn_starts = sorted(txn_starts or [])
         self.start_offset = -1
         self.end_offset = -1
         self.max_ts = -1
@@ -137,9 +141,12 @@ class SegmentBuilder:
         if batch.is_control:
             ctl = batch.control_record()
             entry.coordinator_epoch = ctl.coordinator_epoch
-            if ctl.type == ABORT and entry.current_txn_first_offset >= 0:
-                self.aborted.append(AbortedTxn(pid, entry.current_txn_first_offset, batch.last_offset,
-                                               self._lso_after(pid, batch.last_offset)))
+            first = entry.current_txn_first_offset
+            if first < 0:  # the transaction began before this segment: the broker said where
+                starts = [o for p, o in self.txn_starts if p == pid and o <= batch.base_offset]
+                first = max(starts) if starts else -1
+            if ctl.type == ABORT and first >= 0:
+                self.aborted.append(AbortedTxn(pid, first, batch.last_offset, self._lso_after(pid, batch.last_offset)))
             entry.current_txn_first_offset = -1
             return
         entry.last_sequence = batch.base_sequence + batch.last_offset_delta if batch.base_sequence >= 0 else -1

@@ -17,6 +17,7 @@ import abc
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from tierproxy.tier.cache import MetadataCache, PartitionCache
 from tierproxy.tier.model import (
@@ -83,6 +84,14 @@ class RemoteLogMetadataManager(abc.ABC):
         check_segment_transition(current.state if current else None, md.state, md.segment_id)
         await self.publish([(record_key(md), encode_value(md))])
 
+    async def add_segments(self, mds: list[RemoteLogSegmentMetadata]) -> None:
+        """COPY_SEGMENT_STARTED for many new segments in one publish (one wait for the cache)."""
+        for md in mds:
+            pc = self.cache.get(md.tp.topic_id, md.tp.partition)
+            current = pc.segments.get(md.segment_id.id) if pc else None
+            check_segment_transition(current.state if current else None, md.state, md.segment_id)
+        await self.publish([(record_key(md), encode_value(md)) for md in mds])
+
     async def update_segment(self, up: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
         pc = self.cache.get(up.segment_id.tp.topic_id, up.segment_id.tp.partition)
         current = pc.segments.get(up.segment_id.id) if pc else None
@@ -92,6 +101,24 @@ class RemoteLogMetadataManager(abc.ABC):
         records: list[tuple[bytes, bytes | None]] = [(record_key(md), encode_value(md))]
         if up.state == SegmentState.DELETE_SEGMENT_FINISHED:
             records += [(k, None) for k in self._dead_keys(pc, md)]
+        await self.publish(records)
+        return md
+
+    async def finish_copy(self, facts: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
+        """COPY_SEGMENT_FINISHED carrying the copied segment's facts (its exact offsets, epochs, size), which may
+        differ from what STARTED planned; the planned key is retired if nothing else uses it."""
+        pc = self.cache.get(facts.tp.topic_id, facts.tp.partition)
+        current = pc.segments.get(facts.segment_id.id) if pc else None
+        check_segment_transition(current.state if current else None, SegmentState.COPY_SEGMENT_FINISHED,
+                                 facts.segment_id)
+        assert current is not None and pc is not None
+        md = replace(facts, state=SegmentState.COPY_SEGMENT_FINISHED, event_timestamp_ms=now_ms(),
+                     broker_leader_epoch=current.broker_leader_epoch)
+        records: list[tuple[bytes, bytes | None]] = [(record_key(md), encode_value(md))]
+        planned = record_key(current)
+        live = {record_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
+        if planned != record_key(md) and planned not in live:
+            records.append((planned, None))
         await self.publish(records)
         return md
 

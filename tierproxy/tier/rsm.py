@@ -12,7 +12,7 @@ import asyncio
 import enum
 
 from tierproxy.tier.indexes import SegmentFiles
-from tierproxy.tier.model import RemoteLogSegmentMetadata, uuid_str
+from tierproxy.tier.model import RemoteLogSegmentMetadata, TopicIdPartition, uuid_str
 from tierproxy.tier.storage import ObjectStore, open_store
 
 
@@ -65,6 +65,16 @@ class RemoteStorageManager:
         """Delete the log and every index; objects already gone are fine."""
         await asyncio.gather(*(self.store.delete(self.key(md, ext))
                                for ext in [LOG_EXT, *(i.value for i in IndexType)]))
+
+    async def delete_by_id(self, tp: TopicIdPartition, segment_id: bytes) -> int:
+        """Delete every object of a segment id in its partition, whatever start offset named them (orphans of
+        interrupted copies); returns how many objects were deleted."""
+        part_prefix = f"{tp.topic}-{uuid_str(tp.topic_id)}/{tp.partition}/"
+        prefix = f"{self.prefix}/{part_prefix}" if self.prefix else part_prefix
+        marker = f"-{uuid_str(segment_id)}."
+        keys = [k for k in await self.store.list(prefix) if marker in k.rsplit("/", 1)[-1]]
+        await asyncio.gather(*(self.store.delete(k) for k in keys))
+        return len(keys)
 
     async def close(self) -> None:
         await self.store.close()

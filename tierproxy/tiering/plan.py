@@ -1,0 +1,86 @@
+"""The driver's plan: which partitions to tier and the segment ranges to copy.
+
+Per partition the range runs from (highest tiered offset + 1) — or the broker's log start when nothing is
+tiered yet — up to the last stable offset, cut into ranges of about `segment.bytes` using the partition's bytes
+per offset sampled from one fetch. A gap (log start above the tiered end + 1) is reported, never papered over.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from protocol.records import iter_batches
+from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
+from tierproxy.wireclient import WireClient
+
+log = logging.getLogger("tierproxy.tier.plan")
+SAMPLE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Gap:
+    topic: str
+    partition: int
+    first_missing: int
+    last_missing: int
+
+    def describe(self) -> str:
+        return (f"{self.topic}-{self.partition}: offsets {self.first_missing}..{self.last_missing} were deleted by "
+                "the broker before they were tiered")
+
+
+@dataclass(frozen=True)
+class Range:
+    part: PartitionInfo
+    start: int
+    end: int  # exclusive
+    first: bool  # the partition's first range in this pass: takes the batch straddling `start`
+
+
+def select_topics(view: ClusterView, configs: dict[str, dict[str, str]], pattern: str) -> list[PartitionInfo]:
+    regex = re.compile(pattern)
+    chosen, skipped = [], set()
+    for p in view.partitions:
+        if p.topic in view.internal or p.topic.startswith("__") or not regex.fullmatch(p.topic):
+            continue
+        if "compact" in configs.get(p.topic, {}).get("cleanup.policy", "delete"):
+            if p.topic not in skipped:
+                log.info("skipping compacted topic %s: tiered storage does not support compacted topics (KIP-405)",
+                         p.topic)
+                skipped.add(p.topic)
+            continue
+        chosen.append(p)
+    return chosen
+
+
+def bytes_per_offset(leader: str, p: PartitionInfo, start: int) -> float:
+    with WireClient(leader, client_id="tierproxy-tier") as w:
+        resp = w.request(1, 12, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": SAMPLE_BYTES, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": [{"topic": p.topic, "partitions": [
+                {"partition": p.partition, "fetch_offset": start, "partition_max_bytes": SAMPLE_BYTES}]}],
+            "forgotten_topics_data": [], "rack_id": ""})
+    batches = list(iter_batches(resp["responses"][0]["partitions"][0]["records"]))
+    if not batches:
+        return 100.0
+    span = int(batches[-1].last_offset - batches[0].base_offset + 1)
+    return max(1.0, float(sum(b.size for b in batches)) / span)
+
+
+def plan_partition(view: ClusterView, p: PartitionInfo, offsets: PartitionOffsets, tiered_end: int,
+                   segment_bytes: int) -> tuple[list[Range], Gap | None]:
+    gap = None
+    if tiered_end >= 0 and offsets.log_start > tiered_end + 1:
+        gap = Gap(p.topic, p.partition, tiered_end + 1, offsets.log_start - 1)
+    start = max(tiered_end + 1, offsets.log_start)
+    if start >= offsets.last_stable:
+        return [], gap
+    per = max(1, int(segment_bytes / bytes_per_offset(view.leader_address(p), p, start)))
+    ranges, a = [], start
+    while a < offsets.last_stable:
+        b = min(a + per, offsets.last_stable)
+        ranges.append(Range(p, a, b, first=a == start))
+        a = b
+    return ranges, gap
