@@ -31,6 +31,23 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tier(args: argparse.Namespace) -> int:
+    from tierproxy.config import ConfigError, TierSettings, load_settings
+
+    cli = {"bootstrap_servers": args.bootstrap_server, "storage": args.storage, "metadata": args.metadata,
+           "tier_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval}
+    try:
+        settings = load_settings(TierSettings, config_file=args.config, cli=cli)
+        spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
+    except (ConfigError, ValueError) as exc:
+        print(f"tierproxy: config error: {exc}", file=sys.stderr)
+        return 2
+    from tierproxy.tiering.job import run_loop
+
+    summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress)
+    return 1 if summaries and summaries[-1].failed and summaries[-1].segments == 0 else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tierproxy", description=__doc__)
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
@@ -46,6 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--admin-listen", help="admin HTTP listener HOST:PORT (admin.listen)")
     srv.add_argument("--config", help="properties file (key=value, Kafka-style dotted keys)")
     srv.set_defaults(func=_serve)
+    tier = sub.add_parser("tier", help="copy closed data from the brokers to the tier (a PySpark job)")
+    tier.add_argument("--bootstrap-server", help="brokers HOST:PORT[,..] (bootstrap.servers)")
+    tier.add_argument("--storage", help="file:///path or s3://bucket/prefix?endpoint=URL (storage)")
+    tier.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
+    tier.add_argument("--topics", help="regex of topics to tier (tier.topics)")
+    tier.add_argument("--master", help="Spark master (spark.master; default local[*])")
+    tier.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark configuration")
+    tier.add_argument("--config", help="properties file (key=value)")
+    mode = tier.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="one pass, then exit")
+    mode.add_argument("--interval", help="pause between passes, e.g. 30s (tier.interval.ms)")
+    tier.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    tier.set_defaults(func=_tier)
     return parser
 
 

@@ -1,0 +1,107 @@
+"""The driver's lifecycle work besides copying: orphans, remote retention, deleted topics.
+
+Each deletion follows KIP-405: DELETE_SEGMENT_STARTED → delete the objects → DELETE_SEGMENT_FINISHED (the RLMM
+then tombstones the segment's keys); a topic id gone from the cluster goes DELETE_PARTITION_MARKED → STARTED →
+every segment deleted → FINISHED.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from tierproxy.tier.model import (
+    PartitionDeleteState,
+    RemoteLogSegmentMetadata,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+)
+from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms, transition
+from tierproxy.tier.rsm import RemoteStorageManager
+
+log = logging.getLogger("tierproxy.tier")
+S = SegmentState
+P = PartitionDeleteState
+
+
+@dataclass
+class Housekeeping:
+    orphans: int = 0
+    expired: int = 0
+    partitions_deleted: int = 0
+
+
+async def delete_segment(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                         md: RemoteLogSegmentMetadata) -> None:
+    if md.state != S.DELETE_SEGMENT_STARTED:
+        md = await rlmm.update_segment(transition(md, S.DELETE_SEGMENT_STARTED))
+    await rsm.delete_segment(md)
+    await rsm.delete_by_id(md.tp, md.segment_id.id)  # objects a copy named by another start offset
+    await rlmm.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED))
+
+
+async def clean_orphans(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, timeout_ms: int,
+                        live_ids: set[bytes] = frozenset()) -> int:  # type: ignore[assignment]
+    """Delete segments stuck in COPY_SEGMENT_STARTED (or DELETE_SEGMENT_STARTED) for longer than the timeout."""
+    cutoff = now_ms() - timeout_ms
+    n = 0
+    for pc in list(rlmm.cache.partitions.values()):
+        for md in list(pc.segments.values()):
+            if md.segment_id.id in live_ids or md.event_timestamp_ms > cutoff:
+                continue
+            if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
+                log.warning("cleaning orphan segment %s (%s since %d)", md.segment_id, md.state.name,
+                            md.event_timestamp_ms)
+                await delete_segment(rlmm, rsm, md)
+                n += 1
+    return n
+
+
+async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                            retention: dict[str, tuple[int, int]]) -> int:
+    """Per topic (retention.ms, retention.bytes), -1 = unlimited: delete the oldest segments beyond them."""
+    now = int(time.time() * 1000)
+    n = 0
+    for pc in list(rlmm.cache.partitions.values()):
+        if rlmm.cache.is_deleted(pc.tp.topic_id, pc.tp.partition):
+            continue
+        ms, max_bytes = retention.get(pc.tp.topic, (-1, -1))
+        segments = list(pc.finished())
+        doomed = [md for md in segments if ms >= 0 and md.max_timestamp_ms < now - ms]
+        if max_bytes >= 0:
+            total = sum(md.segment_size_in_bytes for md in segments)
+            for md in segments:
+                if total <= max_bytes:
+                    break
+                total -= md.segment_size_in_bytes
+                if md not in doomed:
+                    doomed.append(md)
+        for md in doomed:
+            log.info("remote retention: deleting %s (offsets %d..%d)", md.segment_id, md.start_offset, md.end_offset)
+            await delete_segment(rlmm, rsm, md)
+            n += 1
+    return n
+
+
+async def delete_gone_topics(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                             cluster_topic_ids: set[bytes], broker_id: int = -1) -> int:
+    """Every tiered partition whose topic id is no longer in the cluster is deleted from the tier."""
+    n = 0
+    for (topic_id, partition), pc in list(rlmm.cache.partitions.items()):
+        if topic_id in cluster_topic_ids:
+            continue
+        current = rlmm.cache.deletions.get((topic_id, partition))
+        state = current.state if current else None
+        if state == P.DELETE_PARTITION_FINISHED:
+            continue
+        log.warning("topic %s (id gone from the cluster): deleting partition %d from the tier", pc.tp.topic, partition)
+        for target in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED):
+            if state is None or state < target:
+                await rlmm.put_partition_delete(RemotePartitionDeleteMetadata(pc.tp, target, now_ms(), broker_id))
+        for md in list(pc.segments.values()):
+            await delete_segment(rlmm, rsm, md)
+        await rlmm.put_partition_delete(RemotePartitionDeleteMetadata(pc.tp, P.DELETE_PARTITION_FINISHED, now_ms(),
+                                                                      broker_id))
+        n += 1
+    return n

@@ -1,0 +1,311 @@
+"""One tiering pass (`tierproxy tier --once`) or a loop of them, with Spark running the copies.
+
+The driver plans, writes COPY_SEGMENT_STARTED for every planned segment (fresh segment ids), runs one Spark
+task per segment (`copy.copy_task`), and writes COPY_SEGMENT_FINISHED with each copied segment's facts as
+results stream back. A failed copy is cleaned (objects deleted, DELETE_SEGMENT_*) and retried with a new segment
+id; what still fails leaves the partition's tiered range contiguous (later copies of that pass are retired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tierproxy.config import TierSettings
+from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition, new_uuid
+from tierproxy.tier.open import open_metadata
+from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
+from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tiering import housekeeping
+from tierproxy.tiering.cluster import describe_cluster, list_offsets, topic_configs
+from tierproxy.tiering.copy import copy_task
+from tierproxy.tiering.plan import Gap, Range, plan_partition, select_topics
+
+log = logging.getLogger("tierproxy.tier")
+T = TypeVar("T")
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    started_ms: int
+    seconds: float = 0.0
+    segments: int = 0
+    bytes: int = 0
+    failed: int = 0
+    orphans_cleaned: int = 0
+    expired: int = 0
+    partitions_deleted: int = 0
+    gaps: list[dict[str, Any]] = field(default_factory=list)
+    lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds else 0.0
+
+    def line(self) -> str:
+        return (f"tiered {self.segments} segments, {self.bytes / 1e6:.1f} MB in {self.seconds:.1f}s "
+                f"({self.mb_per_s:.1f} MB/s); lag to LSO {sum(self.lag.values())} offsets; "
+                f"{len(self.gaps)} gaps; {self.expired} expired; {self.orphans_cleaned} orphans cleaned; "
+                f"{self.partitions_deleted} partitions deleted; {self.failed} failed copies")
+
+
+class TieringJob:
+    """Owns the RLMM (on a background event loop), the storage and the Spark session."""
+
+    def __init__(self, settings: TierSettings, spark_conf: dict[str, str] | None = None,
+                 progress: bool = True) -> None:
+        self.settings = settings
+        self.spark_conf = spark_conf or {}
+        self.progress = progress
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tierproxy-rlmm", daemon=True)
+        self._thread.start()
+        self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.bootstrap_servers,
+                                                            settings.metadata_checkpoint_dir)
+        self.rsm = RemoteStorageManager.from_uri(settings.storage)
+        self._spark: Any = None
+        self._started = False
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def spark(self) -> Any:
+        if self._spark is None:
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+            from pyspark.sql import SparkSession
+
+            builder = SparkSession.builder.appName("tierproxy-tier").config("spark.ui.enabled", "false") \
+                .config("spark.task.maxFailures", "1").config("spark.python.worker.reuse", "true")
+            if not os.environ.get("SPARK_SUBMIT_MASTER_SET"):
+                builder = builder.master(self.settings.spark_master)
+            for k, v in self.spark_conf.items():
+                builder = builder.config(k, v)
+            self._spark = builder.getOrCreate()
+            self._spark.sparkContext.setLogLevel("WARN")
+        return self._spark
+
+    def close(self) -> None:
+        if self._started:
+            self.run(self.rlmm.close())
+        self.run(self.rsm.close())
+        if self._spark is not None:
+            self._spark.stop()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+    # --- one pass ----------------------------------------------------------------------------------------------
+    def run_once(self) -> RunSummary:
+        s = self.settings
+        summary = RunSummary(uuid.uuid4().hex[:12], int(time.time() * 1000))
+        started = time.monotonic()
+        if not self._started:
+            self.run(self.rlmm.start())
+            self._started = True
+        self.run(self.rlmm.catch_up())
+        view = describe_cluster(s.bootstrap_servers)
+        topics = sorted({p.topic for p in view.partitions})
+        configs = topic_configs(s.bootstrap_servers, topics) if topics else {}
+        parts = select_topics(view, configs, s.tier_topics)
+
+        summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
+        summary.partitions_deleted = self.run(housekeeping.delete_gone_topics(
+            self.rlmm, self.rsm, {p.topic_id for p in view.partitions}))
+
+        offsets = list_offsets(view, parts)
+        ranges: list[Range] = []
+        for p in parts:
+            o = offsets.get((p.topic, p.partition))
+            if o is None:
+                continue
+            pc = self.rlmm.cache.get(p.topic_id, p.partition)
+            tiered_end = pc.latest_tiered_offset() if pc else -1
+            seg_bytes = s.tier_topic_overrides.get(p.topic, {}).get("segment.bytes", s.tier_segment_bytes)
+            rs, gap = plan_partition(view, p, o, tiered_end, seg_bytes)
+            if gap is not None:
+                log.error("GAP %s", gap.describe())
+                summary.gaps.append(asdict(gap))
+            ranges += rs
+
+        self._copy(ranges, summary)
+
+        retention = {}
+        for t in topics:
+            over = s.tier_topic_overrides.get(t, {})
+            cfg = configs.get(t, {})
+            retention[t] = (int(over.get("retention.ms", cfg.get("retention.ms", -1))),
+                            int(over.get("retention.bytes", cfg.get("retention.bytes", -1))))
+        summary.expired = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention))
+
+        after = list_offsets(view, parts)
+        for p in parts:
+            o = after.get((p.topic, p.partition))
+            pc = self.rlmm.cache.get(p.topic_id, p.partition)
+            if o is not None:
+                end = pc.latest_tiered_offset() if pc else -1
+                summary.lag[f"{p.topic}-{p.partition}"] = max(0, o.last_stable - max(end + 1, o.log_start))
+        summary.seconds = time.monotonic() - started
+        self._write_state(summary)
+        return summary
+
+    def _copy(self, ranges: list[Range], summary: RunSummary) -> None:
+        pending = ranges
+        failed_by_partition: dict[tuple[bytes, int], int] = {}
+        for attempt in range(1, self.settings.tier_task_max_attempts + 1):
+            if not pending:
+                return
+            tasks = self._start(pending)
+            retry: list[Range] = []
+            for result in self._run_tasks(tasks):
+                r = next(x for x in pending if (x.part.topic_id, x.part.partition, x.start) ==
+                         (bytes(result["topic_id"]), result["partition"], result["start"]))
+                if result["ok"]:
+                    self.run(self._finish(result))
+                    if not result.get("empty"):
+                        summary.segments += 1
+                        summary.bytes += int(result["size"])
+                else:
+                    summary.failed += 1
+                    summary.errors.append(result["error"])
+                    log.warning("copy of %s-%d [%d, %d) failed (attempt %d): %s", r.part.topic, r.part.partition,
+                                r.start, r.end, attempt, result["error"])
+                    self.run(self._discard(result))
+                    retry.append(r)
+            pending = retry
+        for r in pending:  # still failing: keep each partition's tiered range contiguous
+            key = (r.part.topic_id, r.part.partition)
+            failed_by_partition[key] = min(failed_by_partition.get(key, r.start), r.start)
+        for (topic_id, partition), first_failed in failed_by_partition.items():
+            pc = self.rlmm.cache.get(topic_id, partition)
+            for md in list(pc.finished()) if pc else []:
+                if md.start_offset > first_failed:
+                    self.run(housekeeping.delete_segment(self.rlmm, self.rsm, md))
+
+    def _start(self, ranges: list[Range]) -> list[dict[str, Any]]:
+        tasks, mds = [], []
+        for r in ranges:
+            tp = TopicIdPartition(r.part.topic, r.part.topic_id, r.part.partition)
+            seg_id = new_uuid()
+            mds.append(new_segment(tp, seg_id, r.start, r.end - 1, -1, {max(r.part.leader_epoch, 0): r.start}, 0,
+                                   broker_leader_epoch=max(r.part.leader_epoch, 0)))
+            tasks.append({"leader": self._leader(r), "topic": r.part.topic, "topic_id": r.part.topic_id,
+                          "partition": r.part.partition, "start": r.start, "end": r.end, "first": r.first,
+                          "segment_id": seg_id, "storage": self.settings.storage})
+        self.run(self.rlmm.add_segments(mds))
+        return tasks
+
+    def _leader(self, r: Range) -> str:
+        return str(describe_cluster_cached(self.settings.bootstrap_servers).brokers[r.part.leader])
+
+    def _run_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One Spark task per segment, all in parallel; a live progress bar follows Spark's task counters."""
+        sc = self.spark().sparkContext
+        rdd = sc.parallelize(tasks, max(1, len(tasks))).map(copy_task)
+        out: list[list[dict[str, Any]]] = []
+        errors: list[BaseException] = []
+
+        def collect() -> None:
+            try:
+                out.append(rdd.collect())
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=collect, name="tierproxy-spark-collect")
+        worker.start()
+        if self.progress:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = (TextColumn("[bold]tiering"), BarColumn(), TextColumn("{task.completed}/{task.total} segments"),
+                       TimeElapsedColumn())
+            with Progress(*columns) as bar:
+                t = bar.add_task("copy", total=len(tasks))
+                while worker.is_alive():
+                    worker.join(0.25)
+                    tracker = sc.statusTracker()
+                    done = sum(info.numCompletedTasks for sid in tracker.getActiveStageIds()
+                               if (info := tracker.getStageInfo(sid)) is not None)
+                    bar.update(t, completed=len(tasks) if not worker.is_alive() else done)
+        worker.join()
+        if errors:
+            raise errors[0]
+        return out[0]
+
+    async def _finish(self, result: dict[str, Any]) -> None:
+        tp = TopicIdPartition(result["topic"], bytes(result["topic_id"]), result["partition"])
+        seg_id = RemoteLogSegmentId(tp, bytes(result["segment_id"]))
+        pc = self.rlmm.cache.get(tp.topic_id, tp.partition)
+        planned = pc.segments[seg_id.id] if pc else None
+        assert planned is not None
+        if result.get("empty"):  # nothing below the LSO in this range after all
+            await housekeeping.delete_segment(self.rlmm, self.rsm, planned)
+            return
+        facts = RemoteLogSegmentMetadata(
+            seg_id, result["start_offset"], result["end_offset"], result["max_timestamp_ms"], -1, 0,
+            {int(k): int(v) for k, v in result["leader_epochs"].items()}, int(result["size"]),
+            SegmentState.COPY_SEGMENT_FINISHED, bool(result["txn_index_empty"]), None, planned.broker_leader_epoch)
+        await self.rlmm.finish_copy(facts)
+
+    async def _discard(self, result: dict[str, Any]) -> None:
+        tp = TopicIdPartition(result["topic"], bytes(result["topic_id"]), result["partition"])
+        pc = self.rlmm.cache.get(tp.topic_id, tp.partition)
+        md = pc.segments.get(bytes(result["segment_id"])) if pc else None
+        if md is not None:
+            await housekeeping.delete_segment(self.rlmm, self.rsm, md)
+
+    def _write_state(self, summary: RunSummary) -> None:
+        d = Path(self.settings.tier_state_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "last_run.json").write_text(json.dumps(asdict(summary), indent=1))
+        gaps_file = d / "gaps.json"
+        known = json.loads(gaps_file.read_text()) if gaps_file.exists() else []
+        for g in summary.gaps:
+            if g not in known:
+                known.append(g)
+        gaps_file.write_text(json.dumps(known, indent=1))
+
+
+_CLUSTER_CACHE: dict[str, tuple[float, Any]] = {}
+
+
+def describe_cluster_cached(bootstrap: str, ttl: float = 5.0) -> Any:
+    hit = _CLUSTER_CACHE.get(bootstrap)
+    if hit is None or time.monotonic() - hit[0] > ttl:
+        hit = (time.monotonic(), describe_cluster(bootstrap))
+        _CLUSTER_CACHE[bootstrap] = hit
+    return hit[1]
+
+
+def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] | None = None,
+             progress: bool = True, max_passes: int | None = None) -> list[RunSummary]:
+    """`--once`: one pass. Otherwise a pass every `tier.interval.ms` until interrupted (or `max_passes`)."""
+    job = TieringJob(settings, spark_conf, progress)
+    out: list[RunSummary] = []
+    try:
+        while True:
+            summary = job.run_once()
+            out.append(summary)
+            log.info("run %s: %s", summary.run_id, summary.line())
+            print(summary.line(), flush=True)
+            for g in summary.gaps:
+                print(f"GAP {g['topic']}-{g['partition']}: offsets {g['first_missing']}..{g['last_missing']} "
+                      "were deleted by the broker before they were tiered", flush=True)
+            if once or (max_passes is not None and len(out) >= max_passes):
+                return out
+            time.sleep(settings.tier_interval_ms / 1000)
+    finally:
+        job.close()
+
+
+__all__ = ["Gap", "RunSummary", "TieringJob", "run_loop"]
