@@ -142,9 +142,10 @@ class SegmentBuilder:
             ctl = batch.control_record()
             entry.coordinator_epoch = ctl.coordinator_epoch
             first = entry.current_txn_first_offset
-            if first < 0:  # the transaction began before this segment: the broker said where
-                starts = [o for p, o in self.txn_starts if p == pid and o <= batch.base_offset]
-                first = max(starts) if starts else -1
+            # the broker's word wins: a transaction that began before this segment was first seen here later
+            starts = [o for p, o in self.txn_starts if p == pid and o <= batch.base_offset]
+            if starts and ctl.type == ABORT:
+                first = max(starts)
             if ctl.type == ABORT and first >= 0:
                 self.aborted.append(AbortedTxn(pid, first, batch.last_offset, self._lso_after(pid, batch.last_offset)))
             entry.current_txn_first_offset = -1

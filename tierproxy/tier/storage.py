@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
+# imported here, not lazily: a first import racing on two threads (the tiering driver's RLMM loop and its
+# main thread) can fail inside importlib
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError, ClientError
+
 
 class StorageError(Exception):
     """Any failure of remote storage."""
@@ -113,9 +119,6 @@ class S3Store:
         if self._client is None:
             async with self._lock:
                 if self._client is None:
-                    from aiobotocore.config import AioConfig
-                    from aiobotocore.session import get_session
-
                     kw: dict[str, Any] = {"region_name": self.region, "config": AioConfig(
                         retries={"max_attempts": 1}, connect_timeout=5, read_timeout=30, max_pool_connections=64)}
                     if self.endpoint:
@@ -127,8 +130,6 @@ class S3Store:
         return self._client
 
     def _map(self, key: str, exc: Exception) -> StorageError:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)

@@ -26,6 +26,14 @@ class CopyError(RuntimeError):
     """A copy task failed (broker error, storage error); the driver retries with a new segment id."""
 
 
+class DataGone(CopyError):
+    """The broker no longer has the range (OFFSET_OUT_OF_RANGE): retrying cannot help; the next pass reports
+    the gap and starts from the broker's log start."""
+
+
+OFFSET_OUT_OF_RANGE = 1
+
+
 def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, first: bool
                 ) -> tuple[list[memoryview], list[tuple[int, int]]]:
     """Whole batches for [start, end) and the aborted transactions (producer id, first offset) around them."""
@@ -41,6 +49,8 @@ def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, f
                                                             "partition_max_bytes": FETCH_MAX_BYTES}]}],
                 "forgotten_topics_data": [], "rack_id": ""})
             part = resp["responses"][0]["partitions"][0]
+            if part["error_code"] == OFFSET_OUT_OF_RANGE:
+                raise DataGone(f"{topic}-{partition}: offset {offset} is no longer on the broker")
             if part["error_code"] != 0:
                 raise CopyError(f"{topic}-{partition} fetch at {offset}: error {part['error_code']}")
             aborted |= {(a["producer_id"], a["first_offset"]) for a in part["aborted_transactions"] or []}
@@ -92,4 +102,4 @@ def copy_task(task: dict[str, Any]) -> dict[str, Any]:
                 "leader_epochs": files.leader_epochs or {0: files.start_offset}, "size": len(files.log),
                 "txn_index_empty": files.txn_index_empty, "seconds": time.monotonic() - started}
     except Exception as exc:  # the driver decides: retry with a new segment id
-        return {**task, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        return {**task, "ok": False, "gone": isinstance(exc, DataGone), "error": f"{type(exc).__name__}: {exc}"}

@@ -91,6 +91,9 @@ class TieringJob:
                 .config("spark.task.maxFailures", "1").config("spark.python.worker.reuse", "true")
             if not os.environ.get("SPARK_SUBMIT_MASTER_SET"):
                 builder = builder.master(self.settings.spark_master)
+            for k, v in os.environ.items():  # storage credentials from the usual chain reach the executors too
+                if k.startswith("AWS_"):
+                    builder = builder.config(f"spark.executorEnv.{k}", v)
             for k, v in self.spark_conf.items():
                 builder = builder.config(k, v)
             self._spark = builder.getOrCreate()
@@ -105,6 +108,7 @@ class TieringJob:
             self._spark.stop()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        self.loop.close()
 
     # --- one pass ----------------------------------------------------------------------------------------------
     def run_once(self) -> RunSummary:
@@ -162,12 +166,14 @@ class TieringJob:
 
     def _copy(self, ranges: list[Range], summary: RunSummary) -> None:
         pending = ranges
+        unfinished: list[Range] = []
         failed_by_partition: dict[tuple[bytes, int], int] = {}
         for attempt in range(1, self.settings.tier_task_max_attempts + 1):
             if not pending:
                 return
             tasks = self._start(pending)
             retry: list[Range] = []
+            gone: list[Range] = []
             for result in self._run_tasks(tasks):
                 r = next(x for x in pending if (x.part.topic_id, x.part.partition, x.start) ==
                          (bytes(result["topic_id"]), result["partition"], result["start"]))
@@ -182,9 +188,13 @@ class TieringJob:
                     log.warning("copy of %s-%d [%d, %d) failed (attempt %d): %s", r.part.topic, r.part.partition,
                                 r.start, r.end, attempt, result["error"])
                     self.run(self._discard(result))
-                    retry.append(r)
+                    if result.get("gone"):
+                        gone.append(r)
+                    else:
+                        retry.append(r)
             pending = retry
-        for r in pending:  # still failing: keep each partition's tiered range contiguous
+            unfinished += gone
+        for r in pending + unfinished:  # still failing: keep each partition's tiered range contiguous
             key = (r.part.topic_id, r.part.partition)
             failed_by_partition[key] = min(failed_by_partition.get(key, r.start), r.start)
         for (topic_id, partition), first_failed in failed_by_partition.items():

@@ -1,0 +1,53 @@
+"""Running tiering passes in tests and reading back what the tier holds."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+from protocol.records import iter_batches
+from tierproxy.config import TierSettings
+from tierproxy.tier.indexes import decode_txn_index
+from tierproxy.tier.model import RemoteLogSegmentMetadata
+from tierproxy.tier.open import open_metadata
+from tierproxy.tier.rsm import IndexType, RemoteStorageManager
+from tierproxy.tiering.job import RunSummary, run_loop
+
+
+def settings(bootstrap: str, tmp: Path, topic: str, **kw: Any) -> TierSettings:
+    """Tier only `topic` (tests share one broker)."""
+    base: dict[str, Any] = {"bootstrap_servers": bootstrap, "tier_topics": re.escape(topic),
+                            "storage": f"file://{tmp}/tier",
+                            "metadata": f"file://{tmp}/meta", "tier_segment_bytes": 64 * 1024,
+                            "spark_master": "local[2]", "tier_state_dir": tmp / "state"}
+    base.update(kw)
+    return TierSettings(**base)
+
+
+def tier_once(s: TierSettings) -> RunSummary:
+    return run_loop(s, once=True, progress=False)[-1]
+
+
+def tiered(s: TierSettings, topic: str, partition: int = 0) -> tuple[list[RemoteLogSegmentMetadata], bytes, list[Any]]:
+    """The served segments of a partition, their concatenated log bytes and their aborted transactions."""
+    async def run() -> tuple[list[RemoteLogSegmentMetadata], bytes, list[Any]]:
+        rlmm = open_metadata(s.metadata, s.bootstrap_servers)
+        await rlmm.start()
+        rsm = RemoteStorageManager.from_uri(s.storage)
+        try:
+            pc = rlmm.cache.find(topic, partition)
+            segs = list(pc.finished()) if pc else []
+            logs = [await rsm.fetch_log(md, 0) for md in segs]
+            txns = [a for md in segs for a in decode_txn_index(await rsm.fetch_index(md, IndexType.TRANSACTION))]
+            return segs, b"".join(logs), txns
+        finally:
+            await rsm.close()
+            await rlmm.close()
+
+    return asyncio.run(run())
+
+
+def offsets_of(raw: bytes) -> list[int]:
+    return [o for b in iter_batches(raw) for o in range(b.base_offset, b.last_offset + 1)]

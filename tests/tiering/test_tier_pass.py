@@ -1,0 +1,138 @@
+"""`tierproxy tier` against the real broker: byte-exact copies of every batch kind, transactions spanning a
+segment boundary, the broker's retention afterwards, S3, and compacted topics skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.kafkahelpers import create_topic, set_retention, watermarks
+from tests.realparts import S3Server
+from tests.tier.fetchraw import fetch_raw
+from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
+from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tier.storage import S3Store
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+def produce_everything(bootstrap: str, topic: str) -> None:
+    """Every codec, headers, null keys and values, and transactions (one aborted) between them."""
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5})
+        for i in range(300):
+            key = None if i % 4 == 0 else f"{codec}-{i}".encode()
+            value = None if i % 7 == 0 else (f"{codec}-value-{i}-" * 20).encode()
+            p.produce(topic, value, key, headers=[("h", f"{i}".encode()), ("empty", None)])
+        p.flush(30)
+    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}", "linger.ms": 0})
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    tx.init_transactions(30)
+    for outcome in ("commit", "abort", "commit", "abort"):
+        tx.begin_transaction()
+        for i in range(40):  # interleaved with non-transactional writes: the txn spans tier segments
+            tx.produce(topic, (f"{outcome}-{i}-" * 30).encode())
+            tx.flush(10)
+            plain.produce(topic, f"plain-{outcome}-{i}".encode())
+            plain.flush(10)
+        if outcome == "commit":
+            tx.commit_transaction(30)
+        else:
+            tx.abort_transaction(30)
+    plain.produce(topic, b"after-the-transactions")  # moves the LSO past the last marker
+    plain.flush(10)
+
+
+def test_tier_once_copies_every_batch_byte_for_byte(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "500"})
+    produce_everything(kafka.bootstrap, topic_name)
+    served, _ = fetch_raw(kafka.bootstrap, topic_name)  # what the broker serves before retention runs
+    _, broker_aborted = fetch_raw(kafka.bootstrap, topic_name, isolation=1)
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=8 * 1024)
+    summary = tier_once(s)
+    assert summary.failed == 0 and summary.segments >= 8 and summary.gaps == []
+
+    segs, remote, aborted = tiered(s, topic_name)
+    assert remote == served[:len(remote)]  # byte for byte, batch for batch
+    assert offsets_of(remote) == list(range(offsets_of(remote)[-1] + 1))  # no hole, no duplicate
+    assert offsets_of(remote)[-1] >= offsets_of(served)[-1] - 1  # everything below the LSO
+    for a, b in itertools.pairwise(segs):
+        assert b.start_offset == a.end_offset + 1
+    assert sorted((a.producer_id, a.first_offset) for a in aborted) == sorted(
+        (a["producer_id"], a["first_offset"]) for a in broker_aborted)
+    spanning = [a for a in aborted if not any(md.start_offset <= a.first_offset and a.last_offset <= md.end_offset
+                                              for md in segs)]
+    assert spanning, "no aborted transaction crossed a segment boundary: the test lost its point"
+
+    set_retention(kafka.bootstrap, topic_name, 1000)  # now the broker may delete: the tier still has everything
+    deadline = time.monotonic() + 60
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    while watermarks(kafka.bootstrap, topic_name)[0] == 0 and time.monotonic() < deadline:
+        p.produce(topic_name, b"tick")
+        p.flush(5)
+        time.sleep(0.5)
+    assert watermarks(kafka.bootstrap, topic_name)[0] > 0
+    assert tiered(s, topic_name)[1] == remote
+
+
+def test_second_pass_continues_where_the_first_stopped(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name, partitions=2)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    for i in range(2000):
+        p.produce(topic_name, f"first-{i}".encode() * 10, partition=i % 2)
+    p.flush(30)
+    s = settings(kafka.bootstrap, tmp_path, topic_name)
+    first = tier_once(s)
+    for i in range(2000):
+        p.produce(topic_name, f"second-{i}".encode() * 10, partition=i % 2)
+    p.flush(30)
+    second = tier_once(s)
+    assert first.segments > 0 and second.segments > 0
+    for partition in (0, 1):
+        _, remote, _ = tiered(s, topic_name, partition)
+        served, _ = fetch_raw(kafka.bootstrap, topic_name, partition)
+        assert remote == served
+    assert tier_once(s).segments == 0  # nothing new: nothing copied
+
+
+@pytest.mark.s3
+def test_tier_to_s3(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "compression.type": "zstd"})
+    for i in range(3000):
+        p.produce(topic_name, f"s3-{i}".encode() * 20)
+    p.flush(30)
+
+    async def bucket() -> None:
+        store = S3Store("tier", endpoint=s3.endpoint, region=s3.region, access_key=s3.access_key,
+                        secret_key=s3.secret_key)
+        await (await store._c()).create_bucket(Bucket="tier")
+        await store.close()
+
+    asyncio.run(bucket())
+    import os
+
+    os.environ.update({"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+    s = settings(kafka.bootstrap, tmp_path, topic_name,
+                 storage=f"s3://tier/prod?endpoint={s3.endpoint}&region={s3.region}")
+    assert tier_once(s).segments > 0
+    served, _ = fetch_raw(kafka.bootstrap, topic_name)
+    assert tiered(s, topic_name)[1] == served
+
+
+def test_compacted_topics_are_skipped_with_a_log_line(kafka: KafkaCluster, tmp_path: Path, topic_name: str,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    create_topic(kafka.bootstrap, topic_name, config={"cleanup.policy": "compact"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    p.produce(topic_name, b"v", b"k")
+    p.flush(10)
+    with caplog.at_level(logging.INFO, logger="tierproxy.tier.plan"):
+        tier_once(settings(kafka.bootstrap, tmp_path, topic_name))
+    assert f"skipping compacted topic {topic_name}" in caplog.text
+    assert tiered(settings(kafka.bootstrap, tmp_path, topic_name), topic_name)[0] == []
