@@ -59,14 +59,19 @@ async def clean_orphans(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManage
 
 
 async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
-                            retention: dict[str, tuple[int, int]]) -> int:
-    """Per topic (retention.ms, retention.bytes), -1 = unlimited: delete the oldest segments beyond them."""
+                            retention: dict[str, tuple[int, int]], log_starts: dict[tuple[str, int], int]) -> int:
+    """Per topic (retention.ms, retention.bytes), -1 = unlimited: delete the oldest segments beyond them.
+
+    Only segments wholly below the broker's log start are eligible: the tier never keeps less history than the
+    broker (a remote copy of data the broker still has would only be copied again by the next pass).
+    """
     now = int(time.time() * 1000)
     n = 0
     for pc in list(rlmm.cache.partitions.values()):
         if rlmm.cache.is_deleted(pc.tp.topic_id, pc.tp.partition):
             continue
         ms, max_bytes = retention.get(pc.tp.topic, (-1, -1))
+        log_start = log_starts.get((pc.tp.topic, pc.tp.partition), 0)
         segments = list(pc.finished())
         doomed = [md for md in segments if ms >= 0 and md.max_timestamp_ms < now - ms]
         if max_bytes >= 0:
@@ -77,7 +82,9 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
                 total -= md.segment_size_in_bytes
                 if md not in doomed:
                     doomed.append(md)
-        for md in doomed:
+        for md in sorted(doomed, key=lambda m: m.start_offset):
+            if md.end_offset >= log_start:
+                continue
             log.info("remote retention: deleting %s (offsets %d..%d)", md.segment_id, md.start_offset, md.end_offset)
             await delete_segment(rlmm, rsm, md)
             n += 1

@@ -151,9 +151,10 @@ class TieringJob:
             cfg = configs.get(t, {})
             retention[t] = (int(over.get("retention.ms", cfg.get("retention.ms", -1))),
                             int(over.get("retention.bytes", cfg.get("retention.bytes", -1))))
-        summary.expired = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention))
-
         after = list_offsets(view, parts)
+        log_starts = {k: o.log_start for k, o in after.items()}
+        summary.expired = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention, log_starts))
+
         for p in parts:
             o = after.get((p.topic, p.partition))
             pc = self.rlmm.cache.get(p.topic_id, p.partition)

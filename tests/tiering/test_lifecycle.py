@@ -1,0 +1,148 @@
+"""Lifecycle around the copies: kill -9 mid-upload then rerun, remote retention, topic deletion, gap alarm."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from tests.kafkahelpers import create_topic, set_retention, watermarks
+from tests.tier.fetchraw import fetch_raw
+from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
+from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tier.rlmm_file import FileRLMM
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+def _fill(bootstrap: str, topic: str, n: int, partitions: int = 1, size: int = 200) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, os.urandom(size), f"k{i}".encode(), partition=i % partitions)
+    p.flush(60)
+
+
+def _objects(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".tmp-"))
+
+
+def test_kill_9_mid_upload_then_rerun(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name, partitions=2)
+    _fill(kafka.bootstrap, topic_name, 40_000, partitions=2, size=500)
+    env = {**os.environ, "TIERPROXY_TIER_SEGMENT_BYTES": str(256 * 1024), "TIERPROXY_SPARK_MASTER": "local[1]",
+           "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")}
+    cmd = [sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress", "--bootstrap-server",
+           kafka.bootstrap, "--storage", f"file://{tmp_path}/tier", "--metadata", f"file://{tmp_path}/meta",
+           "--topics", topic_name]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    records = tmp_path / "meta" / "remote_log_metadata.records"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not len(_objects(tmp_path / "tier")) > 6:
+        time.sleep(0.05)  # some copies have landed; others are still on the way
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert records.exists() and _objects(tmp_path / "tier"), "killed before any upload started"
+
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=256 * 1024, tier_orphan_timeout_ms=0)
+    summary = tier_once(s)
+    assert summary.orphans_cleaned > 0 and summary.failed == 0
+    for partition in (0, 1):
+        segs, remote, _ = tiered(s, topic_name, partition)
+        served, _ = fetch_raw(kafka.bootstrap, topic_name, partition)
+        assert remote == served  # no duplicate, no missing offset
+        assert offsets_of(remote) == list(range(len(offsets_of(served))))
+    segs = tiered(s, topic_name, 0)[0] + tiered(s, topic_name, 1)[0]
+    assert len(_objects(tmp_path / "tier")) == 6 * len(segs)  # no half segment left behind
+
+
+def _broker_forgets(bootstrap: str, topic: str, below: int) -> None:
+    """Shorten the broker's retention until its log start passes `below`."""
+    set_retention(bootstrap, topic, 500)
+    p = Producer({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while watermarks(bootstrap, topic)[0] <= below and time.monotonic() < deadline:
+        p.produce(topic, b"tick")
+        p.flush(5)
+        time.sleep(0.3)
+    assert watermarks(bootstrap, topic)[0] > below
+
+
+def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    import asyncio
+
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "200"})
+    for _ in range(3):
+        _fill(kafka.bootstrap, topic_name, 1000)
+        time.sleep(0.3)
+    s = settings(kafka.bootstrap, tmp_path, topic_name)
+    first = tier_once(s)
+    assert first.segments >= 2 and _objects(tmp_path / "tier")
+    segs = tiered(s, topic_name)[0]
+    keep = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": 0}})
+    assert tier_once(keep).expired == 0  # the broker still has it all: nothing is removed from the tier
+    _broker_forgets(kafka.bootstrap, topic_name, segs[-1].end_offset)
+    sized = settings(kafka.bootstrap, tmp_path, topic_name,
+                     tier_topic_overrides={topic_name: {"retention.bytes": segs[-1].segment_size_in_bytes,
+                                                        "retention.ms": -1}})
+    assert tier_once(sized).expired == len(segs) - 1  # by size: only the newest segment fits
+    assert [m.segment_id for m in tiered(s, topic_name)[0]] == [segs[-1].segment_id]
+    assert tier_once(keep).expired == 1  # by time: everything is older than 0 ms
+    assert tiered(s, topic_name)[0] == [] and _objects(tmp_path / "tier") == []
+
+    set_retention(kafka.bootstrap, topic_name, 3_600_000)
+    _fill(kafka.bootstrap, topic_name, 1000)
+    assert tier_once(s).segments >= 1
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.delete_topics([topic_name])[topic_name].result(30)
+    time.sleep(1)
+    summary = tier_once(s)
+    assert summary.partitions_deleted == 1
+    assert _objects(tmp_path / "tier") == []
+
+    async def state() -> tuple[int, set[bytes]]:
+        r = FileRLMM(tmp_path / "meta")
+        await r.start()
+        finished = [d for d in r.cache.deletions.values() if d.tp.topic == topic_name]
+        return int(finished[0].state), {k for keys in r.keys.values() for k in keys}
+
+    deletion_state, live_keys = asyncio.run(state())
+    assert deletion_state == 2  # DELETE_PARTITION_FINISHED
+    assert len(live_keys) == 1 and next(iter(live_keys)).count(b":") == 1  # only the partition marker key
+
+
+def test_gap_alarm_when_retention_outruns_tiering(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "200"})
+    _fill(kafka.bootstrap, topic_name, 500)
+    s = settings(kafka.bootstrap, tmp_path, topic_name)
+    assert tier_once(s).segments >= 1
+    tiered_end = tiered(s, topic_name)[0][-1].end_offset
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for _ in range(5):  # more data, in several broker segments
+        _fill(kafka.bootstrap, topic_name, 200)
+        time.sleep(0.3)
+    set_retention(kafka.bootstrap, topic_name, 500)
+    deadline = time.monotonic() + 60
+    while watermarks(kafka.bootstrap, topic_name)[0] <= tiered_end + 1 and time.monotonic() < deadline:
+        p.produce(topic_name, b"tick")
+        p.flush(5)
+        time.sleep(0.3)
+    set_retention(kafka.bootstrap, topic_name, 3_600_000)
+    log_start = watermarks(kafka.bootstrap, topic_name)[0]
+    assert log_start > tiered_end + 1
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": -1}})
+    summary = tier_once(s)
+    assert summary.gaps == [{"topic": topic_name, "partition": 0, "first_missing": tiered_end + 1,
+                             "last_missing": log_start - 1}]
+    gaps = json.loads((tmp_path / "state" / "gaps.json").read_text())
+    assert gaps == summary.gaps
+    segs, _, _ = tiered(s, topic_name)
+    assert segs[0].end_offset == tiered_end and segs[1].start_offset >= log_start  # the gap stays visible
