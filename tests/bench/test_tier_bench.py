@@ -1,0 +1,65 @@
+"""Tiering throughput, same run, same data: `tierproxy tier` with local[1] and local[2] (filesystem tier) vs a
+raw sequential fetch of the partition from the broker. Goal ≥ 0.8x.
+
+    pytest -m bench tests/bench/test_tier_bench.py -s      (TIERPROXY_BENCH_RECORDS for a smaller topic)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from protocol.records import iter_batches
+from tests.bench.report import report
+from tierproxy.config import TierSettings
+from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tiering.job import TieringJob
+from tierproxy.wireclient import WireClient
+
+pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
+
+
+def _raw_fetch_seconds(bootstrap: str, topic: str) -> tuple[float, int]:
+    total, offset = 0, 0
+    start = time.perf_counter()
+    with WireClient(bootstrap) as w:
+        while True:
+            resp = w.request(1, 12, {
+                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 8 << 20, "isolation_level": 1,
+                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 8 << 20}]}],
+                "forgotten_topics_data": [], "rack_id": ""})
+            part = resp["responses"][0]["partitions"][0]
+            batches = list(iter_batches(part["records"]))
+            if not batches:
+                break
+            total += sum(b.size for b in batches)
+            offset = batches[-1].last_offset + 1
+            if offset >= part["last_stable_offset"]:
+                break
+    return time.perf_counter() - start, total
+
+
+def test_tiering_throughput_vs_raw_fetch(kafka: KafkaCluster, bench_topic: str, tmp_path: Path) -> None:
+    raw_s, raw_bytes = _raw_fetch_seconds(kafka.bootstrap, bench_topic)
+    raw = raw_bytes / 1e6 / raw_s
+    figures = [f"raw fetch {raw:.0f} MB/s"]
+    for cores in (1, 2):
+        s = TierSettings(bootstrap_servers=kafka.bootstrap, storage=f"file://{tmp_path}/tier-{cores}",
+                         metadata=f"file://{tmp_path}/meta-{cores}", tier_topics=bench_topic,
+                         tier_segment_bytes=64 << 20, spark_master=f"local[{cores}]",
+                         tier_state_dir=tmp_path / f"state-{cores}")
+        job = TieringJob(s, progress=False)
+        try:
+            job.spark()  # the JVM start is not part of the copy
+            start = time.perf_counter()
+            summary = job.run_once()
+            elapsed = time.perf_counter() - start
+        finally:
+            job.close()
+        assert summary.failed == 0 and summary.bytes >= raw_bytes * 0.99
+        mbps = summary.bytes / 1e6 / elapsed
+        figures.append(f"local[{cores}] {mbps:.0f} MB/s ({mbps / raw:.2f}x)")
+    report("tiering throughput", ", ".join(figures) + f" over {raw_bytes / 1e6:.0f} MB")
