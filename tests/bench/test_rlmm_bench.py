@@ -83,7 +83,7 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None
     admin = AdminClient({"bootstrap.servers": bootstrap})
     cfg = {"cleanup.policy": "compact" if compact else "delete", "retention.ms": "-1"}
     admin.create_topics([NewTopic(topic, 50, 1, config=cfg)])[topic].result(30)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "enable.idempotence": True,
                   "queue.buffering.max.messages": 2_000_000})
     for key, value, part in records:
         p.produce(topic, value, key, partition=part)
