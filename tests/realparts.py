@@ -91,7 +91,9 @@ class ProxyProcess:
         self.base = free_port_block(100)
         self.log = workdir / f"tierproxy-{self.port}.log"
         env = dict(os.environ)
-        env.update({"TIERPROXY_BROKER_PORT_BASE": str(self.base), "TIERPROXY_BROKER_PORT_RANGE": "100"})
+        env.update({"TIERPROXY_BROKER_PORT_BASE": str(self.base), "TIERPROXY_BROKER_PORT_RANGE": "100",
+                    "TIERPROXY_STORAGE": f"file://{workdir}/tier-{self.port}",
+                    "TIERPROXY_METADATA": f"file://{workdir}/meta-{self.port}"})
         env.update(extra or {})
         cmd = [sys.executable, "-m", "tierproxy.cli", "--log-level", "DEBUG" if os.environ.get("TP_DEBUG") else "INFO",
                "serve", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}", *(args or [])]

@@ -89,6 +89,18 @@ class ProxySettings(CommonSettings):
     upstream_ssl_certfile: Path | None = None
     upstream_ssl_keyfile: Path | None = None
     upstream_ssl_check_hostname: bool = True
+    remote_log_storage_system_enable: bool = Field(True, description="serve offsets below the broker's log start "
+                                                   "from the tier")
+    remote_fetch_max_wait_ms: int = Field(500, ge=1, description="purgatory wait for remote partitions (KIP-1018)")
+    remote_log_reader_threads: int = Field(10, ge=1, description="concurrent remote reads")
+    remote_log_reader_max_pending_tasks: int = Field(100, ge=0, description="queued remote reads before rejecting")
+    remote_log_manager_task_retry_backoff_ms: int = Field(500, ge=1)
+    remote_log_manager_task_retry_backoff_max_ms: int = Field(30_000, ge=1)
+    remote_log_manager_task_retry_jitter: float = Field(0.2, ge=0, le=1)
+    remote_fetch_chunk_bytes: int = Field(4 << 20, ge=64 * 1024, description="read-ahead chunk size")
+    remote_fetch_cache_bytes: int = Field(256 << 20, ge=0, description="chunk cache size")
+    remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")
+    remote_log_index_file_cache_total_size_bytes: int = Field(64 << 20, ge=0, description="index cache size")
 
     @field_validator("listen", "admin_listen")
     @classmethod

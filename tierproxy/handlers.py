@@ -1,5 +1,5 @@
-"""Request and response handlers of the pass-through proxy: address rewrites, ApiVersions capping and
-sessionless Fetch. Every API without a handler is relayed as an opaque frame."""
+"""Request and response handlers: address rewrites, ApiVersions capping, and the tier-aware Fetch (sessionless
+upstream; see `remote.fetch`). Every API without a handler is relayed as an opaque frame."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.errors import ProtocolError
 from tierproxy import rewrite
+from tierproxy.remote import fetch, offsets
 from tierproxy.session import RequestHandler, ResponseHandler, Session, Slot, framed
 
 log = logging.getLogger("tierproxy.handlers")
@@ -87,20 +88,6 @@ def node_endpoints_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
         slot.chunks = framed(ev.frame)
 
 
-def fetch_request(session: Session, ev: RequestEvent) -> None:
-    """Fetch sessions (KIP-227) are not forwarded: the broker is asked sessionless and answers session_id 0,
-    which every client treats as "no session" (full fetches from then on)."""
-    if not registry.supports(ev.header.api_key, ev.header.api_version):
-        session.forward(ev)
-        return
-    data = registry.decode_request(ev.header, ev.frame)
-    if data["session_id"] == 0 and data["session_epoch"] == -1:
-        session.forward(ev)
-        return
-    data["session_id"], data["session_epoch"], data["forgotten_topics_data"] = 0, -1, []
-    session.forward(ev, registry.encode_request(ev.header, data))
-
-
 def sasl_handshake_request(session: Session, ev: RequestEvent) -> None:
     """SaslHandshake v0 is followed by raw, unframed SASL tokens (clients older than Kafka 1.0) that a frame
     relay cannot carry: such a connection is closed with a log line. v1 (SaslAuthenticate frames) passes."""
@@ -115,13 +102,17 @@ def sasl_handshake_request(session: Session, ev: RequestEvent) -> None:
 REQUEST_HANDLERS: dict[int, RequestHandler] = {
     rewrite.API_VERSIONS: api_versions_request,
     rewrite.SASL_HANDSHAKE: sasl_handshake_request,
-    rewrite.FETCH: fetch_request,
+    rewrite.FETCH: fetch.fetch_request,
+    rewrite.LIST_OFFSETS: offsets.list_offsets_request,
+    rewrite.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch_request,
 }
 RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
     rewrite.API_VERSIONS: api_versions_response,
     rewrite.METADATA: metadata_response,
     rewrite.FIND_COORDINATOR: find_coordinator_response,
     rewrite.DESCRIBE_CLUSTER: describe_cluster_response,
-    rewrite.FETCH: node_endpoints_response,
+    rewrite.FETCH: fetch.fetch_response,
+    rewrite.LIST_OFFSETS: offsets.list_offsets_response,
+    rewrite.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch_response,
     rewrite.PRODUCE: node_endpoints_response,
 }

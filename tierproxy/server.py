@@ -16,6 +16,7 @@ from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.brokers import BrokerMap
 from tierproxy.config import ProxySettings
 from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.remote.service import RemoteTier
 from tierproxy.session import ClientProtocol, RequestHandler, ResponseHandler, Session, UpstreamProtocol
 
 log = logging.getLogger("tierproxy.server")
@@ -42,9 +43,13 @@ class Proxy:
         self._bootstrap_rr = itertools.count()
         self._refresh_lock = asyncio.Lock()
         self._bound: set[int] = set()  # node ids whose proxy port is bound
+        self.remote: RemoteTier | None = None
 
     # --- startup -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
+        if self.settings.remote_log_storage_system_enable:
+            self.remote = RemoteTier(self.settings)
+            await self.remote.start()
         try:
             await self.refresh_metadata()
         except (TimeoutError, OSError, ConnectionError) as exc:
@@ -186,6 +191,8 @@ class Proxy:
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
+        if self.remote is not None:
+            await self.remote.close()
         self.stopped.set()
 
 

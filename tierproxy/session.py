@@ -33,11 +33,12 @@ SMALL_FRAME = 64 * 1024  # below this a size prefix and frame go out as one writ
 class Slot:
     """A response position in the client's stream; `chunks` is None until the response is ready."""
 
-    __slots__ = ("chunks", "header")
+    __slots__ = ("chunks", "ctx", "header")
 
-    def __init__(self, header: RequestHeader, chunks: Chunks | None = None) -> None:
+    def __init__(self, header: RequestHeader, chunks: Chunks | None = None, ctx: Any = None) -> None:
         self.header = header
         self.chunks = chunks
+        self.ctx = ctx  # what a handler remembers of the request for its response
 
 
 def framed(frame: memoryview | bytes) -> Chunks:

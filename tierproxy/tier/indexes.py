@@ -108,6 +108,10 @@ class SegmentBuilder:
             raise ValueError(f"batch at {batch.base_offset} has magic {batch.magic}: only v2 batches are tiered")
         if self.start_offset < 0:
             self.start_offset = batch.base_offset
+            for pid, first in self.txn_starts:  # aborted transactions already open when this segment begins
+                if first < batch.base_offset:
+                    entry = self.producers.setdefault(pid, ProducerEntry(pid, -1, -1, -1, 0, -1, -1, -1))
+                    entry.current_txn_first_offset = max(entry.current_txn_first_offset, first)
         elif batch.base_offset <= self.end_offset:
             raise ValueError(f"batch at {batch.base_offset} does not follow {self.end_offset}")
         position = len(self.log)

@@ -1,0 +1,1 @@
+"""Remote fetch serving: Fetch, ListOffsets and OffsetForLeaderEpoch over the tiered range."""

@@ -1,0 +1,131 @@
+"""ListOffsets and OffsetForLeaderEpoch over the tiered range (forwarded first; the broker's answer is adjusted).
+
+ListOffsets: -2 EARLIEST → the tier's start when tiered data exists below the broker's; -4 EARLIEST_LOCAL →
+the broker's local start (as it answers); -5 LATEST_TIERED → the last tiered offset (-1 if none); -1 and -3 as
+the broker says; a timestamp ≥ 0 → the tier's time index first (the first record at or after it), then the
+broker. OffsetForLeaderEpoch: an epoch older than the broker still knows is answered from the segments' epochs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from protocol import registry
+from protocol.connection import RequestEvent, ResponseEvent
+from protocol.records import iter_batches
+from tierproxy.remote.service import RemoteTier
+from tierproxy.session import Session, Slot, framed
+from tierproxy.tier.cache import PartitionCache
+from tierproxy.tier.indexes import lookup_time
+from tierproxy.tier.rsm import IndexType
+
+log = logging.getLogger("tierproxy.remote.offsets")
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
+UNDEFINED = -1
+
+
+def list_offsets_request(session: Session, ev: RequestEvent) -> None:
+    if session.proxy.remote is None or not registry.supports(ev.header.api_key, ev.header.api_version):
+        session.forward(ev)
+        return
+    session.forward(ev, slot=Slot(ev.header, ctx=registry.decode_request(ev.header, ev.frame)))
+
+
+def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    tier = session.proxy.remote
+    if slot.ctx is None or tier is None:
+        slot.chunks = framed(ev.frame)
+        return
+    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    asked = {(t["name"], p["partition_index"]): p["timestamp"] for t in slot.ctx["topics"] for p in t["partitions"]}
+    searches = []
+    for t in data["topics"]:
+        for p in t["partitions"]:
+            ts = asked.get((t["name"], p["partition_index"]))
+            pc = tier.partition(t["name"], p["partition_index"])
+            if ts is None or p["error_code"] != 0 or pc is None:
+                if ts == LATEST_TIERED and p["error_code"] == 0:
+                    p["offset"], p["timestamp"], p["leader_epoch"] = -1, -1, -1
+                continue
+            if ts == EARLIEST:
+                start = pc.earliest_offset()
+                if start is not None and (p["offset"] < 0 or start < p["offset"]):
+                    p["offset"], p["timestamp"] = start, -1
+                    p["leader_epoch"] = pc.epoch_for_offset(start) if pc.epoch_for_offset(start) is not None else -1
+            elif ts == LATEST_TIERED:
+                end = pc.latest_tiered_offset()
+                p["offset"], p["timestamp"] = end, -1
+                epoch = pc.epoch_for_offset(end) if end >= 0 else None
+                p["leader_epoch"] = epoch if epoch is not None else -1
+            elif ts >= 0:
+                searches.append((p, pc, ts))
+    if not searches:
+        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
+        return
+
+    async def finish() -> None:
+        for p, pc, ts in searches:
+            try:
+                found = await asyncio.wait_for(offset_for_timestamp(tier, pc, ts), 10)
+            except Exception as exc:  # the broker's answer stands
+                log.warning("timestamp lookup in the tier failed: %s", exc)
+                continue
+            if found is not None and (p["offset"] < 0 or found[0] < p["offset"]):
+                p["offset"], p["timestamp"] = found
+                epoch = pc.epoch_for_offset(found[0])
+                p["leader_epoch"] = epoch if epoch is not None else -1
+        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
+        session.flush()
+
+    session.proxy.spawn(finish())
+
+
+async def offset_for_timestamp(tier: RemoteTier, pc: PartitionCache, ts: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first tiered record whose timestamp is ≥ `ts`."""
+    deadline = asyncio.get_running_loop().time() + 30
+    for md in pc.finished():
+        if md.max_timestamp_ms < ts:
+            continue
+        index = await tier.reader.index(md, IndexType.TIMESTAMP, deadline)
+        floor = lookup_time(index, md.start_offset, ts)
+        result = await tier.reader.read(md, floor, md.segment_size_in_bytes, True, False, deadline)
+        for batch in iter_batches(result.records):
+            if batch.max_timestamp < ts or batch.is_control:
+                continue
+            for rec in batch.records():
+                if rec.timestamp >= ts:
+                    return rec.offset, rec.timestamp
+    return None
+
+
+def offset_for_leader_epoch_request(session: Session, ev: RequestEvent) -> None:
+    if session.proxy.remote is None or not registry.supports(ev.header.api_key, ev.header.api_version):
+        session.forward(ev)
+        return
+    session.forward(ev, slot=Slot(ev.header, ctx=registry.decode_request(ev.header, ev.frame)))
+
+
+def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    tier = session.proxy.remote
+    if slot.ctx is None or tier is None:
+        slot.chunks = framed(ev.frame)
+        return
+    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    asked: dict[tuple[str, int], Any] = {(t["topic"], p["partition"]): p["leader_epoch"]
+                                         for t in slot.ctx["topics"] for p in t["partitions"]}
+    changed = False
+    for t in data["topics"]:
+        for p in t["partitions"]:
+            epoch = asked.get((t["topic"], p["partition"]))
+            pc = tier.partition(t["topic"], p["partition"])
+            if epoch is None or pc is None or p["error_code"] != 0:
+                continue
+            if p["end_offset"] == UNDEFINED or p["leader_epoch"] == UNDEFINED or p["leader_epoch"] > epoch:
+                found = pc.end_offset_for_epoch(epoch)
+                if found is not None:
+                    p["leader_epoch"], p["end_offset"] = found
+                    changed = True
+    slot.chunks = (registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data) if changed
+                   else framed(ev.frame))

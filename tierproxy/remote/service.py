@@ -1,0 +1,117 @@
+"""The proxy's remote tier: metadata (RLMM) kept current, storage, the reader and its pool, and the brokers'
+current offsets (high watermark, last stable offset, log start) for remote answers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from tierproxy.asyncclient import AsyncWireClient
+from tierproxy.config import ProxySettings
+from tierproxy.remote.pool import ReaderPool
+from tierproxy.remote.reader import Backoff, RemoteReader
+from tierproxy.tier.cache import PartitionCache
+from tierproxy.tier.open import open_metadata
+from tierproxy.tier.rlmm import RemoteLogMetadataManager
+from tierproxy.tier.rlmm_file import FileRLMM
+from tierproxy.tier.rsm import RemoteStorageManager
+
+log = logging.getLogger("tierproxy.remote")
+LIST_OFFSETS = 2
+
+
+@dataclass
+class BrokerOffsets:
+    high_watermark: int
+    last_stable: int
+    log_start: int
+    at: float
+
+
+class RemoteTier:
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.bootstrap_servers,
+                                                            settings.metadata_checkpoint_dir)
+        self.rsm = RemoteStorageManager.from_uri(settings.storage)
+        self.reader = RemoteReader(
+            self.rsm, chunk_bytes=settings.remote_fetch_chunk_bytes, cache_bytes=settings.remote_fetch_cache_bytes,
+            prefetch_chunks=settings.remote_fetch_prefetch_chunks,
+            index_cache_bytes=settings.remote_log_index_file_cache_total_size_bytes,
+            backoff=Backoff(settings.remote_log_manager_task_retry_backoff_ms,
+                            settings.remote_log_manager_task_retry_backoff_max_ms,
+                            settings.remote_log_manager_task_retry_jitter))
+        self.pool = ReaderPool(settings.remote_log_reader_threads, settings.remote_log_reader_max_pending_tasks)
+        self.ready = asyncio.Event()
+        self._offsets: dict[tuple[str, int], BrokerOffsets] = {}
+        self._clients: dict[str, AsyncWireClient] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.expired = 0  # purgatory expirations (DelayedRemoteFetchMetrics.ExpiresPerSec)
+        self.remote_fetches = 0
+        self.remote_bytes = 0
+        self.remote_errors = 0
+
+    async def start(self) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(self._run()))
+
+    async def _run(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                await self.rlmm.start()
+                break
+            except Exception as exc:  # the tier is optional for tail reads: keep trying in the background
+                log.warning("remote log metadata not available yet (%s); retrying in %.0fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(30.0, delay * 2)
+        self.ready.set()
+        log.info("remote tier ready: %d partitions with tiered data", len(self.rlmm.cache.partitions))
+        if isinstance(self.rlmm, FileRLMM):
+            while True:  # the file backend has no consumer: pick up what `tier` appended
+                await asyncio.sleep(1.0)
+                await self.rlmm.catch_up()
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.ready.is_set():
+            await self.rlmm.close()
+        for c in self._clients.values():
+            await c.close()
+        await self.rsm.close()
+
+    def partition(self, topic: str, partition: int) -> PartitionCache | None:
+        if not self.ready.is_set():
+            return None
+        return self.rlmm.cache.find(topic, partition)
+
+    def partition_by_id(self, topic_id: bytes, partition: int) -> PartitionCache | None:
+        if not self.ready.is_set():
+            return None
+        pc = self.rlmm.cache.get(topic_id, partition)
+        return None if pc is None or self.rlmm.cache.is_deleted(topic_id, partition) else pc
+
+    async def broker_offsets(self, leader: str, topic: str, partition: int, max_age: float = 1.0) -> BrokerOffsets:
+        """The partition's current HW, LSO and log start, asked of its leader on the proxy's own connection."""
+        key = (topic, partition)
+        cached = self._offsets.get(key)
+        if cached is not None and time.monotonic() - cached.at < max_age:
+            return cached
+        client = self._clients.get(leader)
+        if client is None:
+            host, _, port = leader.rpartition(":")
+            client = self._clients[leader] = AsyncWireClient(host, int(port), client_id="tierproxy-remote",
+                                                             timeout=5)
+        got = {}
+        for name, isolation, ts in (("hw", 0, -1), ("lso", 1, -1), ("start", 0, -2)):
+            resp = await client.request(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": isolation, "topics": [
+                {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                                "timestamp": ts}]}]})
+            p = resp["topics"][0]["partitions"][0]
+            got[name] = p["offset"] if p["error_code"] == 0 else -1
+        offsets = BrokerOffsets(got["hw"], got["lso"], got["start"], time.monotonic())
+        self._offsets[key] = offsets
+        return offsets
