@@ -72,7 +72,8 @@ class RemoteReader:
         data = self.indexes.get(key)
         if data is None:
             data = await self._retrying(kind.value, lambda: self.rsm.fetch_index(md, kind), deadline)
-            self.indexes[key] = data
+            if len(data) <= self.indexes.maxsize:  # bigger than the whole cache: serve it uncached
+                self.indexes[key] = data
         return data
 
     def _chunk_task(self, md: RemoteLogSegmentMetadata, n: int, deadline: float) -> asyncio.Task[bytes]:
@@ -83,7 +84,8 @@ class RemoteReader:
                 try:
                     data: bytes = await self._retrying("log", lambda: self.rsm.fetch_log(
                         md, n * self.chunk, min((n + 1) * self.chunk, md.segment_size_in_bytes)), deadline)
-                    self.chunks[key] = data
+                    if len(data) <= self.chunks.maxsize:
+                        self.chunks[key] = data
                     self.bytes_read += len(data)
                     return data
                 finally:
@@ -109,7 +111,7 @@ class RemoteReader:
         for n in range(last + 1, min(last + 1 + self.prefetch, -(-md.segment_size_in_bytes // self.chunk))):
             if (md.segment_id.id, n) not in self.chunks:
                 self._chunk_task(md, n, loop_deadline)
-        data = b"".join(parts)
+        data = b"".join(parts)  # chunks from this call, cached or not
         base = first * self.chunk
         return data[start - base:end - base]
 

@@ -1,0 +1,156 @@
+"""read_committed over the tier, and S3 trouble that remote readers feel but tail readers do not."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from protocol.records import iter_batches
+from tests.kafkahelpers import create_topic, set_retention, watermarks
+from tests.realparts import ProxyProcess, S3Server
+from tests.tiering.helpers import settings, tier_once
+from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tier.storage import S3Store
+from tierproxy.wireclient import WireClient
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+def _broker_forgets(bootstrap: str, topic: str) -> None:
+    set_retention(bootstrap, topic, 1000)
+    p = Producer({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while watermarks(bootstrap, topic)[0] == 0 and time.monotonic() < deadline:
+        p.produce(topic, b"tick")
+        p.flush(5)
+        time.sleep(0.4)
+    set_retention(bootstrap, topic, 3_600_000)
+    assert watermarks(bootstrap, topic)[0] > 0
+
+
+def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "300"})
+    tx = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"tx-{topic_name}", "linger.ms": 0})
+    plain = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
+    tx.init_transactions(30)
+    committed = []
+    for n, outcome in enumerate(["commit", "abort"] * 4):
+        tx.begin_transaction()
+        for i in range(30):
+            tx.produce(topic_name, f"{outcome}-{n}-{i}".encode() * 20)
+            tx.flush(10)
+            if i % 10 == 0:
+                plain.produce(topic_name, f"plain-{n}-{i}".encode())
+                plain.flush(10)
+                committed.append(f"plain-{n}-{i}")
+        if outcome == "commit":
+            tx.commit_transaction(30)
+            committed += [f"commit-{n}-{i}" * 20 for i in range(30)]
+        else:
+            tx.abort_transaction(30)
+        time.sleep(0.35)
+    assert tier_once(settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=8 * 1024)).segments > 3
+    _broker_forgets(kafka.bootstrap, topic_name)
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
+                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
+    try:
+        c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"rc-{uuid.uuid4().hex[:6]}",
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                      "enable.partition.eof": True})
+        c.subscribe([topic_name])
+        got: list[str] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            got.append(m.value().decode())
+        c.close()
+        assert not [v for v in got if v.startswith("abort")]
+        assert sorted(v for v in got if v != "tick") == sorted(committed)
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.s3
+def test_s3_outage_and_latency_hit_only_remote_readers(kafka: KafkaCluster, s3: S3Server, tmp_path: Path,
+                                                       topic_name: str) -> None:
+    async def bucket() -> None:
+        store = S3Store("tier", endpoint=s3.endpoint, region=s3.region, access_key=s3.access_key,
+                        secret_key=s3.secret_key)
+        await (await store._c()).create_bucket(Bucket="tier")
+        await store.close()
+
+    asyncio.run(bucket())
+    os.environ.update({"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+    storage = f"s3://tier/p?endpoint={s3.endpoint}&region={s3.region}"
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "300"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    for i in range(3000):
+        p.produce(topic_name, f"v{i}".encode() * 30)
+        if i % 500 == 0:
+            p.flush(10)
+            time.sleep(0.35)
+    p.flush(30)
+    assert tier_once(settings(kafka.bootstrap, tmp_path, topic_name, storage=storage,
+                              tier_segment_bytes=16 * 1024)).segments > 2
+    _broker_forgets(kafka.bootstrap, topic_name)
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+        "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": f"file://{tmp_path}/meta",
+        "TIERPROXY_REMOTE_FETCH_CACHE_BYTES": "0", "TIERPROXY_REMOTE_FETCH_PREFETCH_CHUNKS": "0",
+        "TIERPROXY_REMOTE_LOG_MANAGER_TASK_RETRY_BACKOFF_MS": "50",
+        "AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+    broker_port = f"127.0.0.1:{proxy.base + 1}"
+    hw = watermarks(kafka.bootstrap, topic_name)[1]
+
+    def fetch(offset: int) -> tuple[float, dict[str, object]]:
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic_name, "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+        with WireClient(broker_port) as w:
+            start = time.perf_counter()
+            resp = w.request(1, 12, body)
+        return time.perf_counter() - start, resp["responses"][0]["partitions"][0]
+
+    def tail_p99(n: int = 200) -> float:
+        lat = sorted(fetch(hw - 1)[0] for _ in range(n))
+        return lat[int(n * 0.99) - 1]
+
+    try:
+        time.sleep(2)
+        took, part = fetch(0)
+        assert part["error_code"] == 0 and list(iter_batches(part["records"]))  # S3 up: served remotely
+        baseline = tail_p99()
+        s3.proc.terminate()  # S3 down
+        s3.proc.wait(10)
+        took, part = fetch(0)
+        assert took < 0.5 + 1.0  # within remote.fetch.max.wait.ms (500 ms) plus slack
+        assert part["error_code"] in (0, 56) and not list(iter_batches(part["records"]))  # empty or storage error
+        stop = threading.Event()
+
+        def catch_up_load() -> None:  # remote readers keep hammering the dead store meanwhile
+            while not stop.is_set():
+                fetch(0)
+
+        loaders = [threading.Thread(target=catch_up_load) for _ in range(4)]
+        for t in loaders:
+            t.start()
+        during = tail_p99()
+        stop.set()
+        for t in loaders:
+            t.join(10)
+        assert during < max(baseline * 1.1, baseline + 0.002), (baseline, during)
+    finally:
+        proxy.stop()
