@@ -1,0 +1,103 @@
+"""Remote catch-up benchmark, same run, same data: kcat reading a topic from offset 0 through tierproxy after the
+broker deleted it (filesystem tier and S3 tier on moto) vs kcat reading the same topic directly from the broker
+while it was still local; and the proxy's peak RSS with 100 concurrent remote consumers.
+
+    pytest -m bench tests/bench/test_remote_bench.py -s     (TIERPROXY_BENCH_REMOTE_RECORDS, default 262144 x 1 KiB)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bench.report import report
+from tests.kafkahelpers import create_topic, set_retention, watermarks
+from tests.realparts import ProxyProcess, S3Server
+from tierproxy.config import TierSettings
+from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tier.storage import S3Store
+from tierproxy.tiering.job import run_loop
+
+pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
+RECORDS = int(os.environ.get("TIERPROXY_BENCH_REMOTE_RECORDS", str(1 << 18)))
+
+
+def _kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None) -> float:
+    args = [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
+            "-X", "fetch.message.max.bytes=4194304"]
+    args += ["-c", str(count)] if count else ["-e"]
+    start = time.perf_counter()
+    out = subprocess.run(args, capture_output=True, timeout=900, check=True)
+    elapsed = time.perf_counter() - start
+    n = out.stdout.count(b"\n")
+    assert n >= (count or RECORDS)
+    return n * 1024 / 1e6 / elapsed
+
+
+def _hwm_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return -1.0
+
+
+def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Server, tmp_path: Path) -> None:
+    topic = "bench-remote"
+    create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
+    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+                    "--topic", topic, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput", "-1",
+                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
+                    "batch.size=262144"], check=True, capture_output=True, timeout=900)
+    direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic) for _ in range(2))
+
+    async def bucket() -> None:
+        store = S3Store("tier", endpoint=s3.endpoint, region=s3.region, access_key=s3.access_key,
+                        secret_key=s3.secret_key)
+        await (await store._c()).create_bucket(Bucket="tier")
+        await store.close()
+
+    asyncio.run(bucket())
+    os.environ.update({"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+    tiers = {"filesystem": (f"file://{tmp_path}/tier", f"file://{tmp_path}/meta-fs"),
+             "s3": (f"s3://tier/b?endpoint={s3.endpoint}&region={s3.region}", f"file://{tmp_path}/meta-s3")}
+    for storage, metadata in tiers.values():
+        s = TierSettings(bootstrap_servers=kafka.bootstrap, storage=storage, metadata=metadata, tier_topics=topic,
+                         tier_segment_bytes=32 << 20, spark_master="local[2]", tier_state_dir=tmp_path / "state")
+        assert run_loop(s, once=True, progress=False)[-1].failed == 0
+    set_retention(kafka.bootstrap, topic, 1000)
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    deadline = time.monotonic() + 120
+    while watermarks(kafka.bootstrap, topic)[0] < RECORDS // 2 and time.monotonic() < deadline:
+        p.produce(topic, b"x" * 1024, partition=0)
+        p.flush(5)
+        time.sleep(0.5)
+    set_retention(kafka.bootstrap, topic, 3_600_000)
+    figures = [f"direct tail {direct:.0f} MB/s"]
+    for name, (storage, metadata) in tiers.items():
+        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+            "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": metadata,
+            "AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+        try:
+            time.sleep(2)
+            remote = max(_kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS) for _ in range(2))
+            figures.append(f"remote from {name} {remote:.0f} MB/s ({remote / direct:.2f}x)")
+            if name == "filesystem":
+                base = _hwm_mib(proxy.proc.pid)
+                procs = [subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", topic, "-p", "0", "-o",
+                                           "beginning", "-q", "-c", "5000", "-f", "%o\n"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(100)]
+                for pr in procs:
+                    pr.wait(300)
+                assert all(pr.returncode == 0 for pr in procs)
+                figures.append(f"proxy peak RSS with 100 concurrent remote consumers {_hwm_mib(proxy.proc.pid):.0f} "
+                               f"MiB (before {base:.0f} MiB)")
+        finally:
+            proxy.stop()
+    report("remote catch-up", "; ".join(figures) + f" ({RECORDS} x 1 KiB)")
