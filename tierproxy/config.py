@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "TIERPROXY_"
 S = TypeVar("S", bound="CommonSettings")
@@ -70,6 +70,7 @@ class ProxySettings(CommonSettings):
     listen: str = Field("127.0.0.1:9192", description="bootstrap listener HOST:PORT")
     advertised_host: str | None = Field(None, description="host clients use to reach the proxy")
     admin_listen: str | None = Field(None, description="admin HTTP listener HOST:PORT")
+    admin_token: SecretStr | None = Field(None, description="bearer token for the admin API (all but health)")
     broker_port_base: int | None = Field(None, ge=1, le=65535,
                                          description="proxy port of broker node 0 (default listen port + 1)")
     broker_port_range: int = Field(100, ge=1, le=10000, description="how many node ids get a proxy port")

@@ -44,6 +44,7 @@ class Proxy:
         self._refresh_lock = asyncio.Lock()
         self._bound: set[int] = set()  # node ids whose proxy port is bound
         self.remote: RemoteTier | None = None
+        self._admin: Any = None
 
     # --- startup -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -103,6 +104,39 @@ class Proxy:
                     await client.close()
             if last is not None:
                 raise last
+
+    async def cluster_topics(self) -> dict[str, dict[str, Any]]:
+        """Every topic's id and partitions (with leaders), from the first bootstrap server that answers."""
+        last: BaseException = OSError("no bootstrap servers")
+        for host, port in self.settings.bootstrap_list:
+            client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl,
+                                     timeout=self.settings.upstream_connect_timeout_ms / 1000)
+            try:
+                md = await client.request(METADATA_KEY, METADATA_VERSION, {"topics": None,
+                                                                           "allow_auto_topic_creation": False})
+                self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
+                return {t["name"]: t for t in md["topics"] if t["error_code"] == 0}
+            except (OSError, TimeoutError, ConnectionError) as exc:
+                last = exc
+            finally:
+                await client.close()
+        raise last
+
+    async def start_admin(self) -> None:
+        """The admin HTTP API on `admin.listen`, on this event loop."""
+        if not self.settings.admin_listen:
+            return
+        import uvicorn
+
+        from tierproxy.admin.app import create_app
+
+        host, _, port = self.settings.admin_listen.rpartition(":")
+        config = uvicorn.Config(create_app(self), host=host or "0.0.0.0", port=int(port), log_level="warning",
+                                lifespan="off", access_log=False)
+        self._admin = uvicorn.Server(config)
+        self._admin.install_signal_handlers = lambda: None
+        self.spawn(self._admin.serve())
+        log.info("admin API on http://%s:%s", host, port)
 
     # --- sessions ----------------------------------------------------------------------------------------------
     async def connect_upstream(self, session: Session) -> tuple[asyncio.Transport, str]:
@@ -175,6 +209,8 @@ class Proxy:
         if not self.accepting_new:
             return
         self.accepting_new = False
+        if self._admin is not None:
+            self._admin.should_exit = True
         for server in self.listeners.values():
             server.close()
         for s in list(self.sessions):
@@ -200,6 +236,7 @@ async def serve(settings: ProxySettings, ready: asyncio.Event | None = None) -> 
     """Run until SIGTERM/SIGINT, then drain and stop."""
     proxy = Proxy(settings)
     await proxy.start()
+    await proxy.start_admin()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from tierproxy import rewrite
+from tierproxy.admin.metrics import FETCH_LATENCY
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.service import RemoteTier
@@ -40,6 +42,7 @@ class FetchCtx:
     request: dict[str, Any]
     by_id: bool  # v13+: topics named by id
     local: list[Key] = field(default_factory=list)  # answered by the proxy without asking the broker
+    started: float = field(default_factory=time.monotonic)
 
 
 def _key(by_id: bool, topic: dict[str, Any], p: dict[str, Any]) -> Key:
@@ -110,6 +113,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
                 oor.append(key)
     if not oor and not ctx.local:
         _endpoints_only(session, slot, ev, data)
+        FETCH_LATENCY.labels("tail").observe(time.monotonic() - ctx.started)
         return
     session.proxy.spawn(complete(session, slot, (ev, data), ctx, oor))
 
@@ -171,7 +175,11 @@ async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, 
     offsets_task = loop.create_task(_broker_offsets(tier, leaders))
     offsets_task.add_done_callback(_consume_exception)
     if reads:
-        await asyncio.wait(list(reads.values()), timeout=max(0.0, deadline - loop.time()))
+        tier.purgatory += 1
+        try:
+            await asyncio.wait(list(reads.values()), timeout=max(0.0, deadline - loop.time()))
+        finally:
+            tier.purgatory -= 1
     try:
         offsets = await asyncio.wait_for(asyncio.shield(offsets_task), timeout=max(0.05, deadline - loop.time()))
     except (TimeoutError, OSError, ConnectionError):
@@ -190,15 +198,16 @@ async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, 
             if failure is None:
                 res = task.result()
                 entry["records"] = memoryview(res.records)
-                tier.remote_fetches += 1
-                tier.remote_bytes += len(res.records)
+                topic = pc.tp.topic if pc else str(key[0])
+                tier.stats.add(tier.stats.requests, topic)
+                tier.stats.add(tier.stats.bytes, topic, len(res.records))
                 if read_committed:
                     entry["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                                                      for a in res.aborted]
                 if broker is not None and broker.log_start > 0:
                     known[key] = broker.log_start
             else:
-                tier.remote_errors += 1
+                tier.stats.add(tier.stats.errors, pc.tp.topic if pc else str(key[0]))
                 entry["error_code"] = (OFFSET_OUT_OF_RANGE if isinstance(failure, ObjectMissing) else
                                        KAFKA_STORAGE_ERROR if isinstance(failure, StorageUnavailable) else
                                        UNKNOWN_SERVER_ERROR)
@@ -209,6 +218,7 @@ async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, 
     response = _response(ctx, upstream[1] if upstream else None, entries, slot)
     rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
     slot.chunks = registry.encode_response(1, version, slot.header.correlation_id, response)
+    FETCH_LATENCY.labels("remote").observe(time.monotonic() - ctx.started)
     session.flush()
 
 

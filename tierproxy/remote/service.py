@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
@@ -20,6 +20,20 @@ from tierproxy.tier.rsm import RemoteStorageManager
 
 log = logging.getLogger("tierproxy.remote")
 LIST_OFFSETS = 2
+
+
+@dataclass
+class TierStats:
+    """Per-topic counters for the metrics (KIP-930 names)."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    gaps: dict[str, int] = field(default_factory=dict)
+    lag: dict[str, int] = field(default_factory=dict)
+
+    def add(self, table: dict[str, int], topic: str, n: int = 1) -> None:
+        table[topic] = table.get(topic, 0) + n
 
 
 @dataclass
@@ -49,9 +63,8 @@ class RemoteTier:
         self._clients: dict[str, AsyncWireClient] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.expired = 0  # purgatory expirations (DelayedRemoteFetchMetrics.ExpiresPerSec)
-        self.remote_fetches = 0
-        self.remote_bytes = 0
-        self.remote_errors = 0
+        self.stats = TierStats()
+        self.purgatory = 0  # delayed remote fetches waiting now
 
     async def start(self) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(self._run()))

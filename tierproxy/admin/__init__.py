@@ -1,0 +1,1 @@
+"""Admin HTTP API (FastAPI on uvicorn), Prometheus metrics and the admin CLI."""

@@ -1,0 +1,263 @@
+"""The admin API: health, readiness, Prometheus metrics, per-partition tier status, tiering triggers, config.
+
+Served by `tierproxy serve --admin-listen HOST:PORT` on the proxy's own event loop (uvicorn); handlers only read
+in-memory state or make small control-plane requests, never blocking the Kafka path. With `admin.token` set,
+every endpoint but /healthz and /readyz needs `Authorization: Bearer <token>` (compared in constant time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import generate_latest
+from pydantic import BaseModel
+
+from tierproxy.admin.metrics import REGISTRY, ProxyCollector
+from tierproxy.tier.model import uuid_str
+
+if TYPE_CHECKING:
+    from tierproxy.server import Proxy
+
+
+class PartitionStatus(BaseModel):
+    partition: int
+    leader: int
+    broker_log_start: int | None
+    high_watermark: int | None
+    last_stable_offset: int | None
+    tier_start: int | None
+    tier_end: int
+    segments: int
+    tier_bytes: int
+    tiering_lag: int | None
+    gap: list[int] | None
+
+
+class Segment(BaseModel):
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    size_bytes: int
+    state: str
+    leader_epochs: dict[str, int]
+
+
+class TopicSummary(BaseModel):
+    topic: str
+    topic_id: str
+    partitions: int
+    tiered_segments: int
+    tiered_bytes: int
+
+
+class RemoteFetchStatus(BaseModel):
+    enabled: bool
+    ready: bool
+    purgatory: int
+    pool_running: int
+    pool_queued: int
+    pool_threads: int
+    rejected: int
+    expired: int
+    cache_hit_ratio: float | None
+    cache_bytes: int
+
+
+class TieringRun(BaseModel):
+    run_id: str
+    status: str
+    started_ms: int
+    finished_ms: int | None
+    summary: str | None
+    returncode: int | None
+
+
+@dataclass
+class Runs:
+    runs: dict[str, TieringRun] = field(default_factory=dict)
+
+
+def create_app(proxy: Proxy) -> FastAPI:
+    app = FastAPI(title="tierproxy admin", version="1", description=__doc__)
+    REGISTRY.register(ProxyCollector(proxy)) if not getattr(proxy, "_collector", None) else None
+    proxy._collector = True  # type: ignore[attr-defined]
+    runs = Runs()
+    token = proxy.settings.admin_token
+
+    async def auth(request: Request) -> None:
+        if token is None:
+            return
+        given = request.headers.get("authorization", "")
+        expected = f"Bearer {token.get_secret_value()}"
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    guarded = [Depends(auth)]
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """The process is alive."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={503: {"description": "not ready"}})
+    async def readyz() -> JSONResponse:
+        """Upstream reachable and the remote log metadata caught up."""
+        problems = []
+        try:
+            await asyncio.wait_for(proxy.refresh_metadata(), 5)
+        except Exception as exc:
+            problems.append(f"upstream: {exc}")
+        if proxy.remote is not None and not proxy.remote.ready.is_set():
+            problems.append("remote log metadata not caught up")
+        return JSONResponse({"ready": not problems, "problems": problems}, status_code=503 if problems else 200)
+
+    @app.get("/metrics", dependencies=guarded, response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        """Prometheus text format."""
+        return PlainTextResponse(generate_latest(REGISTRY).decode(), media_type="text/plain; version=0.0.4")
+
+    async def cluster() -> dict[str, Any]:
+        try:
+            return await asyncio.wait_for(proxy.cluster_topics(), 10)
+        except Exception as exc:
+            raise HTTPException(503, f"cluster metadata unavailable: {exc}") from None
+
+    @app.get("/v1/topics", dependencies=guarded, response_model=list[TopicSummary])
+    async def topics() -> list[TopicSummary]:
+        out = []
+        for name, t in sorted((await cluster()).items()):
+            segs = nbytes = 0
+            for p in t["partitions"]:
+                pc = proxy.remote.partition_by_id(t["topic_id"], p["partition_index"]) if proxy.remote else None
+                if pc is not None:
+                    finished = list(pc.finished())
+                    segs += len(finished)
+                    nbytes += sum(m.segment_size_in_bytes for m in finished)
+            out.append(TopicSummary(topic=name, topic_id=uuid_str(t["topic_id"]), partitions=len(t["partitions"]),
+                                    tiered_segments=segs, tiered_bytes=nbytes))
+        return out
+
+    async def topic_or_404(topic: str) -> dict[str, Any]:
+        t = (await cluster()).get(topic)
+        if t is None:
+            raise HTTPException(404, f"unknown topic {topic!r}")
+        return t
+
+    @app.get("/v1/topics/{topic}/partitions", dependencies=guarded, response_model=list[PartitionStatus])
+    async def partitions(topic: str) -> list[PartitionStatus]:
+        t = await topic_or_404(topic)
+        out = []
+        for p in sorted(t["partitions"], key=lambda x: x["partition_index"]):
+            out.append(await _status(proxy, topic, t["topic_id"], p))
+        return out
+
+    @app.get("/v1/topics/{topic}/partitions/{partition}/segments", dependencies=guarded,
+             response_model=list[Segment])
+    async def segments(topic: str, partition: int) -> list[Segment]:
+        t = await topic_or_404(topic)
+        if not any(p["partition_index"] == partition for p in t["partitions"]):
+            raise HTTPException(404, f"unknown partition {topic}-{partition}")
+        pc = proxy.remote.partition_by_id(t["topic_id"], partition) if proxy.remote else None
+        return [Segment(segment_id=uuid_str(m.segment_id.id), start_offset=m.start_offset, end_offset=m.end_offset,
+                        max_timestamp_ms=m.max_timestamp_ms, size_bytes=m.segment_size_in_bytes, state=m.state.name,
+                        leader_epochs={str(e): o for e, o in m.segment_leader_epochs.items()})
+                for m in (pc.all_segments() if pc else [])]
+
+    @app.get("/v1/remote-fetch", dependencies=guarded, response_model=RemoteFetchStatus)
+    async def remote_fetch() -> RemoteFetchStatus:
+        tier = proxy.remote
+        if tier is None:
+            return RemoteFetchStatus(enabled=False, ready=False, purgatory=0, pool_running=0, pool_queued=0,
+                                     pool_threads=0, rejected=0, expired=0, cache_hit_ratio=None, cache_bytes=0)
+        lookups = tier.reader.hits + tier.reader.misses
+        return RemoteFetchStatus(enabled=True, ready=tier.ready.is_set(), purgatory=tier.purgatory,
+                                 pool_running=tier.pool.running, pool_queued=tier.pool.queued,
+                                 pool_threads=tier.pool.threads, rejected=tier.pool.rejected, expired=tier.expired,
+                                 cache_hit_ratio=tier.reader.hits / lookups if lookups else None,
+                                 cache_bytes=int(tier.reader.chunks.currsize))
+
+    @app.post("/v1/tiering/run", dependencies=guarded, response_model=TieringRun, status_code=202)
+    async def tier_now() -> TieringRun:
+        """Start one tiering pass (`tierproxy tier --once` with this proxy's cluster, storage and metadata)."""
+        run = TieringRun(run_id=uuid.uuid4().hex[:12], status="running", started_ms=int(time.time() * 1000),
+                         finished_ms=None, summary=None, returncode=None)
+        runs.runs[run.run_id] = run
+        proxy.spawn(_tier_pass(proxy, run))
+        return run
+
+    @app.get("/v1/tiering/runs/{run_id}", dependencies=guarded, response_model=TieringRun)
+    async def tier_run(run_id: str) -> TieringRun:
+        run = runs.runs.get(run_id)
+        if run is None:
+            raise HTTPException(404, f"unknown run {run_id!r}")
+        return run
+
+    @app.get("/v1/config", dependencies=guarded)
+    async def config() -> dict[str, Any]:
+        """The effective settings, secrets redacted."""
+        data: dict[str, Any] = json.loads(json.dumps(proxy.settings.redacted(), default=str))
+        return data
+
+    return app
+
+
+async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) -> PartitionStatus:
+    n = p["partition_index"]
+    pc = proxy.remote.partition_by_id(topic_id, n) if proxy.remote else None
+    finished = list(pc.finished()) if pc else []
+    tier_end = pc.latest_tiered_offset() if pc else -1
+    offsets = None
+    leader = proxy.brokers.upstream.get(p["leader_id"])
+    if proxy.remote is not None and leader is not None:
+        try:
+            offsets = await asyncio.wait_for(
+                proxy.remote.broker_offsets(f"{leader[0]}:{leader[1]}", topic, n), 5)
+        except Exception:
+            offsets = None
+    gap = None
+    lag = None
+    if offsets is not None:
+        lag = max(0, offsets.last_stable - max(tier_end + 1, offsets.log_start))
+        if tier_end >= 0 and offsets.log_start > tier_end + 1:
+            gap = [tier_end + 1, offsets.log_start - 1]
+        if proxy.remote is not None:
+            proxy.remote.stats.lag[topic] = lag
+            proxy.remote.stats.gaps[topic] = 1 if gap else 0
+    return PartitionStatus(partition=n, leader=p["leader_id"],
+                           broker_log_start=offsets.log_start if offsets else None,
+                           high_watermark=offsets.high_watermark if offsets else None,
+                           last_stable_offset=offsets.last_stable if offsets else None,
+                           tier_start=pc.earliest_offset() if pc else None, tier_end=tier_end,
+                           segments=len(finished), tier_bytes=sum(m.segment_size_in_bytes for m in finished),
+                           tiering_lag=lag, gap=gap)
+
+
+async def _tier_pass(proxy: Proxy, run: TieringRun) -> None:
+    s = proxy.settings
+    cmd = [sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress", "--bootstrap-server",
+           s.bootstrap_servers, "--storage", s.storage]
+    if s.metadata:
+        cmd += ["--metadata", s.metadata]
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    lines = [line for line in out.decode(errors="replace").splitlines() if line.startswith("tiered ")]
+    run.returncode = proc.returncode
+    run.status = "succeeded" if proc.returncode == 0 else "failed"
+    run.summary = lines[-1] if lines else None
+    run.finished_ms = int(time.time() * 1000)
+    if proxy.remote is not None and proxy.remote.ready.is_set():
+        await proxy.remote.rlmm.catch_up()

@@ -1,0 +1,103 @@
+"""Prometheus metrics, named after Kafka's KIP-405 / KIP-930 metrics where Kafka has them.
+
+    tierproxy_remote_fetch_requests_total{topic}   ~ RemoteFetchRequestsPerSec
+    tierproxy_remote_fetch_bytes_total{topic}      ~ RemoteFetchBytesPerSec
+    tierproxy_remote_fetch_errors_total{topic}     ~ RemoteFetchErrorsPerSec
+    tierproxy_remote_log_reader_task_queue_size    ~ RemoteLogReaderTaskQueueSize
+    tierproxy_remote_log_reader_avg_idle_percent   ~ RemoteLogReaderAvgIdlePercent
+    tierproxy_delayed_remote_fetch_expires_total   ~ DelayedRemoteFetchMetrics.ExpiresPerSec
+    tierproxy_fetch_latency_seconds{path=tail|remote}, tierproxy_remote_cache_{hits,misses,bytes}*,
+    tierproxy_{client,upstream}_connections, tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
+    tierproxy_rlmm_events_applied_total
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from tierproxy.server import Proxy
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+FETCH_LATENCY = Histogram("tierproxy_fetch_latency_seconds", "Fetch latency through the proxy", ["path"],
+                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+                          registry=REGISTRY)
+
+
+class ProxyCollector(Collector):
+    """Reads the proxy's counters at scrape time (no work on the Kafka path)."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+
+    def collect(self) -> Iterator[Metric]:
+        p = self.proxy
+        conns = GaugeMetricFamily("tierproxy_client_connections", "Client connections open")
+        conns.add_metric([], len(p.sessions))
+        yield conns
+        up = GaugeMetricFamily("tierproxy_upstream_connections", "Broker connections open")
+        up.add_metric([], sum(1 for s in p.sessions if s.upstream is not None and not s.upstream.is_closing()))
+        yield up
+        tier = p.remote
+        if tier is None:
+            return
+        stats = tier.stats
+        for name, help_, data in (
+                ("tierproxy_remote_fetch_requests", "Remote fetch reads (RemoteFetchRequestsPerSec)", stats.requests),
+                ("tierproxy_remote_fetch_bytes", "Bytes served from the tier (RemoteFetchBytesPerSec)", stats.bytes),
+                ("tierproxy_remote_fetch_errors", "Failed remote reads (RemoteFetchErrorsPerSec)", stats.errors)):
+            c = CounterMetricFamily(name, help_, labels=["topic"])
+            for topic, v in sorted(data.items()):
+                c.add_metric([topic], v)
+            yield c
+        q = GaugeMetricFamily("tierproxy_remote_log_reader_task_queue_size", "Queued remote reads")
+        q.add_metric([], tier.pool.queued)
+        yield q
+        busy = GaugeMetricFamily("tierproxy_remote_log_reader_busy", "Remote reads running")
+        busy.add_metric([], tier.pool.running)
+        yield busy
+        idle = GaugeMetricFamily("tierproxy_remote_log_reader_avg_idle_percent", "Reader pool idle share")
+        idle.add_metric([], tier.pool.idle_percent())
+        yield idle
+        for name, help_, value in (
+                ("tierproxy_delayed_remote_fetch_expires", "Remote partitions expired in purgatory", tier.expired),
+                ("tierproxy_remote_fetch_rejected", "Remote reads rejected by a full pool", tier.pool.rejected),
+                ("tierproxy_remote_cache_hits", "Chunk cache hits", tier.reader.hits),
+                ("tierproxy_remote_cache_misses", "Chunk cache misses", tier.reader.misses),
+                ("tierproxy_remote_storage_read_bytes", "Bytes read from remote storage", tier.reader.bytes_read),
+                ("tierproxy_rlmm_events_applied", "Remote log metadata events applied",
+                 tier.rlmm.cache.events_applied)):
+            c = CounterMetricFamily(name, help_)
+            c.add_metric([], value)
+            yield c
+        cache = GaugeMetricFamily("tierproxy_remote_cache_bytes", "Bytes held by the chunk cache")
+        cache.add_metric([], tier.reader.chunks.currsize)
+        yield cache
+        segs = GaugeMetricFamily("tierproxy_tier_segments", "Remote segments served", labels=["topic"])
+        size = GaugeMetricFamily("tierproxy_tier_bytes", "Bytes in remote segments", labels=["topic"])
+        per: dict[str, list[int]] = {}
+        for pc in tier.rlmm.cache.partitions.values():
+            finished = list(pc.finished())
+            acc = per.setdefault(pc.tp.topic, [0, 0])
+            acc[0] += len(finished)
+            acc[1] += sum(m.segment_size_in_bytes for m in finished)
+        for topic, (n, b) in sorted(per.items()):
+            segs.add_metric([topic], n)
+            size.add_metric([topic], b)
+        yield segs
+        yield size
+        gaps = GaugeMetricFamily("tierproxy_tier_gaps", "Gaps seen by the admin API (data deleted before tiering)",
+                                 labels=["topic"])
+        for topic, n in sorted(stats.gaps.items()):
+            gaps.add_metric([topic], n)
+        yield gaps
+        lag = GaugeMetricFamily("tierproxy_tier_lag_offsets", "Offsets below the LSO not yet tiered (last seen)",
+                                labels=["topic"])
+        for topic, n in sorted(stats.lag.items()):
+            lag.add_metric([topic], n)
+        yield lag
