@@ -21,7 +21,7 @@ def _serve(args: argparse.Namespace) -> int:
     from tierproxy.server import serve
 
     cli = {"bootstrap_servers": args.bootstrap_server, "listen": args.listen, "advertised_host": args.advertised_host,
-           "admin_listen": args.admin_listen}
+           "admin_listen": args.admin_listen, "storage": args.storage, "metadata": args.metadata}
     try:
         settings = load_settings(ProxySettings, config_file=args.config, cli=cli)
     except ConfigError as exc:
@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--advertised-host", help="host clients use to reach the proxy (advertised.host)")
     srv.add_argument("--admin-listen", help="admin HTTP listener HOST:PORT (admin.listen)")
     srv.add_argument("--config", help="properties file (key=value, Kafka-style dotted keys)")
+    srv.add_argument("--storage", help="file:///path or s3://bucket/prefix?endpoint=URL (storage)")
+    srv.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
     srv.set_defaults(func=_serve)
     tier = sub.add_parser("tier", help="copy closed data from the brokers to the tier (a PySpark job)")
     tier.add_argument("--bootstrap-server", help="brokers HOST:PORT[,..] (bootstrap.servers)")
@@ -76,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--interval", help="pause between passes, e.g. 30s (tier.interval.ms)")
     tier.add_argument("--no-progress", action="store_true", help="no live progress bar")
     tier.set_defaults(func=_tier)
+    from tierproxy.admin.cli import add_admin_parser
+
+    add_admin_parser(sub)
     return parser
 
 

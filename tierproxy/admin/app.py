@@ -152,7 +152,7 @@ def create_app(proxy: Proxy) -> FastAPI:
         return out
 
     async def topic_or_404(topic: str) -> dict[str, Any]:
-        t = (await cluster()).get(topic)
+        t: dict[str, Any] | None = (await cluster()).get(topic)
         if t is None:
             raise HTTPException(404, f"unknown topic {topic!r}")
         return t

@@ -1,0 +1,89 @@
+"""`tierproxy admin status|partitions TOPIC|segments TOPIC P|tier-now`: the admin API as rich tables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def add_admin_parser(sub: Any) -> None:
+    admin = sub.add_parser("admin", help="query and drive a running proxy's admin API")
+    admin.add_argument("--url", default=os.environ.get("TIERPROXY_ADMIN_URL", "http://127.0.0.1:9180"),
+                       help="admin API base URL (env TIERPROXY_ADMIN_URL)")
+    admin.add_argument("--token", default=os.environ.get("TIERPROXY_ADMIN_TOKEN"), help="bearer token")
+    cmds = admin.add_subparsers(dest="admin_command", required=True)
+    cmds.add_parser("status", help="health, remote fetch and tiered topics")
+    p = cmds.add_parser("partitions", help="where each partition's data lives")
+    p.add_argument("topic")
+    s = cmds.add_parser("segments", help="remote segments of a partition")
+    s.add_argument("topic")
+    s.add_argument("partition", type=int)
+    t = cmds.add_parser("tier-now", help="run one tiering pass and wait for it")
+    t.add_argument("--timeout", type=float, default=600)
+    admin.set_defaults(func=run_admin)
+
+
+def _get(client: httpx.Client, path: str) -> Any:
+    r = client.get(path)
+    if r.status_code >= 400:
+        raise SystemExit(f"{path}: HTTP {r.status_code}: {r.json().get('error', r.text)}")
+    return r.json()
+
+
+def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
+    console = console or Console()
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    with httpx.Client(base_url=args.url, headers=headers, timeout=30) as client:
+        if args.admin_command == "status":
+            ready = client.get("/readyz").json()
+            rf = _get(client, "/v1/remote-fetch")
+            console.print(f"[bold]ready[/bold]: {ready['ready']} {' '.join(ready['problems'])}")
+            ratio = "-" if rf["cache_hit_ratio"] is None else f"{rf['cache_hit_ratio']:.0%}"
+            console.print(f"[bold]remote fetch[/bold]: enabled={rf['enabled']} ready={rf['ready']} "
+                          f"purgatory={rf['purgatory']} pool={rf['pool_running']}/{rf['pool_threads']} busy, "
+                          f"{rf['pool_queued']} queued, {rf['rejected']} rejected, {rf['expired']} expired, "
+                          f"cache hit ratio {ratio}")
+            table = Table("topic", "partitions", "tiered segments", "tiered MB")
+            for t in _get(client, "/v1/topics"):
+                table.add_row(t["topic"], str(t["partitions"]), str(t["tiered_segments"]),
+                              f"{t['tiered_bytes'] / 1e6:.1f}")
+            console.print(table)
+        elif args.admin_command == "partitions":
+            table = Table("partition", "leader", "broker log start", "high watermark", "tier start", "tier end",
+                          "segments", "tier MB", "lag", "gap", title=args.topic)
+            for p in _get(client, f"/v1/topics/{args.topic}/partitions"):
+                gap = f"{p['gap'][0]}..{p['gap'][1]}" if p["gap"] else ""
+                table.add_row(*(str(x) if x is not None else "-" for x in (
+                    p["partition"], p["leader"], p["broker_log_start"], p["high_watermark"], p["tier_start"],
+                    p["tier_end"], p["segments"], f"{p['tier_bytes'] / 1e6:.1f}", p["tiering_lag"])), gap)
+            console.print(table)
+        elif args.admin_command == "segments":
+            table = Table("segment id", "start", "end", "max timestamp", "bytes", "state", "epochs",
+                          title=f"{args.topic}-{args.partition}")
+            for s in _get(client, f"/v1/topics/{args.topic}/partitions/{args.partition}/segments"):
+                table.add_row(s["segment_id"], str(s["start_offset"]), str(s["end_offset"]),
+                              str(s["max_timestamp_ms"]), str(s["size_bytes"]), s["state"],
+                              " ".join(f"{e}@{o}" for e, o in s["leader_epochs"].items()))
+            console.print(table)
+        else:
+            r = client.post("/v1/tiering/run")
+            if r.status_code >= 400:
+                raise SystemExit(f"tier-now: HTTP {r.status_code}: {r.text}")
+            run = r.json()
+            deadline = time.monotonic() + args.timeout
+            with Progress(SpinnerColumn(), TextColumn("tiering run {task.fields[run]}"), TimeElapsedColumn(),
+                          console=console) as bar:
+                bar.add_task("run", run=run["run_id"], total=None)
+                while run["status"] == "running" and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    run = _get(client, f"/v1/tiering/runs/{run['run_id']}")
+            console.print(f"run {run['run_id']}: {run['status']}" + (f" — {run['summary']}" if run["summary"] else ""))
+            return 0 if run["status"] == "succeeded" else 1
+    return 0
