@@ -3,6 +3,7 @@ token, metrics that move when a remote read happens, `tier-now`, and schemathesi
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -72,7 +73,7 @@ def test_topics_partitions_segments_and_404s(admin: tuple[TieredTopic, ProxyProc
             assert p["high_watermark"] == len(tt.produced[p["partition"]]) and p["gap"] is None
         segs = c.get(f"/v1/topics/{tt.topic}/partitions/0/segments").json()
         assert segs[0]["start_offset"] == 0 and all(s["state"] == "COPY_SEGMENT_FINISHED" for s in segs)
-        assert all(b["start_offset"] == a["end_offset"] + 1 for a, b in zip(segs, segs[1:], strict=False))
+        assert all(b["start_offset"] == a["end_offset"] + 1 for a, b in itertools.pairwise(segs))
         for path in ("/v1/topics/no-such-topic/partitions", f"/v1/topics/{tt.topic}/partitions/7/segments",
                      "/v1/topics/no-such-topic/partitions/0/segments", "/v1/tiering/runs/nope"):
             r = c.get(path)
