@@ -24,6 +24,7 @@ install: $(VENV)/.installed
 	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat' >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
 	$(BIN)/python -c "from tierproxy.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
+	bash .ci/install-tools.sh
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

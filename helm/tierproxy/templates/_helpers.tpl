@@ -1,0 +1,51 @@
+{{- define "tierproxy.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "tierproxy.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "tierproxy.selector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tierproxy.adminSecret" -}}
+{{- if .Values.admin.existingSecret -}}{{ .Values.admin.existingSecret }}{{- else -}}{{ include "tierproxy.fullname" . }}-admin{{- end -}}
+{{- end -}}
+
+{{- define "tierproxy.advertisedHost" -}}
+{{- if .Values.proxy.advertisedHost -}}{{ .Values.proxy.advertisedHost }}{{- else -}}{{ include "tierproxy.fullname" . }}.{{ .Release.Namespace }}.svc{{- end -}}
+{{- end -}}
+
+{{/* environment shared by the proxy and the tiering job */}}
+{{- define "tierproxy.commonEnv" -}}
+- name: TIERPROXY_BOOTSTRAP_SERVERS
+  value: {{ .Values.kafka.bootstrapServers | quote }}
+- name: TIERPROXY_STORAGE
+  value: {{ .Values.storage.uri | quote }}
+- name: TIERPROXY_METADATA
+  value: {{ .Values.metadata.uri | quote }}
+{{- if .Values.storage.s3.region }}
+- name: AWS_REGION
+  value: {{ .Values.storage.s3.region | quote }}
+{{- end }}
+{{- if .Values.storage.s3.existingSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom: {secretKeyRef: {name: {{ .Values.storage.s3.existingSecret | quote }}, key: AWS_ACCESS_KEY_ID}}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom: {secretKeyRef: {name: {{ .Values.storage.s3.existingSecret | quote }}, key: AWS_SECRET_ACCESS_KEY}}
+{{- end }}
+{{- if .Values.kafka.tls.enabled }}
+- name: TIERPROXY_UPSTREAM_SSL_ENABLED
+  value: "true"
+- name: TIERPROXY_UPSTREAM_SSL_CAFILE
+  value: /etc/tierproxy/upstream-tls/ca.crt
+- name: TIERPROXY_UPSTREAM_SSL_CHECK_HOSTNAME
+  value: {{ .Values.kafka.tls.checkHostname | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,69 @@
+"""The Helm chart renders with default and full values, lints, and validates against Kubernetes schemas
+(kubeconform, closed objects so a misspelled field fails); values.schema.json rejects bad values."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.realparts import unavailable
+from tierproxy.kafkadist import cache_dir
+
+CHART = Path(__file__).resolve().parents[1] / "helm" / "tierproxy"
+SCHEMAS = "k8s-schemas-v1.34.2"
+
+
+def _tool(name: str) -> str:
+    path = cache_dir() / "bin" / name
+    if not path.exists():
+        unavailable(name, f"{path} missing (make install builds it: .ci/install-tools.sh)")
+    return str(path)
+
+
+def _render(*args: str) -> str:
+    out = subprocess.run([_tool("helm"), "template", "demo", str(CHART), *args], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _kubeconform(manifests: str) -> str:
+    schemas = cache_dir() / SCHEMAS
+    if not (schemas / ".complete").exists():
+        unavailable("Kubernetes schemas", f"{schemas} missing (make install: .ci/install-tools.sh)")
+    out = subprocess.run([_tool("kubeconform"), "-summary", "-skip", "ServiceMonitor", "-schema-location",
+                          f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"],
+                         input=manifests, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("values", [[], ["-f", str(CHART / "ci" / "full-values.yaml")]], ids=["default", "full"])
+def test_chart_lints_renders_and_validates(values: list[str]) -> None:
+    lint = subprocess.run([_tool("helm"), "lint", str(CHART), *values], capture_output=True, text=True, timeout=120)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    manifests = _render(*values)
+    kinds = sorted(d["kind"] for d in yaml.safe_load_all(manifests) if d)
+    summary = _kubeconform(manifests)
+    assert "Invalid: 0, Errors: 0" in summary
+    if values:
+        assert kinds == ["ConfigMap", "Deployment", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+                         "Service", "ServiceMonitor"]
+    else:
+        assert kinds == ["ConfigMap", "CronJob", "Deployment", "PodDisruptionBudget", "Service"]
+    docs = {d["kind"] + "/" + d["metadata"]["name"]: d for d in yaml.safe_load_all(manifests) if d}
+    service = docs["Service/demo-tierproxy"]
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert ports["bootstrap"] == 9192 and ports["broker-0"] == 9200  # port-per-broker exposed
+
+
+@pytest.mark.parametrize("bad", ["storage.uri=ftp://nope", "proxy.brokerPortCount=0", "tier.mode=sometimes",
+                                 "kafka.bootstrapServers=no-port"])
+def test_values_schema_rejects_bad_values(bad: str) -> None:
+    out = subprocess.run([_tool("helm"), "template", "demo", str(CHART), "--set", bad], capture_output=True,
+                         text=True, timeout=120, env={**os.environ})
+    assert out.returncode != 0 and "values don't meet the specifications" in out.stderr
