@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="start a local Kafka (and tierproxy) and show how to reach it with kcat")
     demo.add_argument("--duration", type=float, default=0.0,
-                      help="seconds to keep running (0 = until Ctrl-C)")
+                      help="seconds to keep running after the walk-through (0 = until Ctrl-C, -1 = exit at once)")
     demo.set_defaults(func=_demo)
     srv = sub.add_parser("serve", help="run the Kafka proxy in front of the brokers")
     srv.add_argument("--bootstrap-server", help="upstream brokers HOST:PORT[,..] (bootstrap.servers)")
