@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 
 from protocol.records import iter_batches
 from tests.kafkahelpers import create_topic, set_retention, watermarks
-from tests.realparts import ProxyProcess, S3Server
+from tests.realparts import DelayRelay, ProxyProcess, S3Server
 from tests.tiering.helpers import settings, tier_once
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.tier.storage import S3Store
@@ -154,3 +154,80 @@ def test_s3_outage_and_latency_hit_only_remote_readers(kafka: KafkaCluster, s3: 
         assert during < max(baseline * 1.1, baseline + 0.002), (baseline, during)
     finally:
         proxy.stop()
+
+
+@pytest.mark.s3
+def test_five_second_s3_latency_expires_remote_reads_not_tail_reads(kafka: KafkaCluster, s3: S3Server,
+                                                                    tmp_path: Path, topic_name: str) -> None:
+    async def bucket() -> None:
+        store = S3Store("tier", endpoint=s3.endpoint, region=s3.region, access_key=s3.access_key,
+                        secret_key=s3.secret_key)
+        await (await store._c()).create_bucket(Bucket="tier")
+        await store.close()
+
+    asyncio.run(bucket())
+    os.environ.update({"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "300"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    for i in range(2000):
+        p.produce(topic_name, f"v{i}".encode() * 30)
+        if i % 500 == 0:
+            p.flush(10)
+            time.sleep(0.35)
+    p.flush(30)
+    storage = f"s3://tier/p?endpoint={s3.endpoint}&region={s3.region}"
+    assert tier_once(settings(kafka.bootstrap, tmp_path, topic_name, storage=storage,
+                              tier_segment_bytes=16 * 1024)).segments > 1
+    _broker_forgets(kafka.bootstrap, topic_name)
+    port = int(s3.endpoint.rsplit(":", 1)[1])
+    slow = DelayRelay(port, delay=5.0)  # every request to S3 now takes 5 s more
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+        "TIERPROXY_STORAGE": f"s3://tier/p?endpoint=http://127.0.0.1:{slow.port}&region={s3.region}",
+        "TIERPROXY_METADATA": f"file://{tmp_path}/meta", "TIERPROXY_REMOTE_FETCH_CACHE_BYTES": "0",
+        "AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+    broker_port = f"127.0.0.1:{proxy.base + 1}"
+    hw = watermarks(kafka.bootstrap, topic_name)[1]
+
+    def fetch(offset: int) -> tuple[float, dict[str, object]]:
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic_name, "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+        with WireClient(broker_port) as w:
+            start = time.perf_counter()
+            resp = w.request(1, 12, body)
+        return time.perf_counter() - start, resp["responses"][0]["partitions"][0]
+
+    def tail_p99(n: int = 200) -> float:
+        lat = sorted(fetch(hw - 1)[0] for _ in range(n))
+        return lat[int(n * 0.99) - 1]
+
+    try:
+        time.sleep(2)
+        baseline = tail_p99()
+        took, part = fetch(0)
+        assert took < 0.5 + 1.0 and part["error_code"] == 0 and not list(iter_batches(part["records"]))
+        stop = threading.Event()
+
+        def catch_up_load() -> None:
+            while not stop.is_set():
+                fetch(0)
+
+        loaders = [threading.Thread(target=catch_up_load) for _ in range(4)]
+        for t in loaders:
+            t.start()
+        during = tail_p99()
+        stop.set()
+        for t in loaders:
+            t.join(10)
+        assert during < max(baseline * 1.1, baseline + 0.002), (baseline, during)
+        deadline = time.monotonic() + 30  # the slow reads finish in the background and warm nothing (cache 0);
+        served = False                    # a fetch whose read completes within the wait is served
+        while not served and time.monotonic() < deadline:
+            slow.delay = 0.0
+            took, part = fetch(0)
+            served = part["error_code"] == 0 and bool(list(iter_batches(part["records"])))
+        assert served, "remote reads did not recover once S3 was fast again"
+    finally:
+        proxy.stop()
+        slow.close()
