@@ -22,6 +22,7 @@ from tierproxy.config import TierSettings
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.tier.storage import S3Store
 from tierproxy.tiering.job import run_loop
+from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_REMOTE_RECORDS", str(1 << 18)))
@@ -44,6 +45,36 @@ def _hwm_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return -1.0
+
+
+def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> float:
+    """Kafka's own tiered storage (LocalTieredStorage from the kafka-storage test jar): the same data, read from
+    offset 0 once the broker keeps only the tail locally."""
+    cfg = {"remote.log.storage.system.enable": "true",
+           "remote.log.storage.manager.class.name": "org.apache.kafka.server.log.remote.storage.LocalTieredStorage",
+           "rsm.config.dir": str(tmp / "native-remote"), "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+           "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+           "remote.log.manager.task.interval.ms": "1000"}
+    native = KafkaCluster(1, workdir=tmp / "native", broker_config=cfg).start()
+    try:
+        topic = "bench-native"
+        create_topic(native.bootstrap, topic, config={"remote.storage.enable": "true", "local.retention.ms": "1000",
+                                                      "segment.bytes": str(32 << 20)})
+        subprocess.run(["java", "-Xmx512m", "-cp", f"{native.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+                        "--topic", topic, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput", "-1",
+                        "--producer-props", f"bootstrap.servers={native.bootstrap}", "acks=1", "linger.ms=20",
+                        "batch.size=262144"], check=True, capture_output=True, timeout=900)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with WireClient(native.bootstrap) as w:
+                r = w.request(2, 9, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                    {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -4}]}]})
+            if r["topics"][0]["partitions"][0]["offset"] >= count:
+                break
+            time.sleep(2)
+        return max(_kcat_mbps(kcat, native.bootstrap, topic, count) for _ in range(2))
+    finally:
+        native.stop()
 
 
 def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Server, tmp_path: Path) -> None:
@@ -89,6 +120,8 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
             remote = max(_kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS) for _ in range(2))
             figures.append(f"remote from {name} {remote:.0f} MB/s ({remote / direct:.2f}x)")
             if name == "filesystem":
+                half = max(_kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2) for _ in range(2))
+            if name == "filesystem":
                 base = _hwm_mib(proxy.proc.pid)
                 procs = [subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", topic, "-p", "0", "-o",
                                            "beginning", "-q", "-c", "5000", "-f", "%o\n"],
@@ -100,4 +133,7 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
                                f"MiB (before {base:.0f} MiB)")
         finally:
             proxy.stop()
+    native = _native_remote_mbps(kcat, tmp_path, RECORDS // 2)
+    figures.append(f"first {RECORDS // 2} records: tierproxy {half:.0f} MB/s vs Kafka's native tiered storage "
+                   f"(LocalTieredStorage) {native:.0f} MB/s = {half / native:.1f}x")
     report("remote catch-up", "; ".join(figures) + f" ({RECORDS} x 1 KiB)")

@@ -197,7 +197,7 @@ async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, 
             failure = task.exception()
             if failure is None:
                 res = task.result()
-                entry["records"] = memoryview(res.records)
+                entry["records"] = memoryview(res.records)  # sent as its own chunk: not copied again
                 topic = pc.tp.topic if pc else str(key[0])
                 tier.stats.add(tier.stats.requests, topic)
                 tier.stats.add(tier.stats.bytes, topic, len(res.records))

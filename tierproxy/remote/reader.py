@@ -25,7 +25,7 @@ MAX_FOLLOWING_TXN_SEGMENTS = 16  # how far to look for the abort marker of a tra
 
 @dataclass
 class ReadResult:
-    records: bytes
+    records: bytes | memoryview
     aborted: list[AbortedTxn] = field(default_factory=list)
 
 
@@ -103,45 +103,58 @@ class RemoteReader:
         self.misses += 1
         return await asyncio.shield(self._chunk_task(md, n, deadline))
 
-    async def read_bytes(self, md: RemoteLogSegmentMetadata, start: int, end: int, deadline: float) -> bytes:
+    async def read_bytes(self, md: RemoteLogSegmentMetadata, start: int, end: int,
+                         deadline: float) -> memoryview:
+        """Bytes [start, end) of the segment: a view of one cached chunk, or of the chunks joined once."""
         end = min(end, md.segment_size_in_bytes)
         first, last = start // self.chunk, max(start, end - 1) // self.chunk
         parts = await asyncio.gather(*(self._chunk(md, n, deadline) for n in range(first, last + 1)))
-        loop_deadline = deadline + 30  # read-ahead outlives this fetch: it warms the cache for the next one
+        readahead_deadline = deadline + 30  # read-ahead outlives this fetch: it warms the cache for the next one
         for n in range(last + 1, min(last + 1 + self.prefetch, -(-md.segment_size_in_bytes // self.chunk))):
             if (md.segment_id.id, n) not in self.chunks:
-                self._chunk_task(md, n, loop_deadline)
-        data = b"".join(parts)  # chunks from this call, cached or not
+                self._chunk_task(md, n, readahead_deadline)
+        data = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
         base = first * self.chunk
         return data[start - base:end - base]
 
     async def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one: bool,
                    read_committed: bool, deadline: float,
                    following: list[RemoteLogSegmentMetadata] | None = None) -> ReadResult:
-        """Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch if `min_one`)."""
+        """Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch if `min_one`).
+
+        The batches are contiguous in the segment, so the answer is one slice of what storage returned."""
         index = await self.index(md, IndexType.OFFSET, deadline)
         pos = lookup_position(index, md.start_offset, offset)
-        window = max(max_bytes, 64 * 1024)
-        out = bytearray()
-        while pos < md.segment_size_in_bytes:
-            data = await self.read_bytes(md, pos, pos + window, deadline)
-            consumed = 0
-            for b in iter_batches(data):
+        window = max_bytes + 256 * 1024  # the offset index is sparse: the wanted batch may start a bit later
+        pieces: list[memoryview] = []
+        total = 0
+        while pos < md.segment_size_in_bytes and total < max_bytes:
+            mv = await self.read_bytes(md, pos, pos + window, deadline)
+            consumed, first, end, full = 0, -1, -1, False
+            for b in iter_batches(mv):
                 consumed = b.pos + b.size
                 if b.last_offset < offset:
                     continue
-                if len(out) + b.size > max_bytes and (out or not min_one):
-                    return await self._result(md, bytes(out), read_committed, deadline, following)
-                out += b.view()
+                grown = consumed - (first if first >= 0 else b.pos)
+                if total + grown > max_bytes and (total or first >= 0 or not min_one):
+                    full = True
+                    break
+                if first < 0:
+                    first = b.pos
+                end = consumed
+            if first >= 0:
+                pieces.append(mv[first:end])
+                total += end - first
+            if full:
+                break
             if consumed == 0:  # a batch bigger than the window: widen it
                 window *= 2
                 continue
             pos += consumed
-            if len(out) >= max_bytes:
-                break
-        return await self._result(md, bytes(out), read_committed, deadline, following)
+        records: bytes | memoryview = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return await self._result(md, records, read_committed, deadline, following)
 
-    async def _result(self, md: RemoteLogSegmentMetadata, records: bytes, read_committed: bool,
+    async def _result(self, md: RemoteLogSegmentMetadata, records: bytes | memoryview, read_committed: bool,
                       deadline: float, following: list[RemoteLogSegmentMetadata] | None) -> ReadResult:
         """For READ_COMMITTED, the aborted transactions overlapping the records: from this segment's txn index,
         and for transactions still open at its end (its producer snapshot) from the following segments'."""
