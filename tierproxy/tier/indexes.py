@@ -57,9 +57,11 @@ class AbortedTxn:
 
 @dataclass
 class SegmentFiles:
-    """What goes to remote storage for one segment, plus the facts its metadata needs."""
+    """What goes to remote storage for one segment, plus the facts its metadata needs.
 
-    log: bytes
+    The log is kept as the batches' own buffers (`log_parts`), written out without joining them first."""
+
+    log_parts: list[memoryview]
     offset_index: bytes
     time_index: bytes
     leader_epoch_checkpoint: bytes
@@ -76,6 +78,15 @@ class SegmentFiles:
     def txn_index_empty(self) -> bool:
         return not self.aborted
 
+    @property
+    def log_size(self) -> int:
+        return sum(len(p) for p in self.log_parts)
+
+    @property
+    def log(self) -> bytes:
+        """The whole log as one bytes object (a copy: for tests and small segments)."""
+        return b"".join(self.log_parts)
+
 
 class SegmentBuilder:
     """Feed whole batches in offset order; `finish()` returns the segment files and their facts.
@@ -89,7 +100,8 @@ class SegmentBuilder:
         """`txn_starts` — (producer id, first offset) of aborted transactions as the broker reports them in
         READ_COMMITTED fetches — names the start of a transaction that began before this segment."""
         self.interval = index_interval_bytes
-        self.log = bytearray()
+        self.log_parts: list[memoryview] = []
+        self.log_size = 0
         self.offset_index = bytearray()
         self.time_index = bytearray()
         self.epochs: dict[int, int] = {}
@@ -114,7 +126,7 @@ class SegmentBuilder:
                     entry.current_txn_first_offset = max(entry.current_txn_first_offset, first)
         elif batch.base_offset <= self.end_offset:
             raise ValueError(f"batch at {batch.base_offset} does not follow {self.end_offset}")
-        position = len(self.log)
+        position = self.log_size
         last = batch.last_offset
         if self._since_index > self.interval:
             self.offset_index += OFFSET_ENTRY.pack(last - self.start_offset, position)
@@ -122,7 +134,8 @@ class SegmentBuilder:
                 self.time_index += TIME_ENTRY.pack(self.max_ts, self._max_ts_offset - self.start_offset)
                 self._last_time_entry = self.max_ts
             self._since_index = 0
-        self.log += batch.view()
+        self.log_parts.append(batch.view())
+        self.log_size += batch.size
         self._since_index += batch.size
         self.end_offset = last
         if batch.max_timestamp > self.max_ts:
@@ -169,7 +182,7 @@ class SegmentBuilder:
         if self.start_offset < 0:
             raise ValueError("an empty segment")
         return SegmentFiles(
-            log=bytes(self.log), offset_index=bytes(self.offset_index), time_index=bytes(self.time_index),
+            log_parts=list(self.log_parts), offset_index=bytes(self.offset_index), time_index=bytes(self.time_index),
             leader_epoch_checkpoint=encode_leader_epochs(self.epochs), txn_index=encode_txn_index(self.aborted),
             producer_snapshot=encode_producer_snapshot(self.producers), start_offset=self.start_offset,
             end_offset=self.end_offset, max_timestamp_ms=self.max_ts, leader_epochs=dict(self.epochs),

@@ -52,7 +52,7 @@ class RemoteStorageManager:
             self.store.put(self.key(md, IndexType.LEADER_EPOCH.value), files.leader_epoch_checkpoint),
             self.store.put(self.key(md, IndexType.TRANSACTION.value), files.txn_index),
             self.store.put(self.key(md, IndexType.PRODUCER_SNAPSHOT.value), files.producer_snapshot))
-        await self.store.put(self.key(md, LOG_EXT), files.log)
+        await self.store.put_parts(self.key(md, LOG_EXT), files.log_parts)
 
     async def fetch_log(self, md: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> bytes:
         """Bytes [start, end) of the segment's log (to its end when `end` is None)."""

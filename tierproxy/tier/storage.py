@@ -35,6 +35,7 @@ class StorageUnavailable(StorageError):
 
 class ObjectStore(Protocol):
     async def put(self, key: str, data: bytes) -> None: ...
+    async def put_parts(self, key: str, parts: list[memoryview]) -> None: ...
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes: ...
     async def size(self, key: str) -> int: ...
     async def delete(self, key: str) -> None: ...
@@ -56,15 +57,18 @@ class FileStore:
         return p
 
     async def put(self, key: str, data: bytes) -> None:
-        await asyncio.to_thread(self._put, key, data)
+        await asyncio.to_thread(self._put, key, [memoryview(data)])
 
-    def _put(self, key: str, data: bytes) -> None:
+    async def put_parts(self, key: str, parts: list[memoryview]) -> None:
+        await asyncio.to_thread(self._put, key, parts)
+
+    def _put(self, key: str, parts: list[memoryview]) -> None:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                f.writelines(parts)
             os.replace(tmp, path)
         except OSError as exc:
             raise StorageUnavailable(f"writing {key}: {exc}") from exc
@@ -163,6 +167,9 @@ class S3Store:
             raise
         except Exception as exc:
             raise self._map(key, exc) from exc
+
+    async def put_parts(self, key: str, parts: list[memoryview]) -> None:
+        await self.put(key, b"".join(parts))  # S3 takes one body (or multipart slices of it)
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         if end is not None and end <= start:

@@ -86,7 +86,7 @@ def copy_task(task: dict[str, Any]) -> dict[str, Any]:
         tp = TopicIdPartition(task["topic"], bytes(task["topic_id"]), task["partition"])
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, bytes(task["segment_id"])), files.start_offset,
                                       files.end_offset, files.max_timestamp_ms, -1, 0,
-                                      files.leader_epochs or {0: files.start_offset}, len(files.log),
+                                      files.leader_epochs or {0: files.start_offset}, files.log_size,
                                       SegmentState.COPY_SEGMENT_STARTED, files.txn_index_empty)
 
         async def upload() -> None:
@@ -99,7 +99,7 @@ def copy_task(task: dict[str, Any]) -> dict[str, Any]:
         asyncio.run(upload())
         return {**task, "ok": True, "empty": False, "start_offset": files.start_offset,
                 "end_offset": files.end_offset, "max_timestamp_ms": files.max_timestamp_ms,
-                "leader_epochs": files.leader_epochs or {0: files.start_offset}, "size": len(files.log),
+                "leader_epochs": files.leader_epochs or {0: files.start_offset}, "size": files.log_size,
                 "txn_index_empty": files.txn_index_empty, "seconds": time.monotonic() - started}
     except Exception as exc:  # the driver decides: retry with a new segment id
         return {**task, "ok": False, "gone": isinstance(exc, DataGone), "error": f"{type(exc).__name__}: {exc}"}
