@@ -59,16 +59,16 @@ class TopicRLMM(RemoteLogMetadataManager):
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-        await self._ensure_topic()
         self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
                                           **self.client_options)
-        await self._producer.start()
         self._consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
                                           auto_offset_reset="earliest", **self.client_options)
-        await self._consumer.start()
+        # independent round trips: overlap them (and the checkpoint load) to keep a restart short
+        loaded_task = asyncio.get_running_loop().run_in_executor(None, self.load_checkpoint)
+        await asyncio.gather(self._ensure_topic(), self._producer.start(), self._consumer.start())
+        loaded = await loaded_task
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         self._consumer.assign(tps)
-        loaded = self.load_checkpoint()
         for tp in tps:
             start = loaded.get(tp.partition, 0)
             self.positions[tp.partition] = start
