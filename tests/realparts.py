@@ -38,6 +38,23 @@ class S3Server:
     access_key = "testing"
     secret_key = "testing"
 
+    def create_bucket(self, name: str) -> None:
+        """Create a bucket, and put this server's credentials in the environment (the usual chain)."""
+        import asyncio
+
+        from tierproxy.tier.storage import S3Store
+
+        async def run() -> None:
+            store = S3Store(name, endpoint=self.endpoint, region=self.region, access_key=self.access_key,
+                            secret_key=self.secret_key)
+            try:
+                await (await store._c()).create_bucket(Bucket=name)
+            finally:
+                await store.close()
+
+        asyncio.run(run())
+        os.environ.update({"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key})
+
 
 @contextmanager
 def moto_server(workdir: Path) -> Iterator[S3Server]:

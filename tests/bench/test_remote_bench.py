@@ -7,7 +7,6 @@ while it was still local; and the proxy's peak RSS with 100 concurrent remote co
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import time
@@ -20,7 +19,6 @@ from tests.kafkahelpers import create_topic, set_retention, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tierproxy.config import TierSettings
 from tierproxy.kafkadist import KafkaCluster
-from tierproxy.tier.storage import S3Store
 from tierproxy.tiering.job import run_loop
 from tierproxy.wireclient import WireClient
 
@@ -86,14 +84,7 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
                     "batch.size=262144"], check=True, capture_output=True, timeout=900)
     direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic) for _ in range(2))
 
-    async def bucket() -> None:
-        store = S3Store("tier", endpoint=s3.endpoint, region=s3.region, access_key=s3.access_key,
-                        secret_key=s3.secret_key)
-        await (await store._c()).create_bucket(Bucket="tier")
-        await store.close()
-
-    asyncio.run(bucket())
-    os.environ.update({"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+    s3.create_bucket("tier")
     tiers = {"filesystem": (f"file://{tmp_path}/tier", f"file://{tmp_path}/meta-fs"),
              "s3": (f"s3://tier/b?endpoint={s3.endpoint}&region={s3.region}", f"file://{tmp_path}/meta-s3")}
     for storage, metadata in tiers.values():

@@ -32,14 +32,7 @@ def rsm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RemoteStorag
         return
     s3: S3Server = request.getfixturevalue("s3")
 
-    async def bucket() -> None:
-        store = S3Store("tier", endpoint=s3.endpoint, region=s3.region, access_key=s3.access_key,
-                        secret_key=s3.secret_key)
-        c = await store._c()
-        await c.create_bucket(Bucket="tier")
-        await store.close()
-
-    asyncio.run(bucket())
+    s3.create_bucket("tier")
     yield RemoteStorageManager(S3Store("tier", endpoint=s3.endpoint, region=s3.region, access_key=s3.access_key,
                                        secret_key=s3.secret_key, part_size=5 << 20), "cluster-a/tiered")
 

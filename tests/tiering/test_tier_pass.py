@@ -3,7 +3,6 @@ segment boundary, the broker's retention afterwards, S3, and compacted topics sk
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import time
@@ -17,7 +16,6 @@ from tests.realparts import S3Server
 from tests.tier.fetchraw import fetch_raw
 from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
 from tierproxy.kafkadist import KafkaCluster
-from tierproxy.tier.storage import S3Store
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -109,16 +107,8 @@ def test_tier_to_s3(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic_nam
         p.produce(topic_name, f"s3-{i}".encode() * 20)
     p.flush(30)
 
-    async def bucket() -> None:
-        store = S3Store("tier", endpoint=s3.endpoint, region=s3.region, access_key=s3.access_key,
-                        secret_key=s3.secret_key)
-        await (await store._c()).create_bucket(Bucket="tier")
-        await store.close()
+    s3.create_bucket("tier")
 
-    asyncio.run(bucket())
-    import os
-
-    os.environ.update({"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
     s = settings(kafka.bootstrap, tmp_path, topic_name,
                  storage=f"s3://tier/prod?endpoint={s3.endpoint}&region={s3.region}")
     assert tier_once(s).segments > 0
