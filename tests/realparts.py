@@ -141,16 +141,19 @@ class ProxyProcess:
 
 
 def free_port_block(n: int) -> int:
-    """The first of `n` consecutive free loopback ports (best effort, checked by binding each)."""
-    for _ in range(50):
-        base = free_port()
-        if base + n > 65535:
-            continue
+    """The first of `n` consecutive free loopback ports, below the kernel's ephemeral range (client sockets never
+    land there) and bound the way the proxy binds (SO_REUSEADDR)."""
+    import random
+
+    low, _ = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(200):
+        base = random.randrange(10000, max(10001, low - n))
         socks = []
         try:
             for p in range(base, base + n):
                 s = socket.socket()
                 socks.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", p))
             return base
         except OSError:
