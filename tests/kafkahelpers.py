@@ -49,3 +49,29 @@ def set_retention(bootstrap: str, topic: str, retention_ms: int) -> None:
         ConfigEntry("retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET)])
     for fut in admin.incremental_alter_configs([res]).values():
         fut.result(30)
+
+
+def read_to_end(bootstrap: str, topic: str, isolation: str = "read_uncommitted", timeout: float = 60) -> list[str]:
+    """Every value of a single-partition topic from the beginning to the end, as a fresh group sees it."""
+    import uuid
+
+    from confluent_kafka import KafkaError
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:6]}",
+                  "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True})
+    c.subscribe([topic])
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.3)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            got.append(m.value().decode())
+    finally:
+        c.close()
+    return got

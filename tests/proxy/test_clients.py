@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.kafkahelpers import create_topic
+from tests.kafkahelpers import create_topic, read_to_end
 from tests.realparts import ProxyProcess
 from tierproxy.kafkadist import KafkaCluster
 
@@ -123,21 +123,7 @@ def test_transactions_read_committed(proxy: ProxyProcess, kafka: KafkaCluster, t
             p.abort_transaction(30)
     seen: list[str] = []
     for isolation in ("read_committed", "read_uncommitted"):
-        c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"rc-{uuid.uuid4().hex[:6]}",
-                      "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True})
-        c.subscribe([topic_name])
-        got: list[str] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    break
-                continue
-            got.append(m.value().decode())
-        c.close()
+        got = read_to_end(proxy.bootstrap, topic_name, isolation, timeout=30)
         seen.append(",".join(got))
         if isolation == "read_committed":
             assert len(got) == 20 and all(v.startswith("commit") for v in got)

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Producer
 
 from protocol.records import iter_batches
-from tests.kafkahelpers import create_topic, set_retention, watermarks
+from tests.kafkahelpers import create_topic, read_to_end, set_retention, watermarks
 from tests.realparts import DelayRelay, ProxyProcess, S3Server
 from tests.tiering.helpers import settings, tier_once
 from tierproxy.kafkadist import KafkaCluster
@@ -38,6 +39,26 @@ def timed_fetch(address: str, topic: str, offset: int) -> tuple[float, dict[str,
 def fetch_p99(address: str, topic: str, offset: int, n: int = 200) -> float:
     lat = sorted(timed_fetch(address, topic, offset)[0] for _ in range(n))
     return lat[int(n * 0.99) - 1]
+
+
+@contextmanager
+def remote_readers(read: Callable[[], object], n: int = 4) -> Iterator[None]:
+    """`n` threads calling `read` in a loop for as long as the block runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            read()
+
+    threads = [threading.Thread(target=loop) for _ in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
 
 
 def _broker_forgets(bootstrap: str, topic: str) -> None:
@@ -95,22 +116,7 @@ def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Pa
     proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
                                                            "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
     try:
-        c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"rc-{uuid.uuid4().hex[:6]}",
-                      "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                      "enable.partition.eof": True})
-        c.subscribe([topic_name])
-        got: list[str] = []
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    break
-                continue
-            got.append(m.value().decode())
-        c.close()
+        got = read_to_end(proxy.bootstrap, topic_name, "read_committed", timeout=90)
         assert not [v for v in got if v.startswith("abort")]
         assert sorted(v for v in got if v != "tick") == sorted(committed)
     finally:
@@ -142,19 +148,8 @@ def test_s3_outage_and_latency_hit_only_remote_readers(kafka: KafkaCluster, s3: 
         took, part = fetch(0)
         assert took < 0.5 + 1.0  # within remote.fetch.max.wait.ms (500 ms) plus slack
         assert part["error_code"] in (0, 56) and not list(iter_batches(part["records"]))  # empty or storage error
-        stop = threading.Event()
-
-        def catch_up_load() -> None:  # remote readers keep hammering the dead store meanwhile
-            while not stop.is_set():
-                fetch(0)
-
-        loaders = [threading.Thread(target=catch_up_load) for _ in range(4)]
-        for t in loaders:
-            t.start()
-        tail = [fetch(hw - 1)[1] for _ in range(50)]  # tail reads while remote readers hammer the dead store
-        stop.set()
-        for t in loaders:
-            t.join(10)
+        with remote_readers(lambda: fetch(0)):  # catch-up readers hammer the dead store meanwhile
+            tail = [fetch(hw - 1)[1] for _ in range(50)]
         assert all(t["error_code"] == 0 and list(iter_batches(t["records"])) for t in tail)
     finally:
         proxy.stop()
@@ -180,19 +175,8 @@ def test_five_second_s3_latency_expires_remote_reads_not_tail_reads(kafka: Kafka
         time.sleep(2)
         took, part = fetch(0)
         assert took < 0.5 + 1.0 and part["error_code"] == 0 and not list(iter_batches(part["records"]))
-        stop = threading.Event()
-
-        def catch_up_load() -> None:
-            while not stop.is_set():
-                fetch(0)
-
-        loaders = [threading.Thread(target=catch_up_load) for _ in range(4)]
-        for t in loaders:
-            t.start()
-        tail = [fetch(hw - 1)[1] for _ in range(50)]  # tail reads while remote reads wait on slow S3
-        stop.set()
-        for t in loaders:
-            t.join(10)
+        with remote_readers(lambda: fetch(0)):  # catch-up reads wait on slow S3 meanwhile
+            tail = [fetch(hw - 1)[1] for _ in range(50)]
         assert all(t["error_code"] == 0 and list(iter_batches(t["records"])) for t in tail)
         deadline = time.monotonic() + 30  # the slow reads finish in the background and warm nothing (cache 0);
         served = False                    # a fetch whose read completes within the wait is served
