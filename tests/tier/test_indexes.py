@@ -78,3 +78,17 @@ def test_segments_from_real_batches(kafka: KafkaCluster, topic_name: str) -> Non
                 assert containing, f"offset {offset} not reachable from position {pos}"
             floor = lookup_time(seg_files.time_index, seg_files.start_offset, b.max_timestamp)
             assert floor <= b.last_offset
+
+
+def test_an_empty_abort_marker_does_not_reopen_an_older_aborted_transaction() -> None:
+    from protocol.records import ABORT, Record, build_batch, build_control_batch
+    from tierproxy.tier.indexes import build_segment
+
+    pid = 7
+    data = build_batch([Record(0, 1, None, b"a"), Record(1, 1, None, b"b")], producer_id=pid, producer_epoch=0,
+                       base_sequence=0, transactional=True)
+    marker = build_control_batch(ABORT, offset=2, producer_id=pid, producer_epoch=0, timestamp=2)
+    empty_abort = build_control_batch(ABORT, offset=3, producer_id=pid, producer_epoch=1, timestamp=3)
+    files = build_segment(data + marker + empty_abort, txn_starts=[(pid, 0)])
+    got = [(a.producer_id, a.first_offset, a.last_offset) for a in decode_txn_index(files.txn_index)]
+    assert got == [(pid, 0, 2)]

@@ -57,9 +57,10 @@ def test_tier_once_copies_every_batch_byte_for_byte(kafka: KafkaCluster, tmp_pat
     assert summary.failed == 0 and summary.segments >= 8 and summary.gaps == []
 
     segs, remote, aborted = tiered(s, topic_name)
-    assert remote == served[:len(remote)]  # byte for byte, batch for batch
+    # everything the broker served before the pass is in the tier, byte for byte, batch for batch (the
+    # coordinator may append a marker meanwhile: the tier may hold more, never different)
+    assert remote[:len(served)] == served
     assert offsets_of(remote) == list(range(offsets_of(remote)[-1] + 1))  # no hole, no duplicate
-    assert offsets_of(remote)[-1] >= offsets_of(served)[-1] - 1  # everything below the LSO
     for a, b in itertools.pairwise(segs):
         assert b.start_offset == a.end_offset + 1
     assert sorted((a.producer_id, a.first_offset) for a in aborted) == sorted(

@@ -108,6 +108,7 @@ class SegmentBuilder:
         self.aborted: list[AbortedTxn] = []
         self.producers = {pid: ProducerEntry(**vars_of(e)) for pid, e in (producers or {}).items()}
         self.txn_starts = sorted(txn_starts or [])
+        self._last_marker: dict[int, int] = {}  # producer id → offset of its latest marker in this segment
         self.start_offset = -1
         self.end_offset = -1
         self.max_ts = -1
@@ -159,10 +160,13 @@ class SegmentBuilder:
             ctl = batch.control_record()
             entry.coordinator_epoch = ctl.coordinator_epoch
             first = entry.current_txn_first_offset
-            # the broker's word wins: a transaction that began before this segment was first seen here later
-            starts = [o for p, o in self.txn_starts if p == pid and o <= batch.base_offset]
+            # the broker's word wins for a transaction that began before this segment — but only one still open:
+            # a hint at or before this producer's previous marker belongs to a transaction already closed
+            closed = self._last_marker.get(pid, -1)
+            starts = [o for p, o in self.txn_starts if p == pid and closed < o <= batch.base_offset]
             if starts and ctl.type == ABORT:
                 first = max(starts)
+            self._last_marker[pid] = batch.base_offset
             if ctl.type == ABORT and first >= 0:
                 self.aborted.append(AbortedTxn(pid, first, batch.last_offset, self._lso_after(pid, batch.last_offset)))
             entry.current_txn_first_offset = -1
@@ -255,9 +259,10 @@ def lookup_time(time_index: bytes, start_offset: int, timestamp: int) -> int:
     return start_offset + best
 
 
-def build_segment(records: bytes, producers: dict[int, ProducerEntry] | None = None) -> SegmentFiles:
+def build_segment(records: bytes, producers: dict[int, ProducerEntry] | None = None,
+                  txn_starts: list[tuple[int, int]] | None = None) -> SegmentFiles:
     """All whole batches of `records` as one segment (tests and tools)."""
-    b = SegmentBuilder(producers)
+    b = SegmentBuilder(producers, txn_starts=txn_starts)
     for batch in iter_batches(records):
         b.add(batch)
     return b.finish()
