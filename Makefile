@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 export TIERPROXY_CACHE ?= $(HOME)/.cache/tierproxy
 
-.PHONY: install test check lint typecheck demo bench clean
+.PHONY: install tools test check lint typecheck demo bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,9 +24,12 @@ install: $(VENV)/.installed
 	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat' >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
 	$(BIN)/python -c "from tierproxy.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
+
+# helm, kubeconform and Kubernetes schemas for the chart tests (built with Go; the demo does not need them)
+tools:
 	bash .ci/install-tools.sh
 
-test: install
+test: install tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
@@ -37,7 +40,7 @@ typecheck: install
 
 check: lint typecheck test
 
-bench: install
+bench: install tools
 	$(BIN)/python -m pytest -m bench tests/bench -s -p no:randomly $(PYTEST_ARGS)
 
 demo: install
