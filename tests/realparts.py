@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -163,62 +163,3 @@ def free_port_block(n: int) -> int:
                 s.close()
     raise RuntimeError(f"no block of {n} free ports")
 
-
-class DelayRelay:
-    """A loopback TCP relay that holds every chunk it forwards toward the server for `delay` seconds
-    (S3 latency injection in front of moto)."""
-
-    def __init__(self, upstream_port: int, delay: float) -> None:
-        import threading
-
-        self.delay = delay
-        self.upstream_port = upstream_port
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._conns: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        import threading
-
-        self.sock.settimeout(0.2)
-        while not self._stop.is_set():
-            try:
-                client, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=10)
-            except OSError:
-                client.close()
-                continue
-            self._conns += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, toward_server: bool) -> None:
-        try:
-            while not self._stop.is_set():
-                data = src.recv(1 << 16)
-                if not data:
-                    break
-                if toward_server and self.delay:  # read each time: a test may lift the delay
-                    time.sleep(self.delay)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
-        self._thread.join(2)
-        for c in self._conns:
-            c.close()

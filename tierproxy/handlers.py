@@ -75,19 +75,6 @@ def describe_cluster_response(session: Session, slot: Slot, ev: ResponseEvent) -
         slot.chunks = _encode(ev, data)
 
 
-def node_endpoints_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    """Fetch v16+ / Produce v10+: only frames that carry NodeEndpoints are re-encoded."""
-    min_version = 16 if ev.api_key == rewrite.FETCH else 10
-    if ev.api_version < min_version or not registry.supports(ev.api_key, ev.api_version):
-        slot.chunks = framed(ev.frame)
-        return
-    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
-    if rewrite.rewrite_node_endpoints(data, session.proxy.brokers.proxy_address):
-        slot.chunks = _encode(ev, data)
-    else:
-        slot.chunks = framed(ev.frame)
-
-
 def sasl_handshake_request(session: Session, ev: RequestEvent) -> None:
     """SaslHandshake v0 is followed by raw, unframed SASL tokens (clients older than Kafka 1.0) that a frame
     relay cannot carry: such a connection is closed with a log line. v1 (SaslAuthenticate frames) passes."""
@@ -103,8 +90,8 @@ REQUEST_HANDLERS: dict[int, RequestHandler] = {
     rewrite.API_VERSIONS: api_versions_request,
     rewrite.SASL_HANDSHAKE: sasl_handshake_request,
     rewrite.FETCH: fetch.fetch_request,
-    rewrite.LIST_OFFSETS: offsets.list_offsets_request,
-    rewrite.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch_request,
+    rewrite.LIST_OFFSETS: offsets.forward_remembering_request,
+    rewrite.OFFSET_FOR_LEADER_EPOCH: offsets.forward_remembering_request,
 }
 RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
     rewrite.API_VERSIONS: api_versions_response,
@@ -114,5 +101,5 @@ RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
     rewrite.FETCH: fetch.fetch_response,
     rewrite.LIST_OFFSETS: offsets.list_offsets_response,
     rewrite.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch_response,
-    rewrite.PRODUCE: node_endpoints_response,
+    rewrite.PRODUCE: rewrite.relay_with_endpoints,
 }

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol import registry
+from protocol.connection import ResponseEvent
+from tierproxy.session import Session, Slot, framed
 
 Data = dict[str, Any]
 AddressOf = Callable[[int, str, int], tuple[str, int]]  # (node_id, upstream host, port) → proxy address
@@ -79,3 +81,17 @@ def rewrite_node_endpoints(data: Data, address_of: AddressOf) -> bool:
     for e in endpoints:
         e["host"], e["port"] = address_of(e["node_id"], e["host"], e["port"])
     return bool(endpoints)
+
+
+def relay_with_endpoints(session: Session, slot: Slot, ev: ResponseEvent, data: Data | None = None) -> None:
+    """Fetch v16+ / Produce v10+: re-encode only a response that carries NodeEndpoints; relay the rest as is."""
+    min_version = 16 if ev.api_key == FETCH else 10
+    if ev.api_version < min_version or not registry.supports(ev.api_key, ev.api_version):
+        slot.chunks = framed(ev.frame)
+        return
+    if data is None:
+        data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    if rewrite_node_endpoints(data, session.proxy.brokers.proxy_address):
+        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
+    else:
+        slot.chunks = framed(ev.frame)

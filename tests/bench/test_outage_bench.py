@@ -16,7 +16,8 @@ import pytest
 
 from tests.bench.report import report
 from tests.kafkahelpers import watermarks
-from tests.realparts import DelayRelay, ProxyProcess, S3Server
+from tests.realparts import ProxyProcess, S3Server
+from tests.recording_relay import DelayRelay
 from tests.remote.test_remote_txn_outage import tier_to_s3_and_forget, timed_fetch
 from tierproxy.kafkadist import KafkaCluster
 

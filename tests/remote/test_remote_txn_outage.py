@@ -16,7 +16,8 @@ from confluent_kafka import Producer
 
 from protocol.records import iter_batches
 from tests.kafkahelpers import create_topic, read_to_end, set_retention, watermarks
-from tests.realparts import DelayRelay, ProxyProcess, S3Server
+from tests.realparts import ProxyProcess, S3Server
+from tests.recording_relay import DelayRelay
 from tests.tiering.helpers import settings, tier_once
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient

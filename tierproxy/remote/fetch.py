@@ -28,7 +28,7 @@ from tierproxy.admin.metrics import FETCH_LATENCY
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.service import RemoteTier
-from tierproxy.session import Session, Slot, framed
+from tierproxy.session import Session, Slot
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
 
@@ -97,7 +97,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     ctx: FetchCtx | None = slot.ctx
     tier: RemoteTier | None = session.proxy.remote
     if ctx is None or tier is None or not registry.supports(ev.api_key, ev.api_version):
-        _endpoints_only(session, slot, ev)
+        rewrite.relay_with_endpoints(session, slot, ev)
         return
     data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
     requested = {_key(ctx.by_id, t, p): p for t in ctx.request["topics"] for p in t["partitions"]}
@@ -112,22 +112,10 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
             if pc is not None and req is not None and pc.segment_for_offset(req["fetch_offset"]) is not None:
                 oor.append(key)
     if not oor and not ctx.local:
-        _endpoints_only(session, slot, ev, data)
+        rewrite.relay_with_endpoints(session, slot, ev, data)
         FETCH_LATENCY.labels("tail").observe(time.monotonic() - ctx.started)
         return
     session.proxy.spawn(complete(session, slot, (ev, data), ctx, oor))
-
-
-def _endpoints_only(session: Session, slot: Slot, ev: ResponseEvent, data: dict[str, Any] | None = None) -> None:
-    if ev.api_version < 16 or not registry.supports(ev.api_key, ev.api_version):
-        slot.chunks = framed(ev.frame)
-        return
-    if data is None:
-        data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
-    if rewrite.rewrite_node_endpoints(data, session.proxy.brokers.proxy_address):
-        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
-    else:
-        slot.chunks = framed(ev.frame)
 
 
 async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, dict[str, Any]] | None,

@@ -26,7 +26,9 @@ EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4,
 UNDEFINED = -1
 
 
-def list_offsets_request(session: Session, ev: RequestEvent) -> None:
+def forward_remembering_request(session: Session, ev: RequestEvent) -> None:
+    """Forward as is; with the tier on, keep the decoded request for the response handler (ListOffsets and
+    OffsetForLeaderEpoch answers are adjusted per requested partition)."""
     if session.proxy.remote is None or not registry.supports(ev.header.api_key, ev.header.api_version):
         session.forward(ev)
         return
@@ -98,13 +100,6 @@ async def offset_for_timestamp(tier: RemoteTier, pc: PartitionCache, ts: int) ->
                 if rec.timestamp >= ts:
                     return rec.offset, rec.timestamp
     return None
-
-
-def offset_for_leader_epoch_request(session: Session, ev: RequestEvent) -> None:
-    if session.proxy.remote is None or not registry.supports(ev.header.api_key, ev.header.api_version):
-        session.forward(ev)
-        return
-    session.forward(ev, slot=Slot(ev.header, ctx=registry.decode_request(ev.header, ev.frame)))
 
 
 def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:

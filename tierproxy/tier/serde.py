@@ -5,7 +5,6 @@ Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka p
     0 RemoteLogSegmentMetadataRecord   (v1 adds tag 1 BrokerLeaderEpoch; tag 0 is Kafka's TxnIndexEmpty)
     1 RemoteLogSegmentMetadataUpdateRecord (v1 adds tag 0 BrokerLeaderEpoch, tag 1 EndOffset)
     2 RemotePartitionDeleteMetadataRecord  (v1 adds tag 0 BrokerLeaderEpoch, tag 1 EndOffset)
-    3 RemoteLogSegmentMetadataSnapshotRecord (flat-file checkpoint entries)
 Record key (compacted topic) => "topicId:partition:endOffset:brokerLeaderEpoch" for segment records,
     "topicId:partition" for partition-deletion records (topic ids in Kafka's base64 form).
 """
@@ -66,21 +65,6 @@ PARTITION_DELETE_RECORD = Message("RemotePartitionDeleteMetadataRecord", api_key
     F("remote_partition_delete_state", "int8", "0+"),
     F("broker_leader_epoch", "int32", "1+", tag=0, default=-1),
     F("end_offset", "int64", "1+", tag=1, default=-1),
-])
-
-SNAPSHOT_RECORD = Message("RemoteLogSegmentMetadataSnapshotRecord", api_key=3, versions="0", flexible="0+", fields=[
-    F("segment_id", "uuid", "0+"),
-    F("start_offset", "int64", "0+"),
-    F("end_offset", "int64", "0+"),
-    F("broker_id", "int32", "0+"),
-    F("max_timestamp_ms", "int64", "0+"),
-    F("event_timestamp_ms", "int64", "0+"),
-    F("segment_leader_epochs", "[]", "0+", fields=_EPOCHS),
-    F("segment_size_in_bytes", "int32", "0+"),
-    F("custom_metadata", "bytes", "0+", nullable="0+", default=None),
-    F("remote_log_segment_state", "int8", "0+"),
-    F("txn_index_empty", "bool", "0+", tag=0, default=False),
-    F("broker_leader_epoch", "int32", "0+", tag=1, default=-1),
 ])
 
 _BY_KEY = {m.api_key: m for m in (SEGMENT_RECORD, UPDATE_RECORD, PARTITION_DELETE_RECORD)}
