@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import crc32c
 
@@ -46,6 +47,24 @@ TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 ABORT, COMMIT = 0, 1
+
+
+class BatchHeader(NamedTuple):
+    """The fixed header of a v2 batch, unpacked once."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
 
 
 @dataclass(slots=True)
@@ -80,6 +99,10 @@ class RecordBatch:
 
     def _h(self) -> tuple[int, ...]:
         return BATCH_HEADER.unpack_from(self.buf, self.pos)
+
+    def header(self) -> BatchHeader:
+        """Every header field in one unpack (for loops that need several of them)."""
+        return BatchHeader._make(BATCH_HEADER.unpack_from(self.buf, self.pos))
 
     base_offset = property(lambda self: self._h()[0])
     batch_length = property(lambda self: self._h()[1])
