@@ -10,15 +10,24 @@ import asyncio
 import contextlib
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
-# imported here, not lazily: a first import racing on two threads (the tiering driver's RLMM loop and its
-# main thread) can fail inside importlib
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
-from botocore.exceptions import BotoCoreError, ClientError
+_boto_lock = threading.Lock()
+
+
+def _boto() -> Any:
+    """aiobotocore and botocore, imported on first use (half a second that file:// users, the proxy without S3
+    and every Spark reader task would pay otherwise), under a lock: a first import racing on two threads (the
+    tiering driver's RLMM loop and its main thread) can fail inside importlib."""
+    with _boto_lock:
+        import aiobotocore.config
+        import aiobotocore.session
+        import botocore.exceptions
+
+        return aiobotocore, botocore
 
 
 class StorageError(Exception):
@@ -74,9 +83,10 @@ class FileStore:
             raise StorageUnavailable(f"writing {key}: {exc}") from exc
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
-        return await asyncio.to_thread(self._get, key, start, end)
+        return await asyncio.to_thread(self.get_blocking, key, start, end)
 
-    def _get(self, key: str, start: int, end: int | None) -> bytes:
+    def get_blocking(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """`get` without an event loop (Spark reader tasks: a loop and its thread per task cost more than the read)."""
         try:
             with open(self._path(key), "rb") as f:
                 f.seek(start)
@@ -115,6 +125,7 @@ class S3Store:
         self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.part_size = max(part_size, 5 << 20)  # S3's minimum part size
         self.access_key, self.secret_key = access_key, secret_key
+        _boto()  # in the constructing thread, before any other thread uses the client
         self._client: Any = None
         self._ctx: Any = None
         self._lock = asyncio.Lock()
@@ -123,24 +134,26 @@ class S3Store:
         if self._client is None:
             async with self._lock:
                 if self._client is None:
-                    kw: dict[str, Any] = {"region_name": self.region, "config": AioConfig(
+                    aiobotocore, _ = _boto()
+                    kw: dict[str, Any] = {"region_name": self.region, "config": aiobotocore.config.AioConfig(
                         retries={"max_attempts": 1}, connect_timeout=5, read_timeout=30, max_pool_connections=64)}
                     if self.endpoint:
                         kw["endpoint_url"] = self.endpoint
                     if self.access_key:
                         kw["aws_access_key_id"], kw["aws_secret_access_key"] = self.access_key, self.secret_key
-                    self._ctx = get_session().create_client("s3", **kw)
+                    self._ctx = aiobotocore.session.get_session().create_client("s3", **kw)
                     self._client = await self._ctx.__aenter__()
         return self._client
 
     def _map(self, key: str, exc: Exception) -> StorageError:
-        if isinstance(exc, ClientError):
+        errors = _boto()[1].exceptions
+        if isinstance(exc, errors.ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
             if code in ("NoSuchKey", "404", "NotFound") or status == 404:
                 return ObjectMissing(key)
             return StorageUnavailable(f"s3 {code or status} on {key}: {exc}")
-        if isinstance(exc, BotoCoreError | OSError | asyncio.TimeoutError):
+        if isinstance(exc, errors.BotoCoreError | OSError | asyncio.TimeoutError):
             return StorageUnavailable(f"s3 unreachable for {key}: {exc}")
         return StorageUnavailable(f"s3 error on {key}: {exc!r}")
 
