@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from protocol.records import iter_batches
+from protocol.records import RecordBatch, iter_batches
 from tierproxy.tier.indexes import SegmentBuilder
 from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition
 from tierproxy.tier.rsm import RemoteStorageManager
@@ -34,17 +35,17 @@ class DataGone(CopyError):
 OFFSET_OUT_OF_RANGE = 1
 
 
-def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, first: bool
-                ) -> tuple[list[memoryview], list[tuple[int, int]]]:
-    """Whole batches for [start, end) and the aborted transactions (producer id, first offset) around them."""
-    batches: list[memoryview] = []
-    aborted: set[tuple[int, int]] = set()
+def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *, isolation: int = 1,
+               client_id: str = "tierproxy-tier") -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
+    """Raw batches from `start` up to `end` (or the last stable offset / high watermark, by `isolation`), one
+    fetch response at a time, with the aborted transactions (producer id, first offset) that response reports.
+    The first batch may begin before `start` (the one holding it)."""
     offset = start
-    with WireClient(leader, client_id="tierproxy-tier", timeout=60) as w:
+    with WireClient(leader, client_id=client_id, timeout=60) as w:
         while offset < end:
             resp = w.request(FETCH, FETCH_VERSION, {
                 "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": FETCH_MAX_BYTES,
-                "isolation_level": 1, "session_id": 0, "session_epoch": -1,
+                "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
                 "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
                                                             "partition_max_bytes": FETCH_MAX_BYTES}]}],
                 "forgotten_topics_data": [], "rack_id": ""})
@@ -53,21 +54,26 @@ def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, f
                 raise DataGone(f"{topic}-{partition}: offset {offset} is no longer on the broker")
             if part["error_code"] != 0:
                 raise CopyError(f"{topic}-{partition} fetch at {offset}: error {part['error_code']}")
-            aborted |= {(a["producer_id"], a["first_offset"]) for a in part["aborted_transactions"] or []}
-            progressed = False
-            for b in iter_batches(part["records"]):
-                if b.base_offset >= end:
-                    return batches, sorted(aborted)
-                if b.last_offset < offset:
-                    continue
-                if b.base_offset >= start or (first and not batches):
-                    batches.append(b.view())
-                offset = b.last_offset + 1
-                progressed = True
-            if not progressed:
-                if part["last_stable_offset"] <= offset:
-                    break  # nothing more below the LSO
-                raise CopyError(f"{topic}-{partition}: no whole batch at {offset} within {FETCH_MAX_BYTES} bytes")
+            aborted = [(a["producer_id"], a["first_offset"]) for a in part["aborted_transactions"] or []]
+            batches = [b for b in iter_batches(part["records"]) if b.last_offset >= offset and b.base_offset < end]
+            if batches:
+                offset = batches[-1].last_offset + 1
+                yield batches, aborted
+            limit = part["last_stable_offset"] if isolation == 1 else part["high_watermark"]
+            if not batches or any(b.base_offset >= end for b in iter_batches(part["records"])):
+                if not batches and limit > offset:
+                    raise CopyError(f"{topic}-{partition}: no whole batch at {offset} within {FETCH_MAX_BYTES} bytes")
+                return
+
+
+def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, first: bool
+                ) -> tuple[list[memoryview], list[tuple[int, int]]]:
+    """Whole batches for [start, end) and the aborted transactions (producer id, first offset) around them."""
+    batches: list[memoryview] = []
+    aborted: set[tuple[int, int]] = set()
+    for got, txns in iter_fetch(leader, topic, partition, start, end):
+        aborted |= set(txns)
+        batches += [b.view() for b in got if b.base_offset >= start or (first and not batches)]
     return batches, sorted(aborted)
 
 
