@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
+
 from protocol.records import iter_batches
 from tierproxy.config import TierSettings
 from tierproxy.tier.indexes import decode_txn_index
@@ -51,3 +53,30 @@ def tiered(s: TierSettings, topic: str, partition: int = 0) -> tuple[list[Remote
 
 def offsets_of(raw: bytes) -> list[int]:
     return [o for b in iter_batches(raw) for o in range(b.base_offset, b.last_offset + 1)]
+
+
+def produce_everything(bootstrap: str, topic: str) -> None:
+    """Every codec, headers, null keys and values, and transactions (one aborted) between them."""
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5})
+        for i in range(300):
+            key = None if i % 4 == 0 else f"{codec}-{i}".encode()
+            value = None if i % 7 == 0 else (f"{codec}-value-{i}-" * 20).encode()
+            p.produce(topic, value, key, headers=[("h", f"{i}".encode()), ("empty", None)])
+        p.flush(30)
+    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}", "linger.ms": 0})
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    tx.init_transactions(30)
+    for outcome in ("commit", "abort", "commit", "abort"):
+        tx.begin_transaction()
+        for i in range(40):  # interleaved with non-transactional writes: the txn spans tier segments
+            tx.produce(topic, (f"{outcome}-{i}-" * 30).encode())
+            tx.flush(10)
+            plain.produce(topic, f"plain-{outcome}-{i}".encode())
+            plain.flush(10)
+        if outcome == "commit":
+            tx.commit_transaction(30)
+        else:
+            tx.abort_transaction(30)
+    plain.produce(topic, b"after-the-transactions")  # moves the LSO past the last marker
+    plain.flush(10)
