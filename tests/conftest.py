@@ -26,6 +26,24 @@ def _start(nodes: int, tmp: Path) -> KafkaCluster:
         unavailable(f"Apache Kafka ({nodes} node)", str(exc))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Settle what the one JVM this process may start inherits, before any test starts it (the tiering tests start
+    theirs first, and a later SparkSession reuses that JVM and its environment):
+    - moto's credentials, the usual AWS chain that Spark's Python workers read (S3Server uses the same pair);
+    - Spark's Kafka source on the classpath: a session made after an earlier one stopped cannot load new jars."""
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", S3Server.access_key)
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
+    if "PYSPARK_SUBMIT_ARGS" in os.environ:
+        return
+    from tests.spark.parts import spark_kafka_jars
+
+    try:
+        jars = spark_kafka_jars()
+    except (Exception, pytest.fail.Exception, pytest.skip.Exception):
+        return  # no Maven: the comparison tests fail with the reason; nothing else needs the jars
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(jars)} pyspark-shell"
+
+
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """One combined KRaft broker+controller for the whole session."""

@@ -1,0 +1,112 @@
+"""The DataFrame reader vs Spark's own Kafka source on the same data, local[2], same run: rows/s and MB/s of a full
+scan (every column materialised by one aggregate). Goal ≥ 2x.
+
+    pytest -m bench tests/bench/test_spark_reader_bench.py -s   (TIERPROXY_BENCH_SPARK_RECORDS, default 256Ki of 1 KiB)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench.report import report
+from tests.kafkahelpers import create_topic
+from tests.spark.parts import local_session, tier_once
+from tierproxy.kafkadist import KafkaCluster
+
+pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
+RECORDS = int(os.environ.get("TIERPROXY_BENCH_SPARK_RECORDS", str(256 << 10)))
+
+
+class ArrowCeiling:
+    """A Python data source that only yields pre-built Arrow batches of 1 KiB values (no IO, no decoding): what
+    Spark's Python Data Source path itself can carry on this machine, the ceiling for any Python reader."""
+
+    @staticmethod
+    def register(spark: Any, rows: int) -> None:
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        from tierproxy.spark.rows import SCHEMA_DDL
+
+        class Reader(DataSourceReader):
+            def __init__(self, schema: Any) -> None:
+                self.schema = schema
+
+            def partitions(self) -> list[InputPartition]:
+                return [InputPartition(i) for i in range(8)]
+
+            def read(self, partition: InputPartition) -> Any:
+                import pyarrow as pa
+                from pyspark.sql.pandas.types import to_arrow_schema
+
+                n = 8192
+                batch = pa.RecordBatch.from_arrays(
+                    [pa.nulls(n, pa.binary()), pa.array([b"x" * 1024] * n, pa.binary()), pa.array(["t"] * n),
+                     pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
+                     pa.array([0] * n, pa.int64()).cast(pa.timestamp("us", "UTC")), pa.array([0] * n, pa.int32())],
+                    schema=to_arrow_schema(self.schema, timezone="UTC"))
+                for _ in range(rows // 8 // n):
+                    yield batch
+
+        class Source(DataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "arrow-ceiling"
+
+            def schema(self) -> str:
+                return SCHEMA_DDL
+
+            def reader(self, schema: Any) -> Reader:
+                return Reader(schema)
+
+        spark.dataSource.register(Source)
+
+
+def scan(spark: Any, fmt: str, options: dict[str, str]) -> tuple[float, int, int]:
+    """Seconds, rows and value bytes of a full scan (best of two: the first warms the Python workers)."""
+    from pyspark.sql import functions as f
+
+    best = None
+    for _ in range(2):
+        df = spark.read.format(fmt).options(**options).load()
+        start = time.perf_counter()
+        row = df.agg(f.count("*"), f.sum(f.length("value")), f.sum(f.length("key")), f.max("timestamp"),
+                     f.max("offset")).collect()[0]
+        elapsed = time.perf_counter() - start
+        best = min(best or elapsed, elapsed)
+    assert best is not None
+    return best, int(row[0]), int(row[1])
+
+
+def test_tier_reader_vs_sparks_kafka_source(kafka: KafkaCluster, tmp_path: Path) -> None:
+    topic = "bench-spark"
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+                    "--topic", topic, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput", "-1",
+                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
+                    "batch.size=262144", "compression.type=none"], check=True, capture_output=True, timeout=900)
+    storage, metadata = f"file://{tmp_path}/tier", f"file://{tmp_path}/meta"
+    tier_once(kafka.bootstrap, topic, storage, metadata, tmp_path, segment_bytes=32 << 20)
+    spark = local_session("local[2]")
+    try:
+        kafka_s, kafka_rows, kafka_bytes = scan(spark, "kafka", {"kafka.bootstrap.servers": kafka.bootstrap,
+                                                                  "subscribe": topic})
+        tier_s, tier_rows, tier_bytes = scan(spark, "tierproxy", {"kafka.bootstrap.servers": kafka.bootstrap,
+                                                                   "subscribe": topic, "storage": storage,
+                                                                   "metadata": metadata})
+        ArrowCeiling.register(spark, RECORDS)
+        ceiling_s, ceiling_rows, _ = scan(spark, "arrow-ceiling", {})
+    finally:
+        spark.stop()
+    assert tier_rows == kafka_rows == RECORDS and tier_bytes == kafka_bytes
+    ratio = kafka_s / tier_s
+    report("spark reader", f"tier {tier_rows / tier_s:,.0f} rows/s {tier_bytes / 1e6 / tier_s:.0f} MB/s vs "
+                           f"Spark's Kafka source {kafka_rows / kafka_s:,.0f} rows/s {kafka_bytes / 1e6 / kafka_s:.0f}"
+                           f" MB/s = {ratio:.2f}x ({RECORDS} x 1 KiB, 2 partitions, local[2]); Spark's Python Data "
+                           f"Source path alone (pre-built Arrow, no IO) {ceiling_rows / ceiling_s:,.0f} rows/s = "
+                           f"{kafka_s / ceiling_s * ceiling_rows / kafka_rows:.2f}x, the ceiling for a Python reader")
