@@ -1,13 +1,14 @@
 # make test  = install everything (venv, pip, Kafka jars, kcat) and run the whole suite
 # make check = ruff + mypy strict + the suite (what CI runs)
 # make demo  = a real local Kafka (and tierproxy) with a kcat walk-through
+# make image = the container image the Helm chart deploys
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 export TIERPROXY_CACHE ?= $(HOME)/.cache/tierproxy
 
-.PHONY: install tools test check lint typecheck demo bench clean
+.PHONY: install tools image test check lint typecheck demo bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,7 +30,11 @@ install: $(VENV)/.installed
 tools:
 	bash .ci/install-tools.sh
 
-test: install tools
+# the container image localhost/tierproxy:<version> (buildah, chroot isolation, vfs; base from Debian packages)
+image: | $(BIN)/python
+	PY=$(BIN)/python bash .ci/image/build.sh
+
+test: install tools image
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install

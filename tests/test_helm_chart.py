@@ -67,3 +67,19 @@ def test_values_schema_rejects_bad_values(bad: str) -> None:
     out = subprocess.run([_tool("helm"), "template", "demo", str(CHART), "--set", bad], capture_output=True,
                          text=True, timeout=120, env={**os.environ})
     assert out.returncode != 0 and "values don't meet the specifications" in out.stderr
+
+
+def test_default_image_is_the_one_make_image_builds() -> None:
+    """`make image` tags localhost/tierproxy:<package version>; the chart deploys exactly that, as a non-root user."""
+    import tomllib
+
+    version = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == version
+    docs = [d for d in yaml.safe_load_all(_render()) if d and d["kind"] in ("Deployment", "CronJob")]
+    for d in docs:
+        pod = d["spec"]["jobTemplate"]["spec"]["template"]["spec"] if d["kind"] == "CronJob" else \
+            d["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
+        assert [c["image"] for c in pod["containers"]] == [f"localhost/tierproxy:{version}"]
+    pinned = _render("--set", "image.repository=registry.example.com/tierproxy", "--set", "image.tag=9.9.9")
+    assert "image: \"registry.example.com/tierproxy:9.9.9\"" in pinned

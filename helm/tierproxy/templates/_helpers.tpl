@@ -49,3 +49,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.kafka.tls.checkHostname | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The image: repository and tag, the tag defaulting to the chart's appVersion (the package version). */}}
+{{- define "tierproxy.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The image runs as uid/gid 10001 (a numeric USER, so runAsNonRoot can be checked). */}}
+{{- define "tierproxy.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{- define "tierproxy.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+capabilities: {drop: ["ALL"]}
+{{- end }}

@@ -1,0 +1,168 @@
+"""The container image (`make image`) started with buildah as a user would start it: `serve` proxies the test Kafka
+for kcat, `tier --once` tiers a topic to a filesystem tier, and SIGTERM to the container's init (tini, PID 1 in a
+pod) stops `serve` within its drain time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kafkahelpers import create_topic
+from tests.realparts import free_port_block, unavailable, wait_port
+from tests.tiering.helpers import offsets_of, settings, tiered
+from tierproxy.kafkadist import KafkaCluster, free_port
+
+pytestmark = [pytest.mark.kafka, pytest.mark.image]
+ROOT = Path(__file__).resolve().parent.parent
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = f"localhost/tierproxy:{VERSION}"
+ENV = {**os.environ, "STORAGE_DRIVER": "vfs", "BUILDAH_ISOLATION": "chroot"}
+
+
+def buildah(*args: str, timeout: float = 120) -> str:
+    return subprocess.run(["buildah", *args], check=True, capture_output=True, text=True, env=ENV,
+                          timeout=timeout).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """The image `make image` built (built here when missing, so `make test` alone works too)."""
+    if shutil.which("buildah") is None or os.geteuid() != 0:
+        unavailable("buildah", "the image tests need buildah (Debian package) and root")
+    try:
+        buildah("inspect", "--type", "image", IMAGE)
+    except subprocess.CalledProcessError:
+        proc = subprocess.run(["bash", str(ROOT / ".ci/image/build.sh")], capture_output=True, text=True,
+                              timeout=1800, env=ENV)
+        if proc.returncode != 0:
+            unavailable("make image", proc.stdout[-2000:] + proc.stderr[-2000:])
+    return IMAGE
+
+
+@pytest.fixture
+def container(image: str) -> Iterator[str]:
+    name = buildah("from", "--pull-never", image)
+    yield name
+    buildah("rm", name)
+
+
+def run_in(container: str, cmd: list[str], log: Path, volumes: tuple[Path, ...] = (),
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`buildah run` the image's entrypoint (tini) with `cmd` on the host network."""
+    vols = [f"--volume={v}:{v}" for v in volumes]
+    vols += [f"--env={k}={v}" for k, v in (env or {}).items()]
+    with open(log, "wb") as out:
+        return subprocess.Popen(["buildah", "run", "--isolation", "chroot", "--network", "host",
+                                 "--env", "TINI_SUBREAPER=1", "--env", "SPARK_LOCAL_IP=127.0.0.1", *vols, container,
+                                 "--", "/usr/bin/tini", "-g", "--", "tierproxy", *cmd],
+                                stdout=out, stderr=subprocess.STDOUT, env=ENV)
+
+
+def descendant(pid: int, name: str) -> int:
+    """The first process under `pid` whose command is `name` (the container's tini)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            if (Path(f"/proc/{p}/comm").read_text().strip()) == name:
+                return p
+        except OSError:
+            pass
+        todo += children.get(p, [])
+    raise LookupError(f"no {name} under {pid}")
+
+
+def test_image_is_non_root_with_labels_and_no_compilers(image: str, container: str, tmp_path: Path) -> None:
+    cfg = buildah("inspect", "--type", "image", "--format",
+                  "{{.OCIv1.Config.User}}|{{index .OCIv1.Config.Labels \"org.opencontainers.image.version\"}}|"
+                  "{{.OCIv1.Config.Entrypoint}}", image)
+    user, version, entrypoint = cfg.split("|")
+    assert user.split(":")[0] == "10001" and version == VERSION and "tini" in entrypoint
+    out = subprocess.run(["buildah", "run", "--isolation", "chroot", container, "--", "sh", "-c",
+                          "id -u; command -v gcc cc g++ make pip || true; ls /var/cache/apt /var/lib/apt/lists | wc -l;"
+                          " java -version 2>&1 | head -1; tierproxy --help | head -1"],
+                         capture_output=True, text=True, env=ENV, timeout=120)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr
+    assert lines[0] == "10001"
+    assert not any(line.endswith(("/gcc", "/cc", "/g++", "/make", "/pip")) for line in lines), lines
+    assert "openjdk" in out.stdout and "usage: tierproxy" in out.stdout
+
+
+def test_serve_from_the_image_proxies_kcat_and_stops_on_sigterm(kafka: KafkaCluster, container: str, kcat: str,
+                                                                 tmp_path: Path, topic_name: str) -> None:
+    port, base = free_port(), free_port_block(100)
+    tmp_path.chmod(0o777)  # the image runs as uid 10001
+    create_topic(kafka.bootstrap, topic_name)
+    log = tmp_path / "serve.log"
+    proc = run_in(container, ["serve", "--bootstrap-server", kafka.bootstrap, "--listen", f"127.0.0.1:{port}",
+                              "--admin-listen", f"127.0.0.1:{free_port()}", "--storage", f"file://{tmp_path}/tier",
+                              "--metadata", f"file://{tmp_path}/meta"], log, volumes=(tmp_path,),
+                  env={"TIERPROXY_BROKER_PORT_BASE": str(base)})
+    try:
+        wait_port(port, 60)
+    except TimeoutError:
+        proc.kill()
+        pytest.fail(f"serve from the image did not listen: {log.read_text()[-3000:]}")
+    try:
+        records = "\n".join(f"image-{i}" for i in range(200)) + "\n"
+        subprocess.run([kcat, "-b", f"127.0.0.1:{port}", "-P", "-t", topic_name], input=records, text=True,
+                       check=True, timeout=60)
+        got = subprocess.run([kcat, "-b", f"127.0.0.1:{port}", "-C", "-t", topic_name, "-o", "beginning", "-e",
+                              "-q"], capture_output=True, text=True, check=True, timeout=60)
+        assert got.stdout.splitlines() == [f"image-{i}" for i in range(200)]
+
+        tini = descendant(proc.pid, "tini")
+        started = time.monotonic()
+        os.kill(tini, signal.SIGTERM)
+        proc.wait(timeout=10 + 5)  # shutdown.drain.ms (10 s) plus a few seconds
+        assert time.monotonic() - started < 15
+        assert proc.returncode == 0, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_tier_once_from_the_image_tiers_a_topic_to_the_filesystem(kafka: KafkaCluster, container: str,
+                                                                   tmp_path: Path, topic_name: str) -> None:
+    from confluent_kafka import Producer
+
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "500"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "compression.type": "zstd",
+                  "batch.num.messages": 50})
+    for i in range(2000):
+        p.produce(topic_name, os.urandom(100).hex().encode(), f"k{i}".encode())
+    p.flush(30)
+    tmp_path.chmod(0o777)  # the image runs as uid 10001
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=16 * 1024)
+    log = tmp_path / "tier.log"
+    proc = run_in(container, ["tier", "--once", "--no-progress", "--bootstrap-server", kafka.bootstrap,
+                              "--storage", s.storage, "--metadata", str(s.metadata), "--topics", s.tier_topics,
+                              "--master", "local[1]"], log, volumes=(tmp_path,),
+                  env={"TIERPROXY_TIER_SEGMENT_BYTES": str(s.tier_segment_bytes)})
+    try:
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    segs, raw, _ = tiered(s, topic_name)
+    assert len(segs) >= 2
+    assert offsets_of(raw) == list(range(2000))
