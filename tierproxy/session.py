@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from protocol.connection import ClientConnection, RequestEvent, ResponseEvent, ServerConnection
@@ -131,6 +131,25 @@ class Session:
         self.slots.append(slot)
         if len(self.slots) >= self.max_in_flight:
             self.client_gate.pause("in_flight")
+
+    def complete_later(self, slot: Slot, work: Coroutine[Any, Any, None]) -> asyncio.Task[Any]:
+        """Run `work`, which fills `slot` (and flushes). Should it raise, or end with the slot still empty, the
+        connection closes with a log line: an empty slot would hold every later response of this connection
+        back forever (h11's rule: any exception moves the connection to an error state)."""
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("client %s: completing a deferred %s response failed; closing the connection",
+                              self.peer, slot.header.api_key)
+                self.close()
+                return
+            if slot.chunks is None and not self.closed:
+                log.error("client %s: a deferred %s response was left empty; closing the connection", self.peer,
+                          slot.header.api_key)
+                self.close()
+
+        return self.proxy.spawn(run())
 
     def answer_locally(self, header: RequestHeader, chunks: Chunks) -> None:
         """Queue a response the proxy makes itself, in order with the forwarded ones."""

@@ -87,7 +87,7 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
                 session.forward(ev, registry.encode_request(ev.header, {**data, "topics": upstream_topics}), slot)
             else:
                 session.add_slot(slot)
-                session.proxy.spawn(complete(session, slot, None, ctx, []))
+                session.complete_later(slot, complete(session, slot, None, ctx, []))
             return
     slot = Slot(ev.header, ctx=ctx)
     session.forward(ev, registry.encode_request(ev.header, data) if changed else None, slot)
@@ -115,7 +115,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         rewrite.relay_with_endpoints(session, slot, ev, data)
         FETCH_LATENCY.labels("tail").observe(time.monotonic() - ctx.started)
         return
-    session.proxy.spawn(complete(session, slot, (ev, data), ctx, oor))
+    session.complete_later(slot, complete(session, slot, (ev, data), ctx, oor))
 
 
 async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, dict[str, Any]] | None,

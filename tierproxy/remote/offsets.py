@@ -81,7 +81,7 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
         slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
         session.flush()
 
-    session.proxy.spawn(finish())
+    session.complete_later(slot, finish())
 
 
 async def offset_for_timestamp(tier: RemoteTier, pc: PartitionCache, ts: int) -> tuple[int, int] | None:

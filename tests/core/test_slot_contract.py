@@ -1,0 +1,106 @@
+"""In-process tests of the session's slot contract (no broker, no sockets, no sleeps): a deferred response either
+fills its slot, in order, or the connection closes with a log line — never a hole that holds back every later
+response of the connection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from protocol.headers import RequestHeader
+from tierproxy.config import ProxySettings
+from tierproxy.session import Session, Slot
+
+
+class RecordingTransport:
+    """The client side of the connection: what the proxy wrote, and whether it closed it."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class InProcessProxy:
+    """What a Session needs of its proxy: settings, spawning tasks, hearing that it closed."""
+
+    def __init__(self) -> None:
+        self.settings = ProxySettings(bootstrap_servers="127.0.0.1:1")
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.closed_sessions: list[Session] = []
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.append(task)
+        return task
+
+    def session_closed(self, session: Session) -> None:
+        self.closed_sessions.append(session)
+
+
+def header(correlation_id: int, api_key: int = 1) -> RequestHeader:
+    return RequestHeader(api_key, 12, correlation_id, "test", 2, 0)
+
+
+async def session_with_client() -> tuple[Session, RecordingTransport, InProcessProxy]:
+    proxy = InProcessProxy()
+    session = Session(proxy, None)  # type: ignore[arg-type]
+    client = RecordingTransport()
+    session.client = client  # type: ignore[assignment]
+    return session, client, proxy
+
+
+def test_a_deferred_response_is_written_in_order_when_its_work_fills_the_slot() -> None:
+    async def run() -> None:
+        session, client, _proxy = await session_with_client()
+        deferred, ready = Slot(header(1)), Slot(header(2), [b"second"])
+        session.add_slot(deferred)
+        session.add_slot(ready)
+        session.flush()
+        assert client.written == []  # the ready response waits behind the deferred one
+
+        async def fill() -> None:
+            await asyncio.sleep(0)
+            deferred.chunks = [b"first"]
+            session.flush()
+
+        await session.complete_later(deferred, fill())
+        assert client.written == [b"first", b"second"] and not session.closed
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("failure", ["raises", "leaves the slot empty"])
+def test_a_deferred_response_whose_work_fails_closes_the_connection(failure: str,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> None:
+        session, client, proxy = await session_with_client()
+        deferred, ready = Slot(header(1)), Slot(header(2), [b"second"])
+        session.add_slot(deferred)
+        session.add_slot(ready)
+
+        async def broken() -> None:
+            await asyncio.sleep(0)
+            if failure == "raises":
+                raise RuntimeError("injected failure in a remote completion")
+
+        with caplog.at_level(logging.ERROR, logger="tierproxy"):
+            await session.complete_later(deferred, broken())
+        assert session.closed and client.closed and proxy.closed_sessions == [session]
+        assert client.written == []  # nothing after the hole was sent out of order
+        assert "closing the connection" in caplog.text
+        if failure == "raises":
+            assert "injected failure" in caplog.text
+
+    asyncio.run(run())
