@@ -2,7 +2,8 @@
 
 Snappy comes raw or in the xerial framing the Java client writes (magic ``\\x82SNAPPY\\x00``, version, compat,
 then blocks of int32 length + raw snappy); LZ4 is the LZ4 frame format; zstd and gzip their usual frames.
-Used by the tools and analytics paths only: the proxy and the tier never decompress.
+Used where records themselves are read: the record-level timestamp lookup of ListOffsets and the Spark
+DataFrame reader. Forwarding, remote reads and tiering never decompress (batches travel as the broker wrote them).
 """
 
 from __future__ import annotations

@@ -29,10 +29,6 @@ class BrokerMap:
             return self.port_base + node_id
         return None
 
-    def node_for_port(self, port: int) -> int | None:
-        node = port - self.port_base
-        return node if 0 <= node < self.port_range else None
-
     def learn(self, nodes: Iterable[tuple[int, str, int]]) -> None:
         for node_id, host, port in nodes:
             if self.upstream.get(node_id) != (host, port):

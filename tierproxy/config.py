@@ -1,4 +1,4 @@
-"""One settings model for `serve` (and later `tier`): defaults < config file < TIERPROXY_* env < CLI flags.
+"""Settings of `serve` and `tier` (sharing `CommonSettings`): defaults < config file < TIERPROXY_* env < CLI flags.
 
 Keys use Kafka's dotted style in files (``bootstrap.servers=...``), ``TIERPROXY_BOOTSTRAP_SERVERS`` in the
 environment and ``--bootstrap-server`` style flags on the command line. A bad value stops the process at

@@ -165,9 +165,6 @@ class Session:
                 handler = self.proxy.response_handlers.get(ev.api_key)
                 if slot is None:
                     continue
-                if callable(slot):  # a proxy-internal request: hand it the response
-                    slot(ev)
-                    continue
                 if handler is None:
                     slot.chunks = framed(ev.frame)
                 else:

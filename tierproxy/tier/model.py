@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import enum
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 
 def uuid_str(raw: bytes) -> str:
@@ -161,11 +161,3 @@ class RemotePartitionDeleteMetadata:
     broker_id: int
     broker_leader_epoch: int = 0
     end_offset: int = -1
-
-
-@dataclass
-class PartitionLifecycle:
-    """What the cache knows of a partition's deletion."""
-
-    state: PartitionDeleteState | None = None
-    history: list[PartitionDeleteState] = field(default_factory=list)

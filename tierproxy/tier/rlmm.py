@@ -16,7 +16,6 @@ from __future__ import annotations
 import abc
 import logging
 import time
-from collections.abc import Iterable
 from dataclasses import replace
 
 from tierproxy.tier.cache import MetadataCache, PartitionCache
@@ -145,9 +144,6 @@ class RemoteLogMetadataManager(abc.ABC):
             marker = record_key(pdm)
             records += [(k, None) for k in sorted(self.keys.get(key, set())) if k != marker]
         await self.publish(records)
-
-    async def tombstone_keys(self, keys: Iterable[bytes]) -> None:
-        await self.publish([(k, None) for k in keys])
 
     # --- queries -----------------------------------------------------------------------------------------------
     def partition(self, tp: TopicIdPartition) -> PartitionCache | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
 from tierproxy.tier.model import (
     PartitionDeleteState,
@@ -23,13 +22,6 @@ from tierproxy.tier.rsm import RemoteStorageManager
 log = logging.getLogger("tierproxy.tier")
 S = SegmentState
 P = PartitionDeleteState
-
-
-@dataclass
-class Housekeeping:
-    orphans: int = 0
-    expired: int = 0
-    partitions_deleted: int = 0
 
 
 async def delete_segment(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
