@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.apis.produce import produce_acks
+from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameBuffer, frame_header
 from protocol.headers import (
@@ -20,8 +21,6 @@ from protocol.headers import (
     decode_response_header,
     response_header_version,
 )
-
-PRODUCE_KEY = 0
 
 
 @dataclass(slots=True)
@@ -64,7 +63,7 @@ class ServerConnection:
             return None
         header = decode_request_header(frame)
         expects = True
-        if header.api_key == PRODUCE_KEY:
+        if header.api_key == ApiKey.PRODUCE:
             expects = produce_acks(frame, header.api_version, header.body_offset) != 0
         return RequestEvent(header, frame, expects)
 

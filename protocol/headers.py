@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass
 
 from protocol.apis.keys import API_KEYS
+from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer
 
@@ -24,7 +25,6 @@ from protocol.primitives import Reader, Writer
 REQUEST_HEADER_V0 = struct.Struct(">hhi")
 # correlation_id:int32
 RESPONSE_HEADER_V0 = struct.Struct(">i")
-API_VERSIONS_KEY = 18
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -34,7 +34,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if request_header_version(api_key, api_version) == 2 else 0
 

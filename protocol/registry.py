@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.apis import discovery, fetch, offsets, produce
+from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
 from protocol.framing import frame_header
 from protocol.headers import RequestHeader, encode_response_header, response_header_version
@@ -68,9 +69,6 @@ def decode_request(header: RequestHeader, frame: memoryview) -> Data:
     return req.decode(frame, header.api_version, header.body_offset)
 
 
-API_VERSIONS_KEY = 18
-
-
 def decode_response(api_key: int, api_version: int, frame: memoryview, body_offset: int) -> Data:
     """Decode a response body. An ApiVersions response that does not parse at the request's version is read
     as v0, as the Java client does: a broker answers a version it does not know with a v0 UNSUPPORTED_VERSION."""
@@ -78,7 +76,7 @@ def decode_response(api_key: int, api_version: int, frame: memoryview, body_offs
     try:
         return response.decode(frame, api_version, body_offset)
     except ProtocolError:
-        if api_key != API_VERSIONS_KEY or api_version == 0:
+        if api_key != ApiKey.API_VERSIONS or api_version == 0:
             raise
         return response.decode(frame, 0, body_offset)
 

@@ -14,6 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from protocol.constants import ApiKey, OffsetSpec
+from protocol.requests import list_offsets_request
 from tierproxy.kafkadist import KAFKA_VERSION, KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
@@ -32,8 +34,7 @@ def _run(cmd: str, **kw: object) -> str:
 
 def _log_start(bootstrap: str) -> int:
     with WireClient(bootstrap) as w:
-        resp = w.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": TOPIC, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2}]}]})
+        resp = w.request(ApiKey.LIST_OFFSETS, 7, list_offsets_request({TOPIC: {0: OffsetSpec.EARLIEST}}))
     return int(resp["topics"][0]["partitions"][0]["offset"])
 
 

@@ -7,13 +7,13 @@ import logging
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
+from protocol.constants import ApiKey, ErrorCode
 from protocol.errors import ProtocolError
 from tierproxy import rewrite
 from tierproxy.remote import fetch, offsets
 from tierproxy.session import RequestHandler, ResponseHandler, Session, Slot, framed
 
 log = logging.getLogger("tierproxy.handlers")
-UNSUPPORTED_VERSION = 35
 
 
 def _encode(ev: ResponseEvent, data: dict[str, object], version: int | None = None) -> registry.Chunks:
@@ -33,18 +33,18 @@ def _decode(session: Session, slot: Slot, ev: ResponseEvent) -> dict[str, object
 
 def api_versions_request(session: Session, ev: RequestEvent) -> None:
     """A version beyond the codec is answered as a broker would: v0 UNSUPPORTED_VERSION with our range."""
-    s = registry.SUPPORTED[rewrite.API_VERSIONS]
+    s = registry.SUPPORTED[ApiKey.API_VERSIONS]
     if ev.header.api_version <= s.max_version:
         session.forward(ev)
         return
-    body = {"error_code": UNSUPPORTED_VERSION, "api_keys": [
-        {"api_key": rewrite.API_VERSIONS, "min_version": s.min_version, "max_version": s.max_version}]}
-    session.answer_locally(ev.header, registry.encode_response(rewrite.API_VERSIONS, 0, ev.header.correlation_id,
+    body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": [
+        {"api_key": ApiKey.API_VERSIONS, "min_version": s.min_version, "max_version": s.max_version}]}
+    session.answer_locally(ev.header, registry.encode_response(ApiKey.API_VERSIONS, 0, ev.header.correlation_id,
                                                                body))
 
 
 def api_versions_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    response = registry.SUPPORTED[rewrite.API_VERSIONS].response
+    response = registry.SUPPORTED[ApiKey.API_VERSIONS].response
     version = ev.api_version
     try:
         data = response.decode(ev.frame, version, ev.body_offset)
@@ -87,19 +87,19 @@ def sasl_handshake_request(session: Session, ev: RequestEvent) -> None:
 
 
 REQUEST_HANDLERS: dict[int, RequestHandler] = {
-    rewrite.API_VERSIONS: api_versions_request,
-    rewrite.SASL_HANDSHAKE: sasl_handshake_request,
-    rewrite.FETCH: fetch.fetch_request,
-    rewrite.LIST_OFFSETS: offsets.forward_remembering_request,
-    rewrite.OFFSET_FOR_LEADER_EPOCH: offsets.forward_remembering_request,
+    ApiKey.API_VERSIONS: api_versions_request,
+    ApiKey.SASL_HANDSHAKE: sasl_handshake_request,
+    ApiKey.FETCH: fetch.fetch_request,
+    ApiKey.LIST_OFFSETS: offsets.forward_remembering_request,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.forward_remembering_request,
 }
 RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
-    rewrite.API_VERSIONS: api_versions_response,
-    rewrite.METADATA: metadata_response,
-    rewrite.FIND_COORDINATOR: find_coordinator_response,
-    rewrite.DESCRIBE_CLUSTER: describe_cluster_response,
-    rewrite.FETCH: fetch.fetch_response,
-    rewrite.LIST_OFFSETS: offsets.list_offsets_response,
-    rewrite.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch_response,
-    rewrite.PRODUCE: rewrite.relay_with_endpoints,
+    ApiKey.API_VERSIONS: api_versions_response,
+    ApiKey.METADATA: metadata_response,
+    ApiKey.FIND_COORDINATOR: find_coordinator_response,
+    ApiKey.DESCRIBE_CLUSTER: describe_cluster_response,
+    ApiKey.FETCH: fetch.fetch_response,
+    ApiKey.LIST_OFFSETS: offsets.list_offsets_response,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch_response,
+    ApiKey.PRODUCE: rewrite.relay_with_endpoints,
 }

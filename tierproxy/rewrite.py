@@ -12,19 +12,17 @@ from typing import Any
 
 from protocol import registry
 from protocol.connection import ResponseEvent
+from protocol.constants import ApiKey
 from tierproxy.session import Session, Slot, framed
 
 Data = dict[str, Any]
 AddressOf = Callable[[int, str, int], tuple[str, int]]  # (node_id, upstream host, port) → proxy address
 
-METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, API_VERSIONS = 3, 10, 60, 18
-PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 23
-SASL_HANDSHAKE = 17
 CONTROLLER_ENDPOINTS = 2  # DescribeCluster endpoint_type: 1 brokers, 2 controllers
 
 # APIs whose responses the proxy decodes; ApiVersions is capped to the codec's range for them.
-INTERCEPTED = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, API_VERSIONS, FETCH, LIST_OFFSETS,
-                         OFFSET_FOR_LEADER_EPOCH})
+INTERCEPTED = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.API_VERSIONS,
+                         ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH})
 
 
 def cap_api_versions(data: Data) -> Data:
@@ -40,8 +38,8 @@ def cap_api_versions(data: Data) -> Data:
         if key in INTERCEPTED:
             s = registry.SUPPORTED[key]
             lo, hi = max(lo, s.min_version), min(hi, s.max_version)
-        elif key == PRODUCE:
-            hi = min(hi, registry.SUPPORTED[PRODUCE].max_version)
+        elif key == ApiKey.PRODUCE:
+            hi = min(hi, registry.SUPPORTED[ApiKey.PRODUCE].max_version)
         if lo <= hi:
             keys.append({**entry, "min_version": lo, "max_version": hi})
     return {**data, "api_keys": keys}
@@ -85,7 +83,7 @@ def rewrite_node_endpoints(data: Data, address_of: AddressOf) -> bool:
 
 def relay_with_endpoints(session: Session, slot: Slot, ev: ResponseEvent, data: Data | None = None) -> None:
     """Fetch v16+ / Produce v10+: re-encode only a response that carries NodeEndpoints; relay the rest as is."""
-    min_version = 16 if ev.api_key == FETCH else 10
+    min_version = 16 if ev.api_key == ApiKey.FETCH else 10
     if ev.api_version < min_version or not registry.supports(ev.api_key, ev.api_version):
         slot.chunks = framed(ev.frame)
         return

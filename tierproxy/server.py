@@ -12,6 +12,7 @@ import socket
 from collections.abc import Coroutine
 from typing import Any
 
+from protocol.constants import ApiKey
 from tierproxy import tls
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.brokers import BrokerMap
@@ -21,7 +22,7 @@ from tierproxy.remote.service import RemoteTier
 from tierproxy.session import ClientProtocol, RequestHandler, ResponseHandler, Session, UpstreamProtocol
 
 log = logging.getLogger("tierproxy.server")
-METADATA_KEY, METADATA_VERSION = 3, 12
+METADATA_VERSION = 12
 
 
 class Proxy:
@@ -95,7 +96,7 @@ class Proxy:
                 client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl,
                                          timeout=self.settings.upstream_connect_timeout_ms / 1000)
                 try:
-                    md = await client.request(METADATA_KEY, METADATA_VERSION,
+                    md = await client.request(ApiKey.METADATA, METADATA_VERSION,
                                               {"topics": [], "allow_auto_topic_creation": False})
                     self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
                     return
@@ -113,8 +114,8 @@ class Proxy:
             client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl,
                                      timeout=self.settings.upstream_connect_timeout_ms / 1000)
             try:
-                md = await client.request(METADATA_KEY, METADATA_VERSION, {"topics": None,
-                                                                           "allow_auto_topic_creation": False})
+                md = await client.request(ApiKey.METADATA, METADATA_VERSION, {"topics": None,
+                                                                              "allow_auto_topic_creation": False})
                 self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
                 return {t["name"]: t for t in md["topics"] if t["error_code"] == 0}
             except (OSError, TimeoutError, ConnectionError) as exc:

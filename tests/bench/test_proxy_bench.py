@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol.requests import fetch_request
 from tests.bench.conftest import BENCH_RECORDS, RECORD_SIZE
 from tests.bench.report import report
 from tests.realparts import ProxyProcess
@@ -77,10 +78,7 @@ def test_consumer_perf_test_throughput(kafka: KafkaCluster, bench_proxy: ProxyPr
 
 def _fetch_latencies(direct: str, proxied: str, topic: str, n: int) -> tuple[list[float], list[float]]:
     """Alternate one fetch direct, one through the proxy, so both see the same machine noise."""
-    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 16384, "isolation_level": 0,
-            "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "fetch_offset": BENCH_RECORDS - 100, "partition_max_bytes": 16384}]}],
-            "forgotten_topics_data": [], "rack_id": ""}
+    body = fetch_request({topic: {0: BENCH_RECORDS - 100}}, max_bytes=16384)
     out: tuple[list[float], list[float]] = ([], [])
     with WireClient(direct) as d, WireClient(proxied) as p:
         for _ in range(n):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from protocol.constants import ApiKey, OffsetSpec
+from protocol.requests import list_offsets_request
 from tests.bench.report import report
 from tests.kafkahelpers import create_topic, set_retention, watermarks
 from tests.realparts import ProxyProcess, S3Server
@@ -65,8 +67,7 @@ def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> float:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with WireClient(native.bootstrap) as w:
-                r = w.request(2, 9, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
-                    {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -4}]}]})
+                r = w.request(ApiKey.LIST_OFFSETS, 9, list_offsets_request({topic: {0: OffsetSpec.EARLIEST_LOCAL}}))
             if r["topics"][0]["partitions"][0]["offset"] >= count:
                 break
             time.sleep(2)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from protocol.constants import ApiKey, IsolationLevel
 from protocol.records import iter_batches
+from protocol.requests import fetch_request
 from tests.bench.report import report
 from tierproxy.config import TierSettings
 from tierproxy.kafkadist import KafkaCluster
@@ -28,11 +30,8 @@ def _raw_fetch_seconds(bootstrap: str, topic: str, sink: Path | None = None) -> 
     out = open(sink, "wb") if sink else None  # noqa: SIM115
     with WireClient(bootstrap) as w:
         while True:
-            resp = w.request(1, 12, {
-                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 8 << 20, "isolation_level": 1,
-                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
-                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 8 << 20}]}],
-                "forgotten_topics_data": [], "rack_id": ""})
+            resp = w.request(ApiKey.FETCH, 12, fetch_request({topic: {0: offset}}, max_bytes=8 << 20,
+                                                             isolation=IsolationLevel.READ_COMMITTED))
             part = resp["responses"][0]["partitions"][0]
             batches = list(iter_batches(part["records"]))
             if not batches:

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from protocol import compression
+from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
 from protocol.records import (
     ABORT,
@@ -22,6 +23,7 @@ from protocol.records import (
     iter_batches,
     whole_batches_size,
 )
+from protocol.requests import fetch_request
 from tests.kafkahelpers import create_topic
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
@@ -88,12 +90,8 @@ def _fetch_all(bootstrap: str, topic: str, expected: int) -> list[Record]:
     with WireClient(bootstrap) as client:
         deadline = time.monotonic() + 30
         while len(got) < expected and time.monotonic() < deadline:
-            resp = client.request(1, 12, {
-                "replica_id": -1, "max_wait_ms": 200, "min_bytes": 1, "max_bytes": 1 << 24, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": len(got),
-                                                           "partition_max_bytes": 1 << 24}]}],
-                "forgotten_topics_data": [], "rack_id": ""})
+            resp = client.request(ApiKey.FETCH, 12, fetch_request({topic: {0: len(got)}}, max_bytes=1 << 24,
+                                                                  max_wait_ms=200, min_bytes=1))
             part = resp["responses"][0]["partitions"][0]
             assert part["error_code"] == 0
             for batch in iter_batches(part["records"]):

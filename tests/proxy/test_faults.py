@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer
 from protocol import registry
 from protocol.connection import ClientConnection
 from protocol.headers import RequestHeader, request_header_version
+from protocol.requests import fetch_request
 from tests.kafkahelpers import create_topic
 from tests.realparts import ProxyProcess
 from tierproxy.kafkadist import KafkaCluster, free_port
@@ -135,10 +136,7 @@ def test_sigterm_drains_in_flight_requests(kafka: KafkaCluster, tmp_path: Path, 
     try:
         w = WireClient(f"127.0.0.1:{p.base + 1}")
         header = RequestHeader(1, 12, 77, "t", 2, 0)
-        body = {"replica_id": -1, "max_wait_ms": 1500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic_name, "partitions": [
-                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
-                "forgotten_topics_data": [], "rack_id": ""}
+        body = fetch_request({topic_name: {0: 0}}, max_bytes=1 << 20, max_wait_ms=1500, min_bytes=1)
         chunks = registry.encode_request(header, body)
         w.conn.expect_response(header)
         w.sock.sendall(b"".join(bytes(c) for c in chunks))
@@ -237,10 +235,7 @@ def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path,
         requests = 40
         for cid in range(requests):  # 40 x 60 MB asked for, nothing read yet
             header = RequestHeader(1, 12, cid, "slow", 2, 0)
-            body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 64 << 20, "isolation_level": 0,
-                    "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic_name, "partitions": [
-                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 64 << 20}]}],
-                    "forgotten_topics_data": [], "rack_id": ""}
+            body = fetch_request({topic_name: {0: 0}}, max_bytes=64 << 20, min_bytes=1)
             s.sendall(b"".join(bytes(c) for c in registry.encode_request(header, body)))
         time.sleep(3)
         held = _rss_mib(p.proc.pid) - base_rss

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from protocol.constants import ApiKey
 from protocol.records import iter_batches
+from protocol.requests import fetch_request, list_offsets_request
 from tests.realparts import ProxyProcess
 from tests.remote.conftest import TieredTopic, make_tiered_topic
 from tierproxy.kafkadist import KafkaCluster
@@ -87,9 +89,7 @@ def test_list_offsets_earliest_local_and_latest_tiered(tiered_proxy: tuple[Tiere
 
     def ask(bootstrap: str, ts: int, partition: int = 0) -> dict[str, int]:
         with WireClient(bootstrap) as w:
-            resp = w.request(2, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
-                {"name": tt.topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
-                                                   "timestamp": ts}]}]})
+            resp = w.request(ApiKey.LIST_OFFSETS, 9, list_offsets_request({tt.topic: {partition: ts}}))
         return resp["topics"][0]["partitions"][0]
 
     broker_port = f"127.0.0.1:{proxy.base + 1}"
@@ -127,12 +127,10 @@ def test_fetch_of_ten_partitions_some_remote_some_local(kafka: KafkaCluster, tmp
     try:
         time.sleep(2)  # the proxy's metadata cache catches up with the file
         wanted = {p: (0 if p % 2 == 0 else tt.log_starts[p]) for p in range(10)}  # even: remote, odd: local
-        body = {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 50 << 20, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic_name, "partitions": [
-                    {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20} for p, o in wanted.items()]}],
-                "forgotten_topics_data": [], "rack_id": ""}
+        body = fetch_request({topic_name: wanted}, max_bytes=50 << 20, partition_max_bytes=1 << 20, max_wait_ms=100,
+                             min_bytes=1)
         with WireClient(f"127.0.0.1:{proxy.base + 1}") as w:
-            resp = w.request(1, 12, body)
+            resp = w.request(ApiKey.FETCH, 12, body)
         parts = resp["responses"][0]["partitions"]
         assert [p["partition_index"] for p in parts] == list(range(10))  # exactly the requested, in order
         for p in parts:

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from protocol.constants import ApiKey
 from protocol.records import iter_batches
+from protocol.requests import fetch_request
 from tests.kafkahelpers import create_topic, read_to_end, set_retention, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tests.recording_relay import DelayRelay
@@ -27,13 +29,10 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 def timed_fetch(address: str, topic: str, offset: int) -> tuple[float, dict[str, Any]]:
     """One Fetch of partition 0 on its own connection: (seconds, the partition's answer)."""
-    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
-            "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}]}],
-            "forgotten_topics_data": [], "rack_id": ""}
+    body = fetch_request({topic: {0: offset}}, max_bytes=1 << 20)
     with WireClient(address) as w:
         start = time.perf_counter()
-        resp = w.request(1, 12, body)
+        resp = w.request(ApiKey.FETCH, 12, body)
     return time.perf_counter() - start, resp["responses"][0]["partitions"][0]
 
 

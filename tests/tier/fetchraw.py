@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocol.constants import ApiKey
 from protocol.records import iter_batches
+from protocol.requests import fetch_request
 from tierproxy.wireclient import WireClient
 
 
@@ -16,11 +18,8 @@ def fetch_raw(bootstrap: str, topic: str, partition: int = 0, start: int = 0, en
     offset = start
     with WireClient(bootstrap) as w:
         while True:
-            resp = w.request(1, 12, {
-                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 8 << 20, "isolation_level": isolation,
-                "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
-                    {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 8 << 20}]}],
-                "forgotten_topics_data": [], "rack_id": ""})
+            resp = w.request(ApiKey.FETCH, 12, fetch_request({topic: {partition: offset}}, max_bytes=8 << 20,
+                                                             isolation=isolation))
             part = resp["responses"][0]["partitions"][0]
             assert part["error_code"] == 0, part["error_code"]
             aborted += part["aborted_transactions"] or []

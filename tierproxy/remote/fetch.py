@@ -23,6 +23,7 @@ from typing import Any
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
+from protocol.constants import ErrorCode
 from tierproxy import rewrite
 from tierproxy.admin.metrics import FETCH_LATENCY
 from tierproxy.remote.pool import PoolFull
@@ -33,7 +34,6 @@ from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
 
 log = logging.getLogger("tierproxy.remote.fetch")
-OFFSET_OUT_OF_RANGE, UNKNOWN_SERVER_ERROR, KAFKA_STORAGE_ERROR = 1, -1, 56
 Key = tuple[Any, int]  # (topic name or topic id, partition)
 
 
@@ -104,7 +104,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     oor: list[Key] = []
     for t in data["responses"]:
         for p in t["partitions"]:
-            if p["error_code"] != OFFSET_OUT_OF_RANGE:
+            if p["error_code"] != ErrorCode.OFFSET_OUT_OF_RANGE:
                 continue
             key = (t["topic_id"] if ctx.by_id else t["topic"], p["partition_index"])
             pc = _pc(tier, ctx.by_id, key)
@@ -145,7 +145,7 @@ async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, 
         p = requested[key]
         md = pc.segment_for_offset(p["fetch_offset"]) if pc else None
         if pc is None or md is None:
-            errors[key] = OFFSET_OUT_OF_RANGE
+            errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
             known.pop(key, None)
             continue
         following = [m for m in pc.finished() if m.start_offset > md.end_offset]
@@ -159,7 +159,7 @@ async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, 
             reads[key].add_done_callback(_consume_exception)
         except PoolFull as exc:
             log.warning("%s", exc)
-            errors[key] = UNKNOWN_SERVER_ERROR
+            errors[key] = ErrorCode.UNKNOWN_SERVER_ERROR
     offsets_task = loop.create_task(_broker_offsets(tier, leaders))
     offsets_task.add_done_callback(_consume_exception)
     if reads:
@@ -196,9 +196,9 @@ async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, 
                     known[key] = broker.log_start
             else:
                 tier.stats.add(tier.stats.errors, pc.tp.topic if pc else str(key[0]))
-                entry["error_code"] = (OFFSET_OUT_OF_RANGE if isinstance(failure, ObjectMissing) else
-                                       KAFKA_STORAGE_ERROR if isinstance(failure, StorageUnavailable) else
-                                       UNKNOWN_SERVER_ERROR)
+                entry["error_code"] = (ErrorCode.OFFSET_OUT_OF_RANGE if isinstance(failure, ObjectMissing) else
+                                       ErrorCode.KAFKA_STORAGE_ERROR if isinstance(failure, StorageUnavailable) else
+                                       ErrorCode.UNKNOWN_SERVER_ERROR)
                 log.warning("remote read %s failed: %s", key, failure)
         else:
             tier.expired += 1  # expired in purgatory: empty records, no error; the read warms the cache

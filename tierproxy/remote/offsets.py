@@ -14,6 +14,7 @@ from typing import Any
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
+from protocol.constants import OffsetSpec
 from protocol.records import iter_batches
 from tierproxy.remote.service import RemoteTier
 from tierproxy.session import Session, Slot, framed
@@ -22,7 +23,6 @@ from tierproxy.tier.indexes import lookup_time
 from tierproxy.tier.rsm import IndexType
 
 log = logging.getLogger("tierproxy.remote.offsets")
-EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 UNDEFINED = -1
 
 
@@ -48,15 +48,15 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
             ts = asked.get((t["name"], p["partition_index"]))
             pc = tier.partition(t["name"], p["partition_index"])
             if ts is None or p["error_code"] != 0 or pc is None:
-                if ts == LATEST_TIERED and p["error_code"] == 0:
+                if ts == OffsetSpec.LATEST_TIERED and p["error_code"] == 0:
                     p["offset"], p["timestamp"], p["leader_epoch"] = -1, -1, -1
                 continue
-            if ts == EARLIEST:
+            if ts == OffsetSpec.EARLIEST:
                 start = pc.earliest_offset()
                 if start is not None and (p["offset"] < 0 or start < p["offset"]):
                     p["offset"], p["timestamp"] = start, -1
                     p["leader_epoch"] = pc.epoch_for_offset(start) if pc.epoch_for_offset(start) is not None else -1
-            elif ts == LATEST_TIERED:
+            elif ts == OffsetSpec.LATEST_TIERED:
                 end = pc.latest_tiered_offset()
                 p["offset"], p["timestamp"] = end, -1
                 epoch = pc.epoch_for_offset(end) if end >= 0 else None

@@ -8,6 +8,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from protocol.constants import ApiKey
+from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_offsets
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
 from tierproxy.remote.pool import ReaderPool
@@ -19,7 +21,6 @@ from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import RemoteStorageManager
 
 log = logging.getLogger("tierproxy.remote")
-LIST_OFFSETS = 2
 
 
 @dataclass
@@ -119,12 +120,10 @@ class RemoteTier:
             client = self._clients[leader] = AsyncWireClient(host, int(port), client_id="tierproxy-remote",
                                                              timeout=5)
         got = {}
-        for name, isolation, ts in (("hw", 0, -1), ("lso", 1, -1), ("start", 0, -2)):
-            resp = await client.request(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": isolation, "topics": [
-                {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
-                                                "timestamp": ts}]}]})
-            p = resp["topics"][0]["partitions"][0]
-            got[name] = p["offset"] if p["error_code"] == 0 else -1
-        offsets = BrokerOffsets(got["hw"], got["lso"], got["start"], time.monotonic())
+        for name, isolation, spec in PARTITION_BOUNDS:
+            resp = await client.request(ApiKey.LIST_OFFSETS, 7,
+                                        list_offsets_request({topic: {partition: spec}}, isolation=isolation))
+            got[name] = listed_offsets(resp).get(key, -1)
+        offsets = BrokerOffsets(**got, at=time.monotonic())
         self._offsets[key] = offsets
         return offsets

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from protocol.constants import ApiKey, IsolationLevel
 from protocol.records import RecordBatch
+from protocol.requests import list_offsets_request
 from tierproxy.tiering.copy import iter_fetch
 from tierproxy.wireclient import WireClient
-
-LIST_OFFSETS = 2
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
 def live_batches(leader: str, topic: str, partition: int, start: int, end: int, read_committed: bool,
                  aborted: list[tuple[int, int]]) -> Iterator[RecordBatch]:
     """Batches covering [start, end) from the leader; the aborted transactions the broker reports are appended to
     `aborted` as they arrive (before the batches they concern are yielded)."""
+    isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
     for batches, txns in iter_fetch(leader, topic, partition, start, end, client_id="tierproxy-spark",
-                                    isolation=READ_COMMITTED if read_committed else READ_UNCOMMITTED):
+                                    isolation=isolation):
         aborted += txns
         yield from batches
 
@@ -26,9 +26,7 @@ def live_batches(leader: str, topic: str, partition: int, start: int, end: int, 
 def live_offset_for_time(leader: str, topic: str, partition: int, ts: int) -> int | None:
     """The broker's first offset with timestamp ≥ ts (ListOffsets v7), None when there is none."""
     with WireClient(leader, client_id="tierproxy-spark") as w:
-        resp = w.request(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": READ_UNCOMMITTED, "topics": [
-            {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
-                                            "timestamp": ts}]}]})
+        resp = w.request(ApiKey.LIST_OFFSETS, 7, list_offsets_request({topic: {partition: ts}}))
     p = resp["topics"][0]["partitions"][0]
     if p["error_code"] != 0:
         raise RuntimeError(f"ListOffsets by timestamp for {topic}-{partition}: error {p['error_code']}")

@@ -7,11 +7,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.constants import ApiKey
+from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_offsets
 from tierproxy.wireclient import WireClient
-
-METADATA, LIST_OFFSETS = 3, 2
-EARLIEST, LATEST = -2, -1
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class ClusterView:
 
 def describe_cluster(bootstrap: str) -> ClusterView:
     with WireClient(bootstrap, client_id="tierproxy-tier") as w:
-        md = w.request(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+        md = w.request(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                       "include_topic_authorized_operations": False})
     brokers = {b["node_id"]: f"{b['host']}:{b['port']}" for b in md["brokers"]}
     parts, internal = [], set()
@@ -66,21 +64,17 @@ def list_offsets(view: ClusterView, parts: list[PartitionInfo]) -> dict[tuple[st
     out: dict[tuple[str, int], PartitionOffsets] = {}
     for leader, ps in by_leader.items():
         with WireClient(view.brokers[leader], client_id="tierproxy-tier") as w:
-            got: dict[tuple[int, int], dict[tuple[str, int], int]] = {}
-            for isolation, ts in ((READ_UNCOMMITTED, EARLIEST), (READ_COMMITTED, LATEST), (READ_UNCOMMITTED, LATEST)):
-                topics: dict[str, list[dict[str, int]]] = defaultdict(list)
+            got = {}
+            for name, isolation, spec in PARTITION_BOUNDS:
+                asked: dict[str, dict[int, int]] = defaultdict(dict)
                 for p in ps:
-                    topics[p.topic].append({"partition_index": p.partition, "current_leader_epoch": -1,
-                                            "timestamp": ts})
-                resp = w.request(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": isolation, "topics": [
-                    {"name": t, "partitions": v} for t, v in topics.items()]})
-                got[(isolation, ts)] = {(t["name"], x["partition_index"]): x["offset"]
-                                        for t in resp["topics"] for x in t["partitions"] if x["error_code"] == 0}
+                    asked[p.topic][p.partition] = spec
+                got[name] = listed_offsets(w.request(ApiKey.LIST_OFFSETS, 7,
+                                                     list_offsets_request(asked, isolation=isolation)))
         for p in ps:
             key = (p.topic, p.partition)
             if all(key in g for g in got.values()):
-                out[key] = PartitionOffsets(got[(READ_UNCOMMITTED, EARLIEST)][key], got[(READ_COMMITTED, LATEST)][key],
-                                            got[(READ_UNCOMMITTED, LATEST)][key])
+                out[key] = PartitionOffsets(**{name: g[key] for name, g in got.items()})
     return out
 
 

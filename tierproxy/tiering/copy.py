@@ -13,13 +13,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from protocol.constants import ApiKey, ErrorCode
 from protocol.records import RecordBatch, iter_batches
+from protocol.requests import fetch_request
 from tierproxy.tier.indexes import SegmentBuilder
 from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.wireclient import WireClient
 
-FETCH, FETCH_VERSION = 1, 12
+FETCH_VERSION = 12
 FETCH_MAX_BYTES = 8 << 20
 
 
@@ -32,9 +34,6 @@ class DataGone(CopyError):
     the gap and starts from the broker's log start."""
 
 
-OFFSET_OUT_OF_RANGE = 1
-
-
 def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *, isolation: int = 1,
                client_id: str = "tierproxy-tier") -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
     """Raw batches from `start` up to `end` (or the last stable offset / high watermark, by `isolation`), one
@@ -43,14 +42,10 @@ def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
     offset = start
     with WireClient(leader, client_id=client_id, timeout=60) as w:
         while offset < end:
-            resp = w.request(FETCH, FETCH_VERSION, {
-                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": FETCH_MAX_BYTES,
-                "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
-                                                            "partition_max_bytes": FETCH_MAX_BYTES}]}],
-                "forgotten_topics_data": [], "rack_id": ""})
+            resp = w.request(ApiKey.FETCH, FETCH_VERSION, fetch_request({topic: {partition: offset}},
+                                                                        max_bytes=FETCH_MAX_BYTES, isolation=isolation))
             part = resp["responses"][0]["partitions"][0]
-            if part["error_code"] == OFFSET_OUT_OF_RANGE:
+            if part["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE:
                 raise DataGone(f"{topic}-{partition}: offset {offset} is no longer on the broker")
             if part["error_code"] != 0:
                 raise CopyError(f"{topic}-{partition} fetch at {offset}: error {part['error_code']}")

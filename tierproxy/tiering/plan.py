@@ -11,7 +11,9 @@ import logging
 import re
 from dataclasses import dataclass
 
+from protocol.constants import ApiKey
 from protocol.records import iter_batches
+from protocol.requests import fetch_request
 from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.wireclient import WireClient
 
@@ -57,11 +59,7 @@ def select_topics(view: ClusterView, configs: dict[str, dict[str, str]], pattern
 
 def bytes_per_offset(leader: str, p: PartitionInfo, start: int) -> float:
     with WireClient(leader, client_id="tierproxy-tier") as w:
-        resp = w.request(1, 12, {
-            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": SAMPLE_BYTES, "isolation_level": 0,
-            "session_id": 0, "session_epoch": -1, "topics": [{"topic": p.topic, "partitions": [
-                {"partition": p.partition, "fetch_offset": start, "partition_max_bytes": SAMPLE_BYTES}]}],
-            "forgotten_topics_data": [], "rack_id": ""})
+        resp = w.request(ApiKey.FETCH, 12, fetch_request({p.topic: {p.partition: start}}, max_bytes=SAMPLE_BYTES))
     batches = list(iter_batches(resp["responses"][0]["partitions"][0]["records"]))
     if not batches:
         return 100.0
