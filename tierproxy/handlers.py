@@ -1,5 +1,5 @@
 """Request and response handlers: address rewrites, ApiVersions capping, and the tier-aware Fetch (sessionless
-upstream; see `remote.fetch`). Every API without a handler is relayed as an opaque frame."""
+upstream; see `intercept.fetch`). Every API without a handler is relayed as an opaque frame."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode
 from protocol.errors import ProtocolError
 from tierproxy import rewrite
-from tierproxy.remote import fetch, offsets
+from tierproxy.intercept import fetch, offsets
 from tierproxy.session import RequestHandler, ResponseHandler, Session, Slot, framed
 
 log = logging.getLogger("tierproxy.handlers")

@@ -1,4 +1,4 @@
-"""Prometheus metrics, named after Kafka's KIP-405 / KIP-930 metrics where Kafka has them.
+"""Prometheus metrics as the admin API serves them, named after Kafka's KIP-405 / KIP-930 metrics where Kafka has them.
 
     tierproxy_remote_fetch_requests_total{topic}   ~ RemoteFetchRequestsPerSec
     tierproxy_remote_fetch_bytes_total{topic}      ~ RemoteFetchBytesPerSec
@@ -16,17 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from tierproxy.metrics import FETCH_LATENCY, REGISTRY
 
 if TYPE_CHECKING:
     from tierproxy.server import Proxy
 
-REGISTRY = CollectorRegistry(auto_describe=True)
-FETCH_LATENCY = Histogram("tierproxy_fetch_latency_seconds", "Fetch latency through the proxy", ["path"],
-                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-                          registry=REGISTRY)
+__all__ = ["FETCH_LATENCY", "REGISTRY", "ProxyCollector"]
+
 
 
 class ProxyCollector(Collector):

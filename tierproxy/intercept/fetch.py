@@ -3,13 +3,12 @@
 Routing: each Fetch goes to the broker (so its authorization stays in force). A partition answered
 OFFSET_OUT_OF_RANGE whose offset lies in the tier becomes a remote read; the connection remembers it (with the
 broker's local log start) so later fetches below that start skip the broker round trip, and go back to the
-broker once the offset reaches it. A mixed request is split, and the answers merged into one response holding
-exactly the requested partitions, in request order.
+broker once the offset reaches it. A mixed request is split (`plan_fetch`), and the answers merged into one
+response holding exactly the requested partitions, in request order (`merge_response`).
 
 Purgatory: one delayed operation per request waits for all its remote reads in parallel, completed when they
 finish or at `remote.fetch.max.wait.ms`; an expired partition is answered with empty records and no error (its
-read goes on warming the cache). Errors: reader pool full → UNKNOWN_SERVER_ERROR at once; storage unavailable
-until the deadline → KAFKA_STORAGE_ERROR; segment deleted meanwhile → OFFSET_OUT_OF_RANGE.
+read goes on warming the cache). Errors come from one table (`intercept.errors`).
 Response fields: high watermark and last stable offset are the broker's; log start offset is the tier's start.
 """
 
@@ -23,30 +22,64 @@ from typing import Any
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
-from protocol.constants import ErrorCode
+from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from tierproxy import rewrite
-from tierproxy.admin.metrics import FETCH_LATENCY
+from tierproxy.intercept.errors import error_for
+from tierproxy.metrics import FETCH_LATENCY
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
-from tierproxy.remote.service import RemoteTier
+from tierproxy.remote.service import BrokerOffsets, RemoteTier
 from tierproxy.session import Session, Slot
 from tierproxy.tier.cache import PartitionCache
-from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
 
-log = logging.getLogger("tierproxy.remote.fetch")
+log = logging.getLogger("tierproxy.intercept.fetch")
 Key = tuple[Any, int]  # (topic name or topic id, partition)
+Data = dict[str, Any]
 
 
 @dataclass
-class FetchCtx:
-    request: dict[str, Any]
+class FetchPlan:
+    """What one client Fetch becomes: its decoded request (made sessionless), the topics and partitions sent to
+    the broker, and the partitions known to be remote (below the broker's local start, served from the tier
+    without asking the broker)."""
+
+    request: Data
     by_id: bool  # v13+: topics named by id
-    local: list[Key] = field(default_factory=list)  # answered by the proxy without asking the broker
+    upstream: list[Data] = field(default_factory=list)  # request topics holding only the partitions sent upstream
+    remote: list[Key] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
 
+    def requested(self) -> dict[Key, Data]:
+        """Each requested partition's entry of the request, by key."""
+        return {key_of(self.by_id, t, p): p for t in self.request["topics"] for p in t["partitions"]}
 
-def _key(by_id: bool, topic: dict[str, Any], p: dict[str, Any]) -> Key:
+    @property
+    def read_committed(self) -> bool:
+        return bool(self.request["isolation_level"] == IsolationLevel.READ_COMMITTED)
+
+
+def key_of(by_id: bool, topic: Data, p: Data) -> Key:
     return (topic["topic_id"] if by_id else topic["topic"], p["partition"])
+
+
+def plan_fetch(request: Data, by_id: bool, known: dict[Key, int]) -> FetchPlan:
+    """Split a request by what this connection knows: `known` maps a remote partition to the broker's local log
+    start; a fetch below it is remote, at or above it goes back to the broker (and is forgotten)."""
+    plan = FetchPlan(request, by_id)
+    for t in request["topics"]:
+        kept = []
+        for p in t["partitions"]:
+            key = key_of(by_id, t, p)
+            local_start = known.get(key)
+            if local_start is not None and p["fetch_offset"] < local_start:
+                plan.remote.append(key)
+                continue
+            if local_start is not None:
+                del known[key]  # caught up with the broker's log: back to the broker
+            kept.append(p)
+        if kept:
+            plan.upstream.append({**t, "partitions": kept})
+    return plan
 
 
 def _pc(tier: RemoteTier, by_id: bool, key: Key) -> PartitionCache | None:
@@ -62,105 +95,59 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     changed = not (data["session_id"] == 0 and data["session_epoch"] == -1)
     if changed:  # KIP-227 sessions are not forwarded: sessionless upstream, session_id 0 back
         data["session_id"], data["session_epoch"], data["forgotten_topics_data"] = 0, -1, []
-    by_id = ev.header.api_version >= 13
-    ctx = FetchCtx(data, by_id)
     known: dict[Key, int] = session.state.setdefault("remote", {})
-    if tier is not None and known:
-        upstream_topics = []
-        for t in data["topics"]:
-            kept = []
-            for p in t["partitions"]:
-                key = _key(by_id, t, p)
-                local_start = known.get(key)
-                if local_start is not None and p["fetch_offset"] < local_start:
-                    ctx.local.append(key)
-                elif local_start is not None:
-                    del known[key]  # caught up with the broker's log: back to the broker
-                    kept.append(p)
-                else:
-                    kept.append(p)
-            if kept:
-                upstream_topics.append({**t, "partitions": kept})
-        if ctx.local:
-            slot = Slot(ev.header, ctx=ctx)
-            if upstream_topics:
-                session.forward(ev, registry.encode_request(ev.header, {**data, "topics": upstream_topics}), slot)
-            else:
-                session.add_slot(slot)
-                session.complete_later(slot, complete(session, slot, None, ctx, []))
-            return
-    slot = Slot(ev.header, ctx=ctx)
-    session.forward(ev, registry.encode_request(ev.header, data) if changed else None, slot)
+    plan = plan_fetch(data, ev.header.api_version >= 13, known if tier is not None else {})
+    slot = Slot(ev.header, ctx=plan)
+    if not plan.remote:
+        session.forward(ev, registry.encode_request(ev.header, data) if changed else None, slot)
+    elif plan.upstream:
+        session.forward(ev, registry.encode_request(ev.header, {**data, "topics": plan.upstream}), slot)
+    else:
+        session.add_slot(slot)
+        session.complete_later(slot, complete(session, slot, None, plan, []))
 
 
 def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    ctx: FetchCtx | None = slot.ctx
+    plan: FetchPlan | None = slot.ctx
     tier: RemoteTier | None = session.proxy.remote
-    if ctx is None or tier is None or not registry.supports(ev.api_key, ev.api_version):
+    if plan is None or tier is None or not registry.supports(ev.api_key, ev.api_version):
         rewrite.relay_with_endpoints(session, slot, ev)
         return
     data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
-    requested = {_key(ctx.by_id, t, p): p for t in ctx.request["topics"] for p in t["partitions"]}
+    oor = remote_after_broker(plan, data, tier)
+    if not oor and not plan.remote:
+        rewrite.relay_with_endpoints(session, slot, ev, data)
+        FETCH_LATENCY.labels("tail").observe(time.monotonic() - plan.started)
+        return
+    session.complete_later(slot, complete(session, slot, data, plan, oor))
+
+
+def remote_after_broker(plan: FetchPlan, response: Data, tier: RemoteTier) -> list[Key]:
+    """The partitions the broker answered OFFSET_OUT_OF_RANGE whose fetch offset the tier holds."""
+    requested = plan.requested()
     oor: list[Key] = []
-    for t in data["responses"]:
+    for t in response["responses"]:
         for p in t["partitions"]:
             if p["error_code"] != ErrorCode.OFFSET_OUT_OF_RANGE:
                 continue
-            key = (t["topic_id"] if ctx.by_id else t["topic"], p["partition_index"])
-            pc = _pc(tier, ctx.by_id, key)
+            key = (t["topic_id"] if plan.by_id else t["topic"], p["partition_index"])
+            pc = _pc(tier, plan.by_id, key)
             req = requested.get(key)
             if pc is not None and req is not None and pc.segment_for_offset(req["fetch_offset"]) is not None:
                 oor.append(key)
-    if not oor and not ctx.local:
-        rewrite.relay_with_endpoints(session, slot, ev, data)
-        FETCH_LATENCY.labels("tail").observe(time.monotonic() - ctx.started)
-        return
-    session.complete_later(slot, complete(session, slot, (ev, data), ctx, oor))
+    return oor
 
 
-async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, dict[str, Any]] | None,
-                   ctx: FetchCtx, oor: list[Key]) -> None:
+async def complete(session: Session, slot: Slot, upstream: Data | None, plan: FetchPlan, oor: list[Key]) -> None:
     """The delayed remote fetch: read every remote partition in parallel, answer at completion or deadline."""
     tier = session.proxy.remote
     assert tier is not None
     loop = asyncio.get_running_loop()
-    settings = session.proxy.settings
-    deadline = loop.time() + settings.remote_fetch_max_wait_ms / 1000
-    request = ctx.request
-    version = slot.header.api_version
-    read_committed = request["isolation_level"] == 1
-    requested = {_key(ctx.by_id, t, p): p for t in request["topics"] for p in t["partitions"]}
-    broker_entries: dict[Key, dict[str, Any]] = {}
-    if upstream is not None:
-        for t in upstream[1]["responses"]:
-            for p in t["partitions"]:
-                broker_entries[(t["topic_id"] if ctx.by_id else t["topic"], p["partition_index"])] = p
-    remote_keys = oor + ctx.local
+    deadline = loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
+    remote_keys = oor + plan.remote
     known: dict[Key, int] = session.state.setdefault("remote", {})
-    leaders = _leaders(session, ctx, remote_keys)
-    reads: dict[Key, asyncio.Task[ReadResult]] = {}
-    errors: dict[Key, int] = {}
-    for key in remote_keys:
-        pc = _pc(tier, ctx.by_id, key)
-        p = requested[key]
-        md = pc.segment_for_offset(p["fetch_offset"]) if pc else None
-        if pc is None or md is None:
-            errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
-            known.pop(key, None)
-            continue
-        following = [m for m in pc.finished() if m.start_offset > md.end_offset]
-        max_bytes = min(p["partition_max_bytes"], request.get("max_bytes", 1 << 30))
-        def read(md: Any = md, offset: int = p["fetch_offset"], following: Any = following,
-                 max_bytes: int = max_bytes) -> Any:
-            return tier.reader.read(md, offset, max_bytes, True, read_committed, deadline, following)
-
-        try:
-            reads[key] = tier.pool.submit(read)
-            reads[key].add_done_callback(_consume_exception)
-        except PoolFull as exc:
-            log.warning("%s", exc)
-            errors[key] = ErrorCode.UNKNOWN_SERVER_ERROR
-    offsets_task = loop.create_task(_broker_offsets(tier, leaders))
+    reads, errors = _submit_reads(tier, plan, remote_keys, deadline, known)
+    offsets_task = loop.create_task(_broker_offsets(tier, session.upstream_name, plan, remote_keys))
     offsets_task.add_done_callback(_consume_exception)
     if reads:
         tier.purgatory += 1
@@ -172,42 +159,72 @@ async def complete(session: Session, slot: Slot, upstream: tuple[ResponseEvent, 
         offsets = await asyncio.wait_for(asyncio.shield(offsets_task), timeout=max(0.05, deadline - loop.time()))
     except (TimeoutError, OSError, ConnectionError):
         offsets = {}
-    entries: dict[Key, dict[str, Any]] = dict(broker_entries)
+    broker_entries = {(t["topic_id"] if plan.by_id else t["topic"], p["partition_index"]): p
+                      for t in (upstream or {}).get("responses", ()) for p in t["partitions"]}
+    entries: dict[Key, Data] = dict(broker_entries)
     for key in remote_keys:
-        pc = _pc(tier, ctx.by_id, key)
-        broker = offsets.get(key)
-        tier_end = pc.latest_tiered_offset() if pc else -1
-        entry = _entry(key[1], broker_entries.get(key), broker, tier_end, pc.earliest_offset() if pc else -1)
-        task = reads.get(key)
-        if key in errors:
-            entry["error_code"] = errors[key]
-        elif task is not None and task.done():
-            failure = task.exception()
-            if failure is None:
-                res = task.result()
-                entry["records"] = memoryview(res.records)  # sent as its own chunk: not copied again
-                topic = pc.tp.topic if pc else str(key[0])
-                tier.stats.add(tier.stats.requests, topic)
-                tier.stats.add(tier.stats.bytes, topic, len(res.records))
-                if read_committed:
-                    entry["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                                                     for a in res.aborted]
-                if broker is not None and broker.log_start > 0:
-                    known[key] = broker.log_start
-            else:
-                tier.stats.add(tier.stats.errors, pc.tp.topic if pc else str(key[0]))
-                entry["error_code"] = (ErrorCode.OFFSET_OUT_OF_RANGE if isinstance(failure, ObjectMissing) else
-                                       ErrorCode.KAFKA_STORAGE_ERROR if isinstance(failure, StorageUnavailable) else
-                                       ErrorCode.UNKNOWN_SERVER_ERROR)
-                log.warning("remote read %s failed: %s", key, failure)
-        else:
-            tier.expired += 1  # expired in purgatory: empty records, no error; the read warms the cache
-        entries[key] = entry
-    response = _response(ctx, upstream[1] if upstream else None, entries, slot)
+        entries[key] = _remote_entry(tier, plan, key, broker_entries.get(key), offsets.get(key), reads.get(key),
+                                     errors.get(key), known)
+    response = merge_response(plan, upstream, entries)
     rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
-    slot.chunks = registry.encode_response(1, version, slot.header.correlation_id, response)
-    FETCH_LATENCY.labels("remote").observe(time.monotonic() - ctx.started)
+    slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
+                                           response)
+    FETCH_LATENCY.labels("remote").observe(time.monotonic() - plan.started)
     session.flush()
+
+
+def _submit_reads(tier: RemoteTier, plan: FetchPlan, keys: list[Key], deadline: float, known: dict[Key, int]
+                  ) -> tuple[dict[Key, asyncio.Task[ReadResult]], dict[Key, int]]:
+    """Start each partition's read in the pool; partitions that cannot be read get their error at once."""
+    requested = plan.requested()
+    reads: dict[Key, asyncio.Task[ReadResult]] = {}
+    errors: dict[Key, int] = {}
+    for key in keys:
+        pc = _pc(tier, plan.by_id, key)
+        p = requested[key]
+        max_bytes = min(p["partition_max_bytes"], plan.request.get("max_bytes", 1 << 30))
+        try:
+            task = tier.submit_read(pc, p["fetch_offset"], max_bytes, plan.read_committed, deadline) if pc else None
+        except PoolFull as exc:
+            log.warning("%s", exc)
+            errors[key] = error_for(exc)
+            continue
+        if task is None:  # the segment is gone (or the partition): the broker's answer stands
+            errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
+            known.pop(key, None)
+            continue
+        task.add_done_callback(_consume_exception)
+        reads[key] = task
+    return reads, errors
+
+
+def _remote_entry(tier: RemoteTier, plan: FetchPlan, key: Key, broker_entry: Data | None,
+                  broker: BrokerOffsets | None, task: asyncio.Task[ReadResult] | None, error: int | None,
+                  known: dict[Key, int]) -> Data:
+    """One remote partition's answer: records read in time, an error from the table, or empty (expired)."""
+    pc = _pc(tier, plan.by_id, key)
+    entry = partition_entry(key[1], broker_entry, broker, pc.latest_tiered_offset() if pc else -1,
+                            pc.earliest_offset() if pc else -1)
+    topic = pc.tp.topic if pc else str(key[0])
+    if error is not None:
+        entry["error_code"] = error
+    elif task is None or not task.done():
+        tier.expired += 1  # expired in purgatory: empty records, no error; the read warms the cache
+    elif (failure := task.exception()) is not None:
+        tier.stats.add(tier.stats.errors, topic)
+        entry["error_code"] = error_for(failure)
+        log.warning("remote read %s failed: %s", key, failure)
+    else:
+        res = task.result()
+        entry["records"] = memoryview(res.records)  # sent as its own chunk: not copied again
+        tier.stats.add(tier.stats.requests, topic)
+        tier.stats.add(tier.stats.bytes, topic, len(res.records))
+        if plan.read_committed:
+            entry["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                             for a in res.aborted]
+        if broker is not None and broker.log_start > 0:
+            known[key] = broker.log_start
+    return entry
 
 
 def _consume_exception(task: asyncio.Task[Any]) -> None:
@@ -215,30 +232,25 @@ def _consume_exception(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-def _leaders(session: Session, ctx: FetchCtx, keys: list[Key]) -> dict[Key, tuple[str, str, int]]:
-    """(leader address, topic name, partition) for each remote partition: this connection's broker."""
-    out = {}
-    tier = session.proxy.remote
-    assert tier is not None
-    for key in keys:
-        pc = _pc(tier, ctx.by_id, key)
-        if pc is not None and session.upstream_name != "?":
-            out[key] = (session.upstream_name, pc.tp.topic, key[1])
-    return out
-
-
-async def _broker_offsets(tier: RemoteTier, leaders: dict[Key, tuple[str, str, int]]) -> dict[Key, Any]:
+async def _broker_offsets(tier: RemoteTier, leader: str, plan: FetchPlan, keys: list[Key]
+                          ) -> dict[Key, BrokerOffsets]:
+    """HW, LSO and log start of each remote partition, from this connection's broker (its leader)."""
     got = {}
-    for key, (leader, topic, partition) in leaders.items():
+    for key in keys:
+        pc = _pc(tier, plan.by_id, key)
+        if pc is None or leader == "?":
+            continue
         try:
-            got[key] = await tier.broker_offsets(leader, topic, partition)
+            got[key] = await tier.broker_offsets(leader, pc.tp.topic, key[1])
         except (OSError, ConnectionError, TimeoutError, KeyError) as exc:
             log.debug("broker offsets for %s: %s", key, exc)
     return got
 
 
-def _entry(partition: int, broker_entry: dict[str, Any] | None, broker: Any, tier_end: int,
-           tier_start: int | None) -> dict[str, Any]:
+def partition_entry(partition: int, broker_entry: Data | None, broker: BrokerOffsets | None, tier_end: int,
+                    tier_start: int | None) -> Data:
+    """A remote partition's response entry before records: the broker's HW and LSO (the tier's end + 1 when the
+    broker could not be asked), the tier's start as log start."""
     hw = broker.high_watermark if broker is not None and broker.high_watermark >= 0 else tier_end + 1
     lso = broker.last_stable if broker is not None and broker.last_stable >= 0 else hw
     entry = dict(broker_entry) if broker_entry else {}
@@ -250,12 +262,11 @@ def _entry(partition: int, broker_entry: dict[str, Any] | None, broker: Any, tie
     return entry
 
 
-def _response(ctx: FetchCtx, broker: dict[str, Any] | None, entries: dict[Key, dict[str, Any]],
-              slot: Slot) -> dict[str, Any]:
+def merge_response(plan: FetchPlan, broker: Data | None, entries: dict[Key, Data]) -> Data:
     """Exactly the requested partitions, in request order (the Java client drops anything else)."""
     topics = []
-    for t in ctx.request["topics"]:
-        parts = [entries[_key(ctx.by_id, t, p)] for p in t["partitions"] if _key(ctx.by_id, t, p) in entries]
+    for t in plan.request["topics"]:
+        parts = [entries[k] for p in t["partitions"] if (k := key_of(plan.by_id, t, p)) in entries]
         topics.append({"topic": t.get("topic", ""), "topic_id": t.get("topic_id", bytes(16)), "partitions": parts})
     base = dict(broker) if broker else {"throttle_time_ms": 0, "error_code": 0, "node_endpoints": []}
     base.update({"session_id": 0, "responses": topics})

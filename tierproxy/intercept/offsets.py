@@ -15,14 +15,9 @@ from typing import Any
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import OffsetSpec
-from protocol.records import iter_batches
-from tierproxy.remote.service import RemoteTier
 from tierproxy.session import Session, Slot, framed
-from tierproxy.tier.cache import PartitionCache
-from tierproxy.tier.indexes import lookup_time
-from tierproxy.tier.rsm import IndexType
 
-log = logging.getLogger("tierproxy.remote.offsets")
+log = logging.getLogger("tierproxy.intercept.offsets")
 UNDEFINED = -1
 
 
@@ -70,7 +65,7 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
     async def finish() -> None:
         for p, pc, ts in searches:
             try:
-                found = await asyncio.wait_for(offset_for_timestamp(tier, pc, ts), 10)
+                found = await asyncio.wait_for(tier.offset_for_timestamp(pc, ts), 10)
             except Exception as exc:  # the broker's answer stands
                 log.warning("timestamp lookup in the tier failed: %s", exc)
                 continue
@@ -82,24 +77,6 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
         session.flush()
 
     session.complete_later(slot, finish())
-
-
-async def offset_for_timestamp(tier: RemoteTier, pc: PartitionCache, ts: int) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first tiered record whose timestamp is ≥ `ts`."""
-    deadline = asyncio.get_running_loop().time() + 30
-    for md in pc.finished():
-        if md.max_timestamp_ms < ts:
-            continue
-        index = await tier.reader.index(md, IndexType.TIMESTAMP, deadline)
-        floor = lookup_time(index, md.start_offset, ts)
-        result = await tier.reader.read(md, floor, md.segment_size_in_bytes, True, False, deadline)
-        for batch in iter_batches(result.records):
-            if batch.max_timestamp < ts or batch.is_control:
-                continue
-            for rec in batch.records():
-                if rec.timestamp >= ts:
-                    return rec.offset, rec.timestamp
-    return None
 
 
 def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:

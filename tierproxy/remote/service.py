@@ -1,24 +1,32 @@
-"""The proxy's remote tier: metadata (RLMM) kept current, storage, the reader and its pool, and the brokers'
-current offsets (high watermark, last stable offset, log start) for remote answers."""
+"""The proxy's remote tier as a service: metadata (RLMM) kept current, storage, the reader and its pool, and the
+brokers' current offsets (high watermark, last stable offset, log start) for remote answers.
+
+Its interface is typed and small: `partition` / `partition_by_id` (what the tier holds), `submit_read` (records
+from an offset, through the bounded pool), `offset_for_timestamp`, `PartitionCache.end_offset_for_epoch`
+(epochs) and `broker_offsets`. It knows nothing of client sessions, rewrites or metrics: the intercepts in
+`tierproxy.intercept` turn requests into these calls and the results into Kafka answers."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from protocol.constants import ApiKey
+from protocol.records import iter_batches
 from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_offsets
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
 from tierproxy.remote.pool import ReaderPool
-from tierproxy.remote.reader import Backoff, RemoteReader
+from tierproxy.remote.reader import Backoff, ReadResult, RemoteReader
 from tierproxy.tier.cache import PartitionCache
+from tierproxy.tier.indexes import lookup_time
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
-from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 
 log = logging.getLogger("tierproxy.remote")
 
@@ -107,6 +115,39 @@ class RemoteTier:
             return None
         pc = self.rlmm.cache.get(topic_id, partition)
         return None if pc is None or self.rlmm.cache.is_deleted(topic_id, partition) else pc
+
+    def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
+                    deadline: float) -> asyncio.Task[ReadResult] | None:
+        """Whole batches from `offset` (at least one), up to `max_bytes`, read through the bounded pool by
+        `deadline` (loop time); None when no tiered segment holds `offset`. Raises PoolFull when the pool is."""
+        md = pc.segment_for_offset(offset)
+        if md is None:
+            return None
+        # a transaction open at this segment's end is looked for in the later segments
+        following = [m for m in pc.finished() if m.start_offset > md.end_offset]
+
+        def read() -> Awaitable[ReadResult]:
+            return self.reader.read(md, offset, max_bytes, True, read_committed, deadline, following)
+
+        return self.pool.submit(read)
+
+    async def offset_for_timestamp(self, pc: PartitionCache, ts: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first tiered record whose timestamp is ≥ `ts`: the time index gives the
+        batch to start from, the records themselves the answer."""
+        deadline = asyncio.get_running_loop().time() + 30
+        for md in pc.finished():
+            if md.max_timestamp_ms < ts:
+                continue
+            index = await self.reader.index(md, IndexType.TIMESTAMP, deadline)
+            floor = lookup_time(index, md.start_offset, ts)
+            result = await self.reader.read(md, floor, md.segment_size_in_bytes, True, False, deadline)
+            for batch in iter_batches(result.records):
+                if batch.max_timestamp < ts or batch.is_control:
+                    continue
+                for rec in batch.records():
+                    if rec.timestamp >= ts:
+                        return rec.offset, rec.timestamp
+        return None
 
     async def broker_offsets(self, leader: str, topic: str, partition: int, max_age: float = 1.0) -> BrokerOffsets:
         """The partition's current HW, LSO and log start, asked of its leader on the proxy's own connection."""
