@@ -17,6 +17,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from tierproxy.admin.app import start_admin
     from tierproxy.config import ConfigError, ProxySettings, load_settings
     from tierproxy.server import serve
 
@@ -27,7 +28,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(settings))
+    asyncio.run(serve(settings, services=[start_admin]))
     return 0
 
 

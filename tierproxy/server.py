@@ -9,7 +9,7 @@ import itertools
 import logging
 import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from protocol.constants import ApiKey
@@ -46,7 +46,7 @@ class Proxy:
         self._refresh_lock = asyncio.Lock()
         self._bound: set[int] = set()  # node ids whose proxy port is bound
         self.remote: RemoteTier | None = None
-        self._admin: Any = None
+        self.on_stop: list[Callable[[], None]] = []  # services started beside the proxy (the admin API)
 
     # --- startup -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -124,22 +124,6 @@ class Proxy:
                 await client.close()
         raise last
 
-    async def start_admin(self) -> None:
-        """The admin HTTP API on `admin.listen`, on this event loop."""
-        if not self.settings.admin_listen:
-            return
-        import uvicorn
-
-        from tierproxy.admin.app import create_app
-
-        host, _, port = self.settings.admin_listen.rpartition(":")
-        config = uvicorn.Config(create_app(self), host=host or "0.0.0.0", port=int(port), log_level="warning",
-                                lifespan="off", access_log=False)
-        self._admin = uvicorn.Server(config)
-        self._admin.install_signal_handlers = lambda: None
-        self.spawn(self._admin.serve())
-        log.info("admin API on http://%s:%s", host, port)
-
     # --- sessions ----------------------------------------------------------------------------------------------
     async def connect_upstream(self, session: Session) -> tuple[asyncio.Transport, str]:
         if session.node_id is None:
@@ -211,8 +195,8 @@ class Proxy:
         if not self.accepting_new:
             return
         self.accepting_new = False
-        if self._admin is not None:
-            self._admin.should_exit = True
+        for stop_service in self.on_stop:
+            stop_service()
         for server in self.listeners.values():
             server.close()
         for s in list(self.sessions):
@@ -234,11 +218,14 @@ class Proxy:
         self.stopped.set()
 
 
-async def serve(settings: ProxySettings, ready: asyncio.Event | None = None) -> None:
-    """Run until SIGTERM/SIGINT, then drain and stop."""
+async def serve(settings: ProxySettings, ready: asyncio.Event | None = None,
+                services: Sequence[Callable[[Proxy], Awaitable[None]]] = ()) -> None:
+    """Run until SIGTERM/SIGINT, then drain and stop. `services` start beside the proxy on its loop (the caller
+    passes the admin API: this layer does not know it)."""
     proxy = Proxy(settings)
     await proxy.start()
-    await proxy.start_admin()
+    for start_service in services:
+        await start_service(proxy)
     # long-lived startup objects leave the collector's view, and young-generation collections (each decoded
     # frame allocates a few dicts) run less often: fewer pauses on the Kafka path
     gc.freeze()

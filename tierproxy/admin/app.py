@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import sys
 import time
 import uuid
@@ -26,6 +27,8 @@ from tierproxy.tier.model import uuid_str
 
 if TYPE_CHECKING:
     from tierproxy.server import Proxy
+
+log = logging.getLogger("tierproxy.admin")
 
 
 class PartitionStatus(BaseModel):
@@ -261,3 +264,20 @@ async def _tier_pass(proxy: Proxy, run: TieringRun) -> None:
     run.finished_ms = int(time.time() * 1000)
     if proxy.remote is not None and proxy.remote.ready.is_set():
         await proxy.remote.rlmm.catch_up()
+
+
+async def start_admin(proxy: Proxy) -> None:
+    """The admin HTTP API on `admin.listen`, on the proxy's event loop; it stops when the proxy does."""
+    if not proxy.settings.admin_listen:
+        return
+    import uvicorn
+
+    host, _, port = proxy.settings.admin_listen.rpartition(":")
+    config = uvicorn.Config(create_app(proxy), host=host or "0.0.0.0", port=int(port), log_level="warning",
+                            lifespan="off", access_log=False)
+    server = uvicorn.Server(config)
+    # uvicorn captures SIGTERM/SIGINT while it serves and raises them again once it exits, so the proxy's own
+    # handler (drain, then stop) still runs
+    proxy.on_stop.append(lambda: setattr(server, "should_exit", True))
+    proxy.spawn(server.serve())
+    log.info("admin API on http://%s:%s", host, port)

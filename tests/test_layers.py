@@ -1,0 +1,70 @@
+"""Layers point down only: protocol ← tier ← remote, tiering, spark ← proxy core (session, server, intercept) ←
+admin, cli. Shared modules (settings, metrics, wire clients, TLS, flow control) sit below all of them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = {"config", "metrics", "wireclient", "asyncclient", "tls", "flow", "kafkadist", "brokers"}
+CORE = {"session", "server", "rewrite", "handlers", "intercept"}
+# what each layer may import from tierproxy (besides itself, the shared modules and protocol)
+ALLOWED: dict[str, set[str]] = {
+    "shared": set(),
+    "tier": set(),
+    "remote": {"tier"},
+    "tiering": {"tier"},
+    "spark": {"tier", "tiering"},
+    "core": {"tier", "remote"},
+    "admin": {"tier", "remote", "core"},
+    "cli": {"tier", "remote", "tiering", "core", "admin", "demo"},
+    "demo": set(),
+}
+
+
+def layer_of(module: str) -> str:
+    head = module.split(".")[1] if module.count(".") else ""
+    if head in SHARED:
+        return "shared"
+    if head in CORE:
+        return "core"
+    return head
+
+
+def imports_of(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] if node.module != "tierproxy" else [f"tierproxy.{a.name}" for a in node.names]
+            out.update(n for n in names if n.startswith("tierproxy."))
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("tierproxy."))
+    return out
+
+
+def test_every_tierproxy_import_points_down() -> None:
+    wrong = []
+    for path in sorted((ROOT / "tierproxy").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if path.name == "spark_entry.py":  # spark-submit's entry point runs the CLI by design
+            continue
+        mine = layer_of(module)
+        assert mine in ALLOWED or module == "tierproxy.__init__", module
+        for target in imports_of(path):
+            theirs = layer_of(target)
+            if theirs in (mine, "shared") or theirs in ALLOWED.get(mine, set()):
+                continue
+            wrong.append(f"{module} ({mine}) imports {target} ({theirs})")
+    assert wrong == []
+
+
+def test_the_remote_service_knows_no_sessions_rewrites_or_metrics() -> None:
+    for path in (ROOT / "tierproxy" / "remote").rglob("*.py"):
+        bad = {m for m in imports_of(path) if m.split(".")[1] in CORE | {"metrics", "admin"}}
+        assert bad == set(), (path.name, bad)
+
+
+def test_protocol_imports_nothing_above_it() -> None:
+    for path in (ROOT / "protocol").rglob("*.py"):
+        assert not any(m.startswith("tierproxy") for m in imports_of(path)), path
