@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from tests.realparts import ProxyProcess
 from tests.remote.conftest import TieredTopic, make_tiered_topic
+from tests.waiting import wait_until
 from tierproxy.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -33,14 +33,7 @@ def admin(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "TIERPROXY_STORAGE": f"file://{tmp}/tier", "TIERPROXY_METADATA": f"file://{tmp}/meta",
         "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{port}", "TIERPROXY_ADMIN_TOKEN": TOKEN})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/readyz", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+    wait_until(lambda: httpx.get(url + "/readyz", timeout=5).status_code == 200, "the admin API's readyz")
     yield tt, proxy, url
     proxy.stop()
 

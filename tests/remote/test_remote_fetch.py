@@ -17,6 +17,7 @@ from protocol.records import iter_batches
 from protocol.requests import fetch_request, list_offsets_request
 from tests.realparts import ProxyProcess
 from tests.remote.conftest import TieredTopic, make_tiered_topic
+from tests.waiting import proxy_serves_tier, wait_until
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 
@@ -125,7 +126,7 @@ def test_fetch_of_ten_partitions_some_remote_some_local(kafka: KafkaCluster, tmp
     proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
                                                            "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
     try:
-        time.sleep(2)  # the proxy's metadata cache catches up with the file
+        wait_until(lambda: proxy_serves_tier(f"127.0.0.1:{proxy.base + 1}", topic_name, 10), "the tier via the proxy")
         wanted = {p: (0 if p % 2 == 0 else tt.log_starts[p]) for p in range(10)}  # even: remote, odd: local
         body = fetch_request({topic_name: wanted}, max_bytes=50 << 20, partition_max_bytes=1 << 20, max_wait_ms=100,
                              min_bytes=1)

@@ -21,6 +21,7 @@ from tests.kafkahelpers import create_topic, read_to_end, set_retention, waterma
 from tests.realparts import ProxyProcess, S3Server
 from tests.recording_relay import DelayRelay
 from tests.tiering.helpers import settings, tier_once
+from tests.waiting import proxy_serves_tier, wait_until
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 
@@ -140,7 +141,7 @@ def test_s3_outage_and_latency_hit_only_remote_readers(kafka: KafkaCluster, s3: 
         return timed_fetch(broker_port, topic_name, offset)
 
     try:
-        time.sleep(2)
+        wait_until(lambda: proxy_serves_tier(broker_port, topic_name), "the tier via the proxy")
         took, part = fetch(0)
         assert part["error_code"] == 0 and list(iter_batches(part["records"]))  # S3 up: served remotely
         s3.proc.terminate()  # S3 down
@@ -172,7 +173,7 @@ def test_five_second_s3_latency_expires_remote_reads_not_tail_reads(kafka: Kafka
         return timed_fetch(broker_port, topic_name, offset)
 
     try:
-        time.sleep(2)
+        wait_until(lambda: proxy_serves_tier(broker_port, topic_name), "the tier via the proxy")
         took, part = fetch(0)
         assert took < 0.5 + 1.0 and part["error_code"] == 0 and not list(iter_batches(part["records"]))
         with remote_readers(lambda: fetch(0)):  # catch-up reads wait on slow S3 meanwhile
