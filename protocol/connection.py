@@ -48,14 +48,33 @@ class ResponseEvent:
     context: Any = None
 
 
-class ServerConnection:
-    """Receives request frames; answers whether each expects a response (acks=0 Produce does not)."""
+class _Receiving:
+    """Bytes in: copied (`receive_data`) or received in place (`get_buffer`, then `buffer_updated`, the shape of
+    asyncio's BufferedProtocol and of `socket.recv_into`)."""
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int) -> None:
         self.frames = FrameBuffer(max_frame_size)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self.frames.feed(data)
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next received bytes go; report how many with `buffer_updated`."""
+        return self.frames.get_buffer(sizehint)
+
+    def buffer_updated(self, n: int) -> None:
+        self.frames.buffer_updated(n)
+
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as an event."""
+        return self.frames.buffered()
+
+
+class ServerConnection(_Receiving):
+    """Receives request frames; answers whether each expects a response (acks=0 Produce does not)."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        super().__init__(max_frame_size)
 
     def next_event(self) -> RequestEvent | None:
         frame = self.frames.next_frame()
@@ -76,11 +95,11 @@ class _InFlight:
     context: Any
 
 
-class ClientConnection:
+class ClientConnection(_Receiving):
     """Sends requests, receives their responses in order (Kafka answers a connection's requests in order)."""
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        self.frames = FrameBuffer(max_frame_size)
+        super().__init__(max_frame_size)
         self._in_flight: deque[_InFlight] = deque()
 
     @property
@@ -97,9 +116,6 @@ class ClientConnection:
         if expects_response:
             self.expect_response(header, context)
         return [frame_header(len(frame)), frame]
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        self.frames.feed(data)
 
     def next_event(self) -> ResponseEvent | None:
         if not self._in_flight:

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import ssl
 from typing import Any
 
-from protocol import registry
-from protocol.connection import ClientConnection
-from protocol.headers import RequestHeader, request_header_version
+from protocol.client import RequestClient
 
 
 class AsyncWireClient:
@@ -27,8 +24,7 @@ class AsyncWireClient:
         self.timeout = timeout
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._conn = ClientConnection()
-        self._ids = itertools.count(1)
+        self._client = RequestClient(client_id)
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> None:
@@ -41,22 +37,17 @@ class AsyncWireClient:
             if self._writer is None:
                 await self._connect()
             assert self._reader is not None and self._writer is not None
-            header = RequestHeader(api_key, version, next(self._ids), self.client_id,
-                                   request_header_version(api_key, version), 0)
-            chunks = registry.encode_request(header, body)
-            frame = b"".join(bytes(c) for c in chunks[1:])
-            for chunk in self._conn.send_request(header, frame):
-                self._writer.write(chunk)
+            self._writer.writelines(self._client.send(api_key, version, body))
             await self._writer.drain()
             while True:
-                ev = self._conn.next_event()
+                ev = self._client.next_response()
                 if ev is not None:
-                    return registry.decode_response(api_key, version, ev.frame, ev.body_offset)
+                    return self._client.decode(ev)
                 data = await asyncio.wait_for(self._reader.read(1 << 16), self.timeout)
                 if not data:
                     await self.close()
                     raise ConnectionError(f"{self.host}:{self.port} closed the connection")
-                self._conn.receive_data(data)
+                self._client.receive_data(data)
 
     async def close(self) -> None:
         if self._writer is not None:
@@ -64,4 +55,4 @@ class AsyncWireClient:
             with contextlib.suppress(OSError):
                 await self._writer.wait_closed()
         self._reader = self._writer = None
-        self._conn = ClientConnection()
+        self._client = RequestClient(self.client_id)

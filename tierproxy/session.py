@@ -220,11 +220,11 @@ class ClientProtocol(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         assert self.session is not None
-        return self.session.server.frames.get_buffer(sizehint)
+        return self.session.server.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
         assert self.session is not None
-        self.session.server.frames.buffer_updated(nbytes)
+        self.session.server.buffer_updated(nbytes)
         self.session.process_client()
 
     def eof_received(self) -> bool:
@@ -250,10 +250,10 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self.session = session
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.session.upstream_conn.frames.get_buffer(sizehint)
+        return self.session.upstream_conn.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.session.upstream_conn.frames.buffer_updated(nbytes)
+        self.session.upstream_conn.buffer_updated(nbytes)
         self.session.process_upstream()
 
     def eof_received(self) -> bool:

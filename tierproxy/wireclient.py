@@ -6,13 +6,11 @@ hot path, which is asyncio.
 
 from __future__ import annotations
 
-import itertools
 import socket
 from typing import Any
 
-from protocol import registry
-from protocol.connection import ClientConnection, ResponseEvent
-from protocol.headers import RequestHeader, request_header_version
+from protocol.client import RequestClient
+from protocol.connection import ResponseEvent
 
 
 class WireClient:
@@ -21,33 +19,27 @@ class WireClient:
     def __init__(self, bootstrap: str, client_id: str = "tierproxy", timeout: float = 30.0) -> None:
         host, _, port = bootstrap.split(",")[0].rpartition(":")
         self.address = (host, int(port))
-        self.client_id = client_id
+        self.client = RequestClient(client_id)
         self.sock = socket.create_connection(self.address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.conn = ClientConnection()
-        self._ids = itertools.count(1)
 
     def request_event(self, api_key: int, version: int, body: dict[str, Any]) -> ResponseEvent:
-        header = RequestHeader(api_key, version, next(self._ids), self.client_id,
-                               request_header_version(api_key, version), 0)
-        chunks = registry.encode_request(header, body)
-        frame = b"".join(bytes(c) for c in chunks[1:])
-        for chunk in self.conn.send_request(header, frame):
+        """Send one request and return its response frame undecoded (record sets stay views of it)."""
+        for chunk in self.client.send(api_key, version, body):
             self.sock.sendall(chunk)
         while True:
-            ev = self.conn.next_event()
+            ev = self.client.next_response()
             if ev is not None:
                 return ev
-            region = self.conn.frames.get_buffer()
+            region = self.client.get_buffer()
             n = self.sock.recv_into(region)
             del region
             if n == 0:
                 raise ConnectionError(f"{self.address} closed the connection")
-            self.conn.frames.buffer_updated(n)
+            self.client.buffer_updated(n)
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        ev = self.request_event(api_key, version, body)
-        return registry.decode_response(api_key, version, ev.frame, ev.body_offset)
+        return self.client.decode(self.request_event(api_key, version, body))
 
     def close(self) -> None:
         self.sock.close()

@@ -59,3 +59,28 @@ def test_listed_offsets_keeps_only_answered_partitions() -> None:
 def test_partition_bounds_are_log_start_lso_and_high_watermark() -> None:
     assert [(n, int(i), int(s)) for n, i, s in PARTITION_BOUNDS] == [
         ("log_start", 0, -2), ("last_stable", 1, -1), ("high_watermark", 0, -1)]
+
+
+def test_request_client_numbers_requests_and_matches_responses_in_order() -> None:
+    from protocol.client import RequestClient
+
+    client = RequestClient("me")
+    first = b"".join(bytes(c) for c in client.send(ApiKey.LIST_OFFSETS, 7, list_offsets_request({"a": {0: -1}})))
+    client.send(ApiKey.LIST_OFFSETS, 7, list_offsets_request({"a": {1: -1}}))
+    view = memoryview(first)[4:]
+    header = decode_request_header(view)
+    assert (header.correlation_id, header.client_id) == (1, "me")
+    answers = b"".join(
+        bytes(c) for cid, offset in ((1, 10), (2, 20)) for c in registry.encode_response(
+            ApiKey.LIST_OFFSETS, 7, cid, {"throttle_time_ms": 0, "topics": [{"name": "a", "partitions": [
+                {"partition_index": cid - 1, "error_code": 0, "timestamp": -1, "offset": offset,
+                 "leader_epoch": 0}]}]}))
+    region = client.get_buffer(len(answers))
+    n = min(len(region), len(answers))
+    region[:n] = answers[:n]
+    client.buffer_updated(n)
+    client.receive_data(answers[n:])
+    got = []
+    while (ev := client.next_response()) is not None:
+        got.append((ev.correlation_id, listed_offsets(client.decode(ev))))
+    assert got == [(1, {("a", 0): 10}), (2, {("a", 1): 20})]

@@ -65,7 +65,7 @@ def test_request_frames_stream(name: str, kind: str, msg: Message, version: int,
         assert ev.header.client_id == "tp-test"
         body = registry.decode_request(ev.header, ev.frame)
         assert normalize(body) == normalize(msg.decode(memoryview(frames[i]), version, len(frames[i]) - len(ev.body)))
-    assert conn.frames.buffered() == 3
+    assert conn.buffered() == 3
 
 
 RESPONSE_CASES = [c for c in CASES if c[1] == "response"]

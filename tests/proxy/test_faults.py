@@ -17,23 +17,16 @@ from confluent_kafka import Consumer, Producer
 
 from protocol import registry
 from protocol.connection import ClientConnection
+from protocol.constants import ApiKey
 from protocol.headers import RequestHeader, request_header_version
 from protocol.requests import fetch_request
 from tests.kafkahelpers import create_topic
 from tests.realparts import ProxyProcess
+from tests.waiting import wait_until
 from tierproxy.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
 pytestmark = pytest.mark.kafka
-
-
-def _wait_for(cond: object, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_malformed_frame_closes_only_that_connection(proxy: ProxyProcess) -> None:
@@ -47,7 +40,7 @@ def test_malformed_frame_closes_only_that_connection(proxy: ProxyProcess) -> Non
     resp = good.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
     assert resp["error_code"] == 0
     good.close()
-    _wait_for(lambda: "malformed request, closing the connection" in proxy.log_text(), what="log line")
+    wait_until(lambda: "malformed request, closing the connection" in proxy.log_text(), "log line", timeout=15)
     assert proxy.proc.poll() is None
 
 
@@ -100,7 +93,7 @@ def test_max_connections(kafka: KafkaCluster, tmp_path: Path) -> None:
         assert c.recv(10) == b""  # refused: closed at once
         assert a.request(18, 3, {"client_software_name": "a", "client_software_version": "1"})["error_code"] == 0
         a.close()
-        _wait_for(lambda: _can_request(p.bootstrap), what="a slot after closing one")
+        wait_until(lambda: _can_request(p.bootstrap), "a slot after closing one", timeout=15)
         b.close()
         c.close()
         assert "max.connections 2 reached" in p.log_text()
@@ -135,19 +128,16 @@ def test_sigterm_drains_in_flight_requests(kafka: KafkaCluster, tmp_path: Path, 
     p = _proxy(kafka, tmp_path)
     try:
         w = WireClient(f"127.0.0.1:{p.base + 1}")
-        header = RequestHeader(1, 12, 77, "t", 2, 0)
         body = fetch_request({topic_name: {0: 0}}, max_bytes=1 << 20, max_wait_ms=1500, min_bytes=1)
-        chunks = registry.encode_request(header, body)
-        w.conn.expect_response(header)
-        w.sock.sendall(b"".join(bytes(c) for c in chunks))
+        w.sock.sendall(b"".join(bytes(c) for c in w.client.send(ApiKey.FETCH, 12, body)))
         time.sleep(0.3)
         start = time.monotonic()
         p.proc.send_signal(signal.SIGTERM)
-        while (ev := w.conn.next_event()) is None:
+        while (ev := w.client.next_response()) is None:
             data = w.sock.recv(65536)
             assert data, "connection closed before the in-flight Fetch was answered"
-            w.conn.receive_data(data)
-        assert ev.correlation_id == 77 and time.monotonic() - start > 0.5  # it waited for the broker's answer
+            w.client.receive_data(data)
+        assert ev.correlation_id == 1 and time.monotonic() - start > 0.5  # it waited for the broker's answer
         assert p.proc.wait(20) == 0
         w.close()
     finally:
@@ -248,11 +238,11 @@ def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path,
         while got < requests:
             ev = conn.next_event()
             if ev is None:
-                region = conn.frames.get_buffer()
+                region = conn.get_buffer()
                 n = s.recv_into(region)
                 del region
                 assert n > 0
-                conn.frames.buffer_updated(n)
+                conn.buffer_updated(n)
                 continue
             got += 1
         s.close()
@@ -267,4 +257,4 @@ def test_sasl_handshake_v0_is_refused_with_a_log_line(proxy: ProxyProcess) -> No
     s.settimeout(10)
     assert s.recv(100) == b""
     s.close()
-    _wait_for(lambda: "SaslHandshake v0" in proxy.log_text(), what="log line")
+    wait_until(lambda: "SaslHandshake v0" in proxy.log_text(), "log line", timeout=15)
