@@ -6,47 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import pytest
 
 from protocol.headers import RequestHeader
-from tierproxy.config import ProxySettings
+from tests.core.harness import InProcessProxy, RecordingTransport
 from tierproxy.session import Session, Slot
-
-
-class RecordingTransport:
-    """The client side of the connection: what the proxy wrote, and whether it closed it."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class InProcessProxy:
-    """What a Session needs of its proxy: settings, spawning tasks, hearing that it closed."""
-
-    def __init__(self) -> None:
-        self.settings = ProxySettings(bootstrap_servers="127.0.0.1:1")
-        self.tasks: list[asyncio.Task[Any]] = []
-        self.closed_sessions: list[Session] = []
-
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.append(task)
-        return task
-
-    def session_closed(self, session: Session) -> None:
-        self.closed_sessions.append(session)
 
 
 def header(correlation_id: int, api_key: int = 1) -> RequestHeader:
