@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol import registry
+from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
 from protocol.connection import ResponseEvent
 from protocol.constants import ApiKey
 from tierproxy.session import Session, Slot, framed
@@ -81,12 +82,19 @@ def rewrite_node_endpoints(data: Data, address_of: AddressOf) -> bool:
     return bool(endpoints)
 
 
-def relay_with_endpoints(session: Session, slot: Slot, ev: ResponseEvent, data: Data | None = None) -> None:
-    """Fetch v16+ / Produce v10+: re-encode only a response that carries NodeEndpoints; relay the rest as is."""
-    min_version = 16 if ev.api_key == ApiKey.FETCH else 10
-    if ev.api_version < min_version or not registry.supports(ev.api_key, ev.api_version):
+def relay_with_endpoints(session: Session, slot: Slot, ev: ResponseEvent, data: Data | None = None,
+                         scan: FetchScan | None = None) -> None:
+    """Fetch v16+ / Produce v10+: re-encode only a response that carries NodeEndpoints; relay the rest as is
+    (for Fetch a scan tells, so a response without them is never decoded)."""
+    is_fetch = ev.api_key == ApiKey.FETCH
+    if ev.api_version < (16 if is_fetch else 10) or not registry.supports(ev.api_key, ev.api_version):
         slot.chunks = framed(ev.frame)
         return
+    if is_fetch and data is None:
+        scan = scan or scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
+        if not scan.node_endpoints:
+            slot.chunks = framed(ev.frame)
+            return
     if data is None:
         data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
     if rewrite_node_endpoints(data, session.proxy.brokers.proxy_address):

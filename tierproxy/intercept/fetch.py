@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol import registry
+from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from tierproxy import rewrite
@@ -113,28 +114,30 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     if plan is None or tier is None or not registry.supports(ev.api_key, ev.api_version):
         rewrite.relay_with_endpoints(session, slot, ev)
         return
-    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
-    oor = remote_after_broker(plan, data, tier)
+    # the tail path's only question is "any partition out of range?": a scan answers it without a decode
+    scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
+    oor = remote_after_broker(plan, scan, tier)
     if not oor and not plan.remote:
-        rewrite.relay_with_endpoints(session, slot, ev, data)
+        rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
         FETCH_LATENCY.labels("tail").observe(time.monotonic() - plan.started)
         return
+    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
     session.complete_later(slot, complete(session, slot, data, plan, oor))
 
 
-def remote_after_broker(plan: FetchPlan, response: Data, tier: RemoteTier) -> list[Key]:
+def remote_after_broker(plan: FetchPlan, scan: FetchScan, tier: RemoteTier) -> list[Key]:
     """The partitions the broker answered OFFSET_OUT_OF_RANGE whose fetch offset the tier holds."""
-    requested = plan.requested()
     oor: list[Key] = []
-    for t in response["responses"]:
-        for p in t["partitions"]:
-            if p["error_code"] != ErrorCode.OFFSET_OUT_OF_RANGE:
-                continue
-            key = (t["topic_id"] if plan.by_id else t["topic"], p["partition_index"])
-            pc = _pc(tier, plan.by_id, key)
-            req = requested.get(key)
-            if pc is not None and req is not None and pc.segment_for_offset(req["fetch_offset"]) is not None:
-                oor.append(key)
+    requested: dict[Key, Data] | None = None
+    for topic, partition, error_code in scan.errors:
+        if error_code != ErrorCode.OFFSET_OUT_OF_RANGE:
+            continue
+        key = (topic, partition)
+        pc = _pc(tier, plan.by_id, key)
+        requested = plan.requested() if requested is None else requested
+        req = requested.get(key)
+        if pc is not None and req is not None and pc.segment_for_offset(req["fetch_offset"]) is not None:
+            oor.append(key)
     return oor
 
 
