@@ -13,12 +13,18 @@ A malformed or truncated response raises `ProtocolError`, as a full decode would
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 from protocol.errors import ProtocolError
 from protocol.primitives import Reader
 
 NODE_ENDPOINTS_TAG = 0
+# partition_index:int32 error_code:int16 high_watermark:int64 last_stable_offset:int64 log_start_offset:int64 (v5+)
+PARTITION_V5 = struct.Struct(">ihqqq")
+PARTITION_V4 = struct.Struct(">ihqq")
+# array count / string length / bytes length of the non-flexible versions
+INT32, INT16 = struct.Struct(">i"), struct.Struct(">h")
 
 
 class PartitionError(NamedTuple):
@@ -32,51 +38,103 @@ class FetchScan(NamedTuple):
     node_endpoints: bool  # a non-empty node_endpoints tagged field is present
 
 
-def _skip_tagged(r: Reader) -> list[int]:
-    tags = []
-    for _ in range(r.unsigned_varint()):
-        tags.append(r.unsigned_varint())
-        r.view(r.unsigned_varint())
-    return tags
-
-
 def scan_fetch_response(frame: memoryview, version: int, body_offset: int) -> FetchScan:
     """The partition errors of a Fetch response body at `body_offset` in `frame`."""
     if not 4 <= version <= 18:
         raise ProtocolError(f"Fetch v{version} is outside the scan's 4-18", api_key=1, api_version=version)
+    try:
+        return _scan(frame, version, body_offset)
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"malformed Fetch response: {exc}", api_key=1, api_version=version) from None
+
+
+def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
+    end = len(buf)
     flexible = version >= 12
-    r = Reader(frame, body_offset)
-    r.view(4 + (6 if version >= 7 else 0))  # throttle_time_ms, error_code + session_id
-    errors: list[PartitionError] = []
-    array_len = r.compact_array_len if flexible else r.array_len
-    for _ in range(max(0, array_len())):
-        topic: str | bytes = r.uuid() if version >= 13 else (r.compact_string() if flexible else r.string())
-        for _ in range(max(0, array_len())):
-            partition, error_code = r.int32(), r.int16()
-            r.view(16 + (8 if version >= 5 else 0))  # high_watermark, last_stable_offset, log_start_offset
-            for _ in range(array_len()):  # aborted transactions (-1: null)
-                r.view(16)
-                if flexible:
-                    _skip_tagged(r)
-            if version >= 11:
-                r.view(4)  # preferred_read_replica
-            if flexible:
-                r.compact_nullable_bytes_view()
-                _skip_tagged(r)
-            else:
-                r.nullable_bytes_view()
-            if error_code:
-                errors.append(PartitionError(topic, partition, error_code))
+
+    def uvarint() -> int:  # the position advances through the enclosing `p`
+        nonlocal p
+        b = buf[p]
+        p += 1
+        if b < 0x80:
+            return b
+        value, shift = b & 0x7F, 7
+        while True:
+            b = buf[p]
+            p += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise ProtocolError("varint too long")
+
+    def skip(n: int) -> None:
+        nonlocal p
+        if n < 0 or p + n > end:
+            raise ProtocolError(f"truncated: need {n} bytes at {p}, have {end - p}")
+        p += n
+
+    def count() -> int:  # an array's item count; -1 (null) reads as 0
+        nonlocal p
         if flexible:
-            _skip_tagged(r)
+            n = uvarint() - 1
+        else:
+            n = INT32.unpack_from(buf, p)[0]
+            p += 4
+        if n > end - p:
+            raise ProtocolError(f"array count {n} exceeds the {end - p} bytes left")
+        return max(n, 0)
+
+    def skip_tagged() -> None:
+        for _ in range(uvarint()):
+            uvarint()
+            skip(uvarint())
+
+    part = PARTITION_V5 if version >= 5 else PARTITION_V4
+    skip(4 + (6 if version >= 7 else 0))  # throttle_time_ms, error_code + session_id
+    errors: list[PartitionError] = []
+    for _ in range(count()):
+        topic: str | bytes
+        if version >= 13:
+            topic = bytes(buf[p:p + 16])
+            skip(16)
+        else:
+            n = uvarint() - 1 if flexible else INT16.unpack_from(buf, p)[0]
+            p += 0 if flexible else 2
+            start = p
+            skip(n)
+            topic = str(buf[start:p], "utf-8")
+        for _ in range(count()):
+            fields = part.unpack_from(buf, p)
+            skip(part.size)
+            for _ in range(count()):  # aborted transactions: producer_id, first_offset
+                skip(16)
+                if flexible:
+                    skip_tagged()
+            if version >= 11:
+                skip(4)  # preferred_read_replica
+            if flexible:
+                skip(max(uvarint() - 1, 0))  # records (0: null)
+                skip_tagged()
+            else:
+                n = INT32.unpack_from(buf, p)[0]
+                p += 4
+                if n < -1:
+                    raise ProtocolError(f"bad records length {n}")
+                skip(max(n, 0))
+            if fields[1]:
+                errors.append(PartitionError(topic, fields[0], fields[1]))
+        if flexible:
+            skip_tagged()
     endpoints = False
     if flexible:
-        n = r.unsigned_varint()
-        for _ in range(n):
-            tag, size = r.unsigned_varint(), r.unsigned_varint()
-            data = r.view(size)
+        for _ in range(uvarint()):
+            tag, size = uvarint(), uvarint()
+            start = p
+            skip(size)
             if tag == NODE_ENDPOINTS_TAG and version >= 16:
-                endpoints = Reader(data).compact_array_len() > 0
-    if r.remaining():
-        raise ProtocolError(f"{r.remaining()} bytes after the Fetch response", api_key=1, api_version=version)
+                endpoints = Reader(buf, start, p).compact_array_len() > 0
+    if p != end:
+        raise ProtocolError(f"{end - p} bytes after the Fetch response", api_key=1, api_version=version)
     return FetchScan(errors, endpoints)
