@@ -17,12 +17,12 @@ from protocol.headers import RequestHeader, request_header_version
 Data = dict[str, Any]
 
 
-class RequestClient:
-    """One connection's requests, answered in order."""
+class RequestClient(ClientConnection):
+    """One connection's own requests, answered in order (bytes in as a `ClientConnection` takes them)."""
 
     def __init__(self, client_id: str = "tierproxy", max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        super().__init__(max_frame_size)
         self.client_id = client_id
-        self.conn = ClientConnection(max_frame_size)
         self._ids = itertools.count(1)
 
     def send(self, api_key: int, version: int, body: Data) -> registry.Chunks:
@@ -30,21 +30,12 @@ class RequestClient:
         header = RequestHeader(api_key, version, next(self._ids), self.client_id,
                                request_header_version(api_key, version), 0)
         chunks = registry.encode_request(header, body)
-        self.conn.expect_response(header)
+        self.expect_response(header)
         return chunks
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        self.conn.receive_data(data)
-
-    def get_buffer(self, sizehint: int = -1) -> memoryview:
-        return self.conn.get_buffer(sizehint)
-
-    def buffer_updated(self, n: int) -> None:
-        self.conn.buffer_updated(n)
 
     def next_response(self) -> ResponseEvent | None:
         """The next whole response, or None until more bytes arrive."""
-        return self.conn.next_event()
+        return self.next_event()
 
     @staticmethod
     def decode(ev: ResponseEvent) -> Data:

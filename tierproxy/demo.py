@@ -16,7 +16,7 @@ from pathlib import Path
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tierproxy.kafkadist import KAFKA_VERSION, KafkaCluster, free_port
+from tierproxy.kafkadist import KAFKA_VERSION, KafkaCluster, free_port, stop_processes
 from tierproxy.wireclient import WireClient
 
 TOPIC = "demo-history"
@@ -124,12 +124,6 @@ def run_demo(duration: float = 0.0, records: int = 1000) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         cluster.stop()
         _say("Stopped.")

@@ -97,6 +97,18 @@ def storage_test_jar() -> Path:
     return ensure_kafka_libs() / f"kafka-storage-{KAFKA_VERSION}-test.jar"
 
 
+def stop_processes(procs: list[subprocess.Popen[bytes]], timeout: float = 30.0) -> None:
+    """SIGTERM every process, then wait for each (SIGKILL one that outlives `timeout`)."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.realparts import unavailable
-from tierproxy.kafkadist import cache_dir, free_port
+from tierproxy.kafkadist import cache_dir, free_port, stop_processes
 
 SPARK_VERSION = "4.2.0"
 # the connector and what it needs beyond PySpark's own jars
@@ -118,10 +118,4 @@ def standalone_cluster(workdir: Path, workers: int = 2) -> Iterator[str]:
             time.sleep(0.5)
         yield master
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs, 20)

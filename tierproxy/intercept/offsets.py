@@ -15,10 +15,12 @@ from typing import Any
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import OffsetSpec
+from tierproxy.remote.service import RemoteTier
 from tierproxy.session import Session, Slot, framed
 
 log = logging.getLogger("tierproxy.intercept.offsets")
 UNDEFINED = -1
+Data = dict[str, Any]
 
 
 def forward_remembering_request(session: Session, ev: RequestEvent) -> None:
@@ -30,12 +32,19 @@ def forward_remembering_request(session: Session, ev: RequestEvent) -> None:
     session.forward(ev, slot=Slot(ev.header, ctx=registry.decode_request(ev.header, ev.frame)))
 
 
-def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+def _remembered(session: Session, slot: Slot, ev: ResponseEvent) -> tuple[RemoteTier, Data] | None:
+    """The tier and the decoded response when the request was remembered; otherwise the response is relayed."""
     tier = session.proxy.remote
     if slot.ctx is None or tier is None:
         slot.chunks = framed(ev.frame)
+        return None
+    return tier, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+
+
+def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    if (got := _remembered(session, slot, ev)) is None:
         return
-    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    tier, data = got
     asked = {(t["name"], p["partition_index"]): p["timestamp"] for t in slot.ctx["topics"] for p in t["partitions"]}
     searches = []
     for t in data["topics"]:
@@ -80,11 +89,9 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
 
 
 def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    tier = session.proxy.remote
-    if slot.ctx is None or tier is None:
-        slot.chunks = framed(ev.frame)
+    if (got := _remembered(session, slot, ev)) is None:
         return
-    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    tier, data = got
     asked: dict[tuple[str, int], Any] = {(t["topic"], p["partition"]): p["leader_epoch"]
                                          for t in slot.ctx["topics"] for p in t["partitions"]}
     changed = False
