@@ -75,3 +75,25 @@ def read_to_end(bootstrap: str, topic: str, isolation: str = "read_uncommitted",
     finally:
         c.close()
     return got
+
+
+def broker_forgets(bootstrap: str, topic: str, *, above: int = 0, retention_ms: int = 1000,
+                   restore_ms: int | None = 3_600_000, timeout: float = 60, interval: float = 0.3) -> int:
+    """Make the broker delete the start of a single-partition topic: shorten `retention.ms` and append ticks (each
+    append rolls the expired active segment so retention can run) until its log start offset passes `above`.
+    Then retention goes back to `restore_ms` (None: left short). Returns the new log start; fails if it never
+    moved."""
+    from confluent_kafka import Producer
+
+    set_retention(bootstrap, topic, retention_ms)
+    p = Producer({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while (start := watermarks(bootstrap, topic)[0]) <= above and time.monotonic() < deadline:
+        p.produce(topic, b"tick")
+        p.flush(5)
+        time.sleep(interval)
+    if restore_ms is not None:
+        set_retention(bootstrap, topic, restore_ms)
+        start = watermarks(bootstrap, topic)[0]  # a deletion may have run meanwhile
+    assert start > above, f"the broker kept {topic} from offset {start} (wanted past {above}) for {timeout:.0f}s"
+    return start

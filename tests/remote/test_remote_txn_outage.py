@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
-from tests.kafkahelpers import create_topic, read_to_end, set_retention, watermarks
+from tests.kafkahelpers import broker_forgets, create_topic, read_to_end, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tests.recording_relay import DelayRelay
 from tests.tiering.helpers import settings, tier_once
@@ -62,18 +62,6 @@ def remote_readers(read: Callable[[], object], n: int = 4) -> Iterator[None]:
             t.join(10)
 
 
-def _broker_forgets(bootstrap: str, topic: str) -> None:
-    set_retention(bootstrap, topic, 1000)
-    p = Producer({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + 60
-    while watermarks(bootstrap, topic)[0] == 0 and time.monotonic() < deadline:
-        p.produce(topic, b"tick")
-        p.flush(5)
-        time.sleep(0.4)
-    set_retention(bootstrap, topic, 3_600_000)
-    assert watermarks(bootstrap, topic)[0] > 0
-
-
 def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic: str, n: int = 3000) -> None:
     """A topic tiered to `s3://tier/p` whose broker has since deleted the early segments."""
     s3.create_bucket("tier")
@@ -88,7 +76,7 @@ def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, top
     storage = f"s3://tier/p?endpoint={s3.endpoint}&region={s3.region}"
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=storage,
                               tier_segment_bytes=16 * 1024)).segments > 1
-    _broker_forgets(kafka.bootstrap, topic)
+    broker_forgets(kafka.bootstrap, topic, interval=0.4)
 
 
 def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
@@ -113,7 +101,7 @@ def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Pa
             tx.abort_transaction(30)
         time.sleep(0.35)
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=8 * 1024)).segments > 3
-    _broker_forgets(kafka.bootstrap, topic_name)
+    broker_forgets(kafka.bootstrap, topic_name, interval=0.4)
     proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
                                                            "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
     try:

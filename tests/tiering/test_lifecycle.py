@@ -14,9 +14,10 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.kafkahelpers import create_topic, set_retention, watermarks
+from tests.kafkahelpers import broker_forgets, create_topic, set_retention
 from tests.tier.fetchraw import fetch_raw
 from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
+from tests.waiting import wait_until
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.tier.rlmm_file import FileRLMM
 
@@ -64,18 +65,6 @@ def test_kill_9_mid_upload_then_rerun(kafka: KafkaCluster, tmp_path: Path, topic
     assert len(_objects(tmp_path / "tier")) == 6 * len(segs)  # no half segment left behind
 
 
-def _broker_forgets(bootstrap: str, topic: str, below: int) -> None:
-    """Shorten the broker's retention until its log start passes `below`."""
-    set_retention(bootstrap, topic, 500)
-    p = Producer({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + 60
-    while watermarks(bootstrap, topic)[0] <= below and time.monotonic() < deadline:
-        p.produce(topic, b"tick")
-        p.flush(5)
-        time.sleep(0.3)
-    assert watermarks(bootstrap, topic)[0] > below
-
-
 def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
     import asyncio
 
@@ -89,7 +78,7 @@ def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: 
     segs = tiered(s, topic_name)[0]
     keep = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": 0}})
     assert tier_once(keep).expired == 0  # the broker still has it all: nothing is removed from the tier
-    _broker_forgets(kafka.bootstrap, topic_name, segs[-1].end_offset)
+    broker_forgets(kafka.bootstrap, topic_name, above=segs[-1].end_offset, retention_ms=500, restore_ms=None)
     sized = settings(kafka.bootstrap, tmp_path, topic_name,
                      tier_topic_overrides={topic_name: {"retention.bytes": segs[-1].segment_size_in_bytes,
                                                         "retention.ms": -1}})
@@ -103,7 +92,7 @@ def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: 
     assert tier_once(s).segments >= 1
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     admin.delete_topics([topic_name])[topic_name].result(30)
-    time.sleep(1)
+    wait_until(lambda: topic_name not in admin.list_topics(timeout=5).topics, "the topic to be gone")
     summary = tier_once(s)
     assert summary.partitions_deleted == 1
     assert _objects(tmp_path / "tier") == []
@@ -125,18 +114,10 @@ def test_gap_alarm_when_retention_outruns_tiering(kafka: KafkaCluster, tmp_path:
     s = settings(kafka.bootstrap, tmp_path, topic_name)
     assert tier_once(s).segments >= 1
     tiered_end = tiered(s, topic_name)[0][-1].end_offset
-    p = Producer({"bootstrap.servers": kafka.bootstrap})
     for _ in range(5):  # more data, in several broker segments
         _fill(kafka.bootstrap, topic_name, 200)
         time.sleep(0.3)
-    set_retention(kafka.bootstrap, topic_name, 500)
-    deadline = time.monotonic() + 60
-    while watermarks(kafka.bootstrap, topic_name)[0] <= tiered_end + 1 and time.monotonic() < deadline:
-        p.produce(topic_name, b"tick")
-        p.flush(5)
-        time.sleep(0.3)
-    set_retention(kafka.bootstrap, topic_name, 3_600_000)
-    log_start = watermarks(kafka.bootstrap, topic_name)[0]
+    log_start = broker_forgets(kafka.bootstrap, topic_name, above=tiered_end + 1, retention_ms=500)
     assert log_start > tiered_end + 1
     s = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": -1}})
     summary = tier_once(s)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafkahelpers import create_topic, set_retention, watermarks
+from tests.kafkahelpers import broker_forgets, create_topic
 from tests.realparts import S3Server
 from tests.tier.fetchraw import fetch_raw
 from tests.tiering.helpers import offsets_of, produce_everything, settings, tier_once, tiered
@@ -43,14 +42,7 @@ def test_tier_once_copies_every_batch_byte_for_byte(kafka: KafkaCluster, tmp_pat
                                               for md in segs)]
     assert spanning, "no aborted transaction crossed a segment boundary: the test lost its point"
 
-    set_retention(kafka.bootstrap, topic_name, 1000)  # now the broker may delete: the tier still has everything
-    deadline = time.monotonic() + 60
-    p = Producer({"bootstrap.servers": kafka.bootstrap})
-    while watermarks(kafka.bootstrap, topic_name)[0] == 0 and time.monotonic() < deadline:
-        p.produce(topic_name, b"tick")
-        p.flush(5)
-        time.sleep(0.5)
-    assert watermarks(kafka.bootstrap, topic_name)[0] > 0
+    broker_forgets(kafka.bootstrap, topic_name, restore_ms=None)  # now the broker deletes: the tier keeps all
     assert tiered(s, topic_name)[1] == remote
 
 
