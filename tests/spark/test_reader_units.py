@@ -114,3 +114,17 @@ def test_byte_range_covers_the_offsets_and_little_else() -> None:
         got = [o for bt in iter_batches(raw[lo:hi]) for o in range(bt.base_offset, bt.last_offset + 1)]
         assert set(range(start, end)) <= set(got)
         assert lo >= positions[start // 10 * 10] - 2 * 4096 and hi - lo <= (end - start) * 400 + 3 * 4096
+
+
+def test_arrow_batches_are_bounded_by_bytes_too() -> None:
+    import pyarrow as pa
+
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
+                        ("timestampType", pa.int32())])
+    raw = b"".join(build_batch([Record(b * 10 + i, 0, None, bytes(1000)) for i in range(10)], base_offset=b * 10)
+                   for b in range(6))
+    out = list(arrow_batches(iter_batches(raw), topic="t", partition=0, start=0, end=60, include_headers=False,
+                             read_committed=False, aborted=[], schema=schema, bytes_per_batch=25_000))
+    # three source batches (~10 KB each) reach the bound: a row cap of 8192 alone would have made one batch
+    assert [b.num_rows for b in out] == [30, 30]

@@ -21,6 +21,7 @@ SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset lon
               "timestampType int")
 HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
 ROWS_PER_BATCH = 8192
+BYTES_PER_BATCH = 64 << 20  # bounds a worker's memory and keeps binary columns far below Arrow's 2 GiB offsets
 
 
 def schema_ddl(include_headers: bool) -> str:
@@ -30,11 +31,12 @@ def schema_ddl(include_headers: bool) -> str:
 class Columns:
     """Column lists for one Arrow batch."""
 
-    __slots__ = ("headers", "keys", "offsets", "timestamps", "ts_types", "values")
+    __slots__ = ("headers", "keys", "nbytes", "offsets", "timestamps", "ts_types", "values")
 
     def __init__(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
+        self.nbytes = 0  # record bytes decoded into these columns (bounds one Arrow batch)
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.ts_types: list[int] = []
@@ -70,6 +72,7 @@ def decode_batch_into(batch: RecordBatch, cols: Columns, start: int, end: int, w
     if codec != compression.NONE:
         data = compression.decompress(codec, data)
     buf = bytes(data)  # indexing bytes is much faster than a memoryview
+    cols.nbytes += len(buf)
     log_append = bool(attributes & 0x08)
     ts_type = 1 if log_append else 0
     keys, values, offsets, timestamps = cols.keys, cols.values, cols.offsets, cols.timestamps
@@ -189,7 +192,8 @@ def visible_batches(batches: Iterable[RecordBatch], read_committed: bool,
 
 def arrow_batches(batches: Iterable[RecordBatch], *, topic: str, partition: int, start: int, end: int,
                   include_headers: bool, read_committed: bool, aborted: list[tuple[int, int]],
-                  schema: Any, rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[Any]:
+                  schema: Any, rows_per_batch: int = ROWS_PER_BATCH,
+                  bytes_per_batch: int = BYTES_PER_BATCH) -> Iterator[Any]:
     """Arrow record batches of the records with start ≤ offset < end, in `schema` (Spark's expected Arrow schema)."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -213,7 +217,7 @@ def arrow_batches(batches: Iterable[RecordBatch], *, topic: str, partition: int,
         if b.last_offset < start:
             continue
         decode_batch_into(b, cols, start, end, include_headers)
-        if len(cols) >= rows_per_batch:
+        if len(cols) >= rows_per_batch or cols.nbytes >= bytes_per_batch:
             yield emit(cols)
             cols = Columns()
     if len(cols):
