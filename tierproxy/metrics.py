@@ -1,6 +1,7 @@
 """Metrics recorded on the Kafka path, below every layer that records them (the admin app only serves them).
 
     tierproxy_fetch_latency_seconds{path=tail|remote}   Fetch latency through the proxy
+    RemoteFetchStats                                      remote serving counters, exported at scrape time
 
 Everything else the admin API exports is read from the proxy's counters at scrape time
 (`tierproxy.admin.metrics.ProxyCollector`), so nothing on the Kafka path depends on the admin layer.
@@ -8,9 +9,32 @@ Everything else the admin API exports is read from the proxy's counters at scrap
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from prometheus_client import CollectorRegistry, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 FETCH_LATENCY = Histogram("tierproxy_fetch_latency_seconds", "Fetch latency through the proxy", ["path"],
                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
                           registry=REGISTRY)
+
+
+@dataclass
+class RemoteFetchStats:
+    """What remote serving counts, per topic where Kafka's metrics are per topic (KIP-405 / KIP-930 names); the
+    admin API reads it at scrape time. The intercepts record, the remote service owns it."""
+
+    requests: dict[str, int] = field(default_factory=dict)  # RemoteFetchRequestsPerSec
+    bytes: dict[str, int] = field(default_factory=dict)  # RemoteFetchBytesPerSec
+    errors: dict[str, int] = field(default_factory=dict)  # RemoteFetchErrorsPerSec
+    gaps: dict[str, int] = field(default_factory=dict)  # seen by the admin API
+    lag: dict[str, int] = field(default_factory=dict)
+    expired: int = 0  # partitions expired in purgatory (DelayedRemoteFetchMetrics.ExpiresPerSec)
+    purgatory: int = 0  # delayed remote fetches waiting now
+
+    def served(self, topic: str, nbytes: int) -> None:
+        self.requests[topic] = self.requests.get(topic, 0) + 1
+        self.bytes[topic] = self.bytes.get(topic, 0) + nbytes
+
+    def failed(self, topic: str) -> None:
+        self.errors[topic] = self.errors.get(topic, 0) + 1

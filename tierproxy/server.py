@@ -18,6 +18,7 @@ from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.brokers import BrokerMap
 from tierproxy.config import ProxySettings
 from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.metrics import RemoteFetchStats
 from tierproxy.remote.service import RemoteTier
 from tierproxy.session import ClientProtocol, RequestHandler, ResponseHandler, Session, UpstreamProtocol
 
@@ -46,6 +47,7 @@ class Proxy:
         self._refresh_lock = asyncio.Lock()
         self._bound: set[int] = set()  # node ids whose proxy port is bound
         self.remote: RemoteTier | None = None
+        self.fetch_stats = RemoteFetchStats()  # recorded by the intercepts, read by the admin API
         self.on_stop: list[Callable[[], None]] = []  # services started beside the proxy (the admin API)
 
     # --- startup -----------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from protocol.headers import RequestHeader, request_header_version
 from tierproxy.brokers import BrokerMap
 from tierproxy.config import ProxySettings
 from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.metrics import RemoteFetchStats
 from tierproxy.session import Session
 
 Data = dict[str, Any]
@@ -49,6 +50,7 @@ class InProcessProxy:
         self.new_nodes: list[int] = []
         self.brokers = BrokerMap(ADVERTISED, PORT_BASE, 100, self.new_nodes.append)
         self.remote = remote
+        self.fetch_stats = RemoteFetchStats()
         self.tasks: list[asyncio.Task[Any]] = []
         self.closed_sessions: list[Session] = []
 

@@ -187,9 +187,10 @@ def create_app(proxy: Proxy) -> FastAPI:
             return RemoteFetchStatus(enabled=False, ready=False, purgatory=0, pool_running=0, pool_queued=0,
                                      pool_threads=0, rejected=0, expired=0, cache_hit_ratio=None, cache_bytes=0)
         lookups = tier.reader.hits + tier.reader.misses
-        return RemoteFetchStatus(enabled=True, ready=tier.ready.is_set(), purgatory=tier.purgatory,
+        return RemoteFetchStatus(enabled=True, ready=tier.ready.is_set(), purgatory=proxy.fetch_stats.purgatory,
                                  pool_running=tier.pool.running, pool_queued=tier.pool.queued,
-                                 pool_threads=tier.pool.threads, rejected=tier.pool.rejected, expired=tier.expired,
+                                 pool_threads=tier.pool.threads, rejected=tier.pool.rejected,
+                                 expired=proxy.fetch_stats.expired,
                                  cache_hit_ratio=tier.reader.hits / lookups if lookups else None,
                                  cache_bytes=int(tier.reader.chunks.currsize))
 
@@ -238,8 +239,8 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
         if tier_end >= 0 and offsets.log_start > tier_end + 1:
             gap = [tier_end + 1, offsets.log_start - 1]
         if proxy.remote is not None:
-            proxy.remote.stats.lag[topic] = lag
-            proxy.remote.stats.gaps[topic] = 1 if gap else 0
+            proxy.fetch_stats.lag[topic] = lag
+            proxy.fetch_stats.gaps[topic] = 1 if gap else 0
     return PartitionStatus(partition=n, leader=p["leader_id"],
                            broker_log_start=offsets.log_start if offsets else None,
                            high_watermark=offsets.high_watermark if offsets else None,

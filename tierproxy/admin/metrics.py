@@ -45,7 +45,7 @@ class ProxyCollector(Collector):
         tier = p.remote
         if tier is None:
             return
-        stats = tier.stats
+        stats = p.fetch_stats
         for name, help_, data in (
                 ("tierproxy_remote_fetch_requests", "Remote fetch reads (RemoteFetchRequestsPerSec)", stats.requests),
                 ("tierproxy_remote_fetch_bytes", "Bytes served from the tier (RemoteFetchBytesPerSec)", stats.bytes),
@@ -64,7 +64,7 @@ class ProxyCollector(Collector):
         idle.add_metric([], tier.pool.idle_percent())
         yield idle
         for name, help_, value in (
-                ("tierproxy_delayed_remote_fetch_expires", "Remote partitions expired in purgatory", tier.expired),
+                ("tierproxy_delayed_remote_fetch_expires", "Remote partitions expired in purgatory", stats.expired),
                 ("tierproxy_remote_fetch_rejected", "Remote reads rejected by a full pool", tier.pool.rejected),
                 ("tierproxy_remote_cache_hits", "Chunk cache hits", tier.reader.hits),
                 ("tierproxy_remote_cache_misses", "Chunk cache misses", tier.reader.misses),

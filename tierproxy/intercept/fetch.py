@@ -26,7 +26,7 @@ from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from tierproxy import rewrite
 from tierproxy.intercept.errors import error_for
-from tierproxy.metrics import FETCH_LATENCY
+from tierproxy.metrics import FETCH_LATENCY, RemoteFetchStats
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.service import BrokerOffsets, RemoteTier
@@ -149,15 +149,16 @@ async def complete(session: Session, slot: Slot, upstream: Data | None, plan: Fe
     deadline = loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
     remote_keys = oor + plan.remote
     known: dict[Key, int] = session.state.setdefault("remote", {})
+    stats = session.proxy.fetch_stats
     reads, errors = _submit_reads(tier, plan, remote_keys, deadline, known)
     offsets_task = loop.create_task(_broker_offsets(tier, session.upstream_name, plan, remote_keys))
     offsets_task.add_done_callback(_consume_exception)
     if reads:
-        tier.purgatory += 1
+        stats.purgatory += 1
         try:
             await asyncio.wait(list(reads.values()), timeout=max(0.0, deadline - loop.time()))
         finally:
-            tier.purgatory -= 1
+            stats.purgatory -= 1
     try:
         offsets = await asyncio.wait_for(asyncio.shield(offsets_task), timeout=max(0.05, deadline - loop.time()))
     except (TimeoutError, OSError, ConnectionError):
@@ -166,7 +167,7 @@ async def complete(session: Session, slot: Slot, upstream: Data | None, plan: Fe
                       for t in (upstream or {}).get("responses", ()) for p in t["partitions"]}
     entries: dict[Key, Data] = dict(broker_entries)
     for key in remote_keys:
-        entries[key] = _remote_entry(tier, plan, key, broker_entries.get(key), offsets.get(key), reads.get(key),
+        entries[key] = _remote_entry(tier, stats, plan, key, broker_entries.get(key), offsets.get(key), reads.get(key),
                                      errors.get(key), known)
     response = merge_response(plan, upstream, entries)
     rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
@@ -201,7 +202,7 @@ def _submit_reads(tier: RemoteTier, plan: FetchPlan, keys: list[Key], deadline: 
     return reads, errors
 
 
-def _remote_entry(tier: RemoteTier, plan: FetchPlan, key: Key, broker_entry: Data | None,
+def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, key: Key, broker_entry: Data | None,
                   broker: BrokerOffsets | None, task: asyncio.Task[ReadResult] | None, error: int | None,
                   known: dict[Key, int]) -> Data:
     """One remote partition's answer: records read in time, an error from the table, or empty (expired)."""
@@ -212,16 +213,15 @@ def _remote_entry(tier: RemoteTier, plan: FetchPlan, key: Key, broker_entry: Dat
     if error is not None:
         entry["error_code"] = error
     elif task is None or not task.done():
-        tier.expired += 1  # expired in purgatory: empty records, no error; the read warms the cache
+        stats.expired += 1  # expired in purgatory: empty records, no error; the read warms the cache
     elif (failure := task.exception()) is not None:
-        tier.stats.add(tier.stats.errors, topic)
+        stats.failed(topic)
         entry["error_code"] = error_for(failure)
         log.warning("remote read %s failed: %s", key, failure)
     else:
         res = task.result()
         entry["records"] = memoryview(res.records)  # sent as its own chunk: not copied again
-        tier.stats.add(tier.stats.requests, topic)
-        tier.stats.add(tier.stats.bytes, topic, len(res.records))
+        stats.served(topic, len(res.records))
         if plan.read_committed:
             entry["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                                              for a in res.aborted]

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
@@ -29,20 +29,6 @@ from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 
 log = logging.getLogger("tierproxy.remote")
-
-
-@dataclass
-class TierStats:
-    """Per-topic counters for the metrics (KIP-930 names)."""
-
-    requests: dict[str, int] = field(default_factory=dict)
-    bytes: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
-    gaps: dict[str, int] = field(default_factory=dict)
-    lag: dict[str, int] = field(default_factory=dict)
-
-    def add(self, table: dict[str, int], topic: str, n: int = 1) -> None:
-        table[topic] = table.get(topic, 0) + n
 
 
 @dataclass
@@ -71,9 +57,6 @@ class RemoteTier:
         self._offsets: dict[tuple[str, int], BrokerOffsets] = {}
         self._clients: dict[str, AsyncWireClient] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.expired = 0  # purgatory expirations (DelayedRemoteFetchMetrics.ExpiresPerSec)
-        self.stats = TierStats()
-        self.purgatory = 0  # delayed remote fetches waiting now
 
     async def start(self) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(self._run()))
