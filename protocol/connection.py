@@ -52,8 +52,8 @@ class _Receiving:
     """Bytes in: copied (`receive_data`) or received in place (`get_buffer`, then `buffer_updated`, the shape of
     asyncio's BufferedProtocol and of `socket.recv_into`)."""
 
-    def __init__(self, max_frame_size: int) -> None:
-        self.frames = FrameBuffer(max_frame_size)
+    def __init__(self, max_frame_size: int, trusted_sizes: bool = True) -> None:
+        self.frames = FrameBuffer(max_frame_size, trusted_sizes=trusted_sizes)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self.frames.feed(data)
@@ -71,10 +71,11 @@ class _Receiving:
 
 
 class ServerConnection(_Receiving):
-    """Receives request frames; answers whether each expects a response (acks=0 Produce does not)."""
+    """Receives request frames; answers whether each expects a response (acks=0 Produce does not). A client's
+    announced request size is not trusted: memory grows with the bytes it actually sends."""
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        super().__init__(max_frame_size)
+        super().__init__(max_frame_size, trusted_sizes=False)
 
     def next_event(self) -> RequestEvent | None:
         frame = self.frames.next_frame()

@@ -6,11 +6,14 @@ One receive buffer per connection; frames are split off by advancing a read inde
 Small frames are copied out of the staging buffer (so they outlive it). A frame larger than half the staging
 buffer gets a buffer of its own as soon as its size is known: the rest of it is received straight into that
 buffer by `get_buffer`, and the frame is handed out as a memoryview of it — the record sets inside large
-Fetch/Produce frames are not copied again on the way through.
+Fetch/Produce frames are not copied again on the way through. Where the sender's sizes are not trusted (a
+client's requests), that buffer grows with the bytes that arrive (doubling, up to the announced size) instead of
+being allocated to the announced size up front: memory follows what a peer sends, not what it claims.
 """
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 from protocol.errors import ProtocolError
@@ -24,15 +27,18 @@ DEFAULT_STAGING_SIZE = 64 * 1024
 class FrameBuffer:
     """Feed bytes (or receive into `get_buffer`), then take frames with `next_frame` until it returns None."""
 
-    __slots__ = ("_big", "_big_w", "_buf", "_into_big", "_max", "_r", "_size", "_w")
+    __slots__ = ("_big", "_big_size", "_big_w", "_buf", "_into_big", "_max", "_r", "_size", "_trusted", "_w")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, staging_size: int = DEFAULT_STAGING_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, staging_size: int = DEFAULT_STAGING_SIZE,
+                 trusted_sizes: bool = True) -> None:
         self._max = max_frame_size
+        self._trusted = trusted_sizes  # False: a large frame's buffer grows as its bytes arrive
         self._buf = bytearray(staging_size)
         self._r = 0  # read index into _buf
         self._w = 0  # write index into _buf
         self._size = -1  # payload size of the frame at _r, once read
         self._big: bytearray | None = None  # dedicated buffer of a large frame in progress
+        self._big_size = 0  # that frame's announced size (the buffer may still be smaller)
         self._big_w = 0
         self._into_big = False
 
@@ -44,10 +50,21 @@ class FrameBuffer:
         """Bytes received but not yet handed out as frames."""
         return (self._w - self._r) + (self._big_w if self._big is not None else 0)
 
+    def allocated(self) -> int:
+        """Bytes this buffer holds in memory (staging buffer and a large frame's buffer)."""
+        return len(self._buf) + (len(self._big) if self._big is not None else 0)
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """A writable region for the next received bytes (asyncio.BufferedProtocol.get_buffer)."""
         big = self._big
-        if big is not None and self._big_w < len(big):
+        if big is None and self._w == len(self._buf):
+            # a large frame's header may be staged: the rest of that frame goes to its own buffer, not here
+            with contextlib.suppress(ProtocolError):  # a bad size is raised by next_frame, not here
+                self._advance_header()
+            big = self._big
+        if big is not None and self._big_w < self._big_size:
+            if self._big_w == len(big):  # untrusted sizes: grow with what arrived, up to the announced size
+                big = self._grow(big)
             self._into_big = True
             return memoryview(big)[self._big_w:]
         self._into_big = False
@@ -79,10 +96,10 @@ class FrameBuffer:
         """The next whole frame payload (no size prefix), or None until more bytes arrive."""
         big = self._big
         if big is not None:
-            if self._big_w < len(big):
+            if self._big_w < self._big_size:
                 return None
             self._big = None
-            self._big_w = 0
+            self._big_w = self._big_size = 0
             return memoryview(big)
         self._advance_header()
         if self._big is not None:
@@ -109,14 +126,23 @@ class FrameBuffer:
         if size > len(self._buf) // 2:
             # a large frame: give it its own buffer so the rest lands there directly
             have = self._w - self._r
-            big = bytearray(size)
             take = min(have, size)
+            big = bytearray(size if self._trusted else min(size, max(take, len(self._buf))))
             big[:take] = self._buf[self._r:self._r + take]
             self._r += take
-            self._big, self._big_w = big, take
+            self._big, self._big_w, self._big_size = big, take, size
             self._size = -1
             if self._r == self._w:  # otherwise the frame was already whole and what follows stays staged
                 self._r = self._w = 0
+
+    def _grow(self, big: bytearray) -> bytearray:
+        more = bytes(min(len(big), self._big_size - len(big)))
+        try:
+            big.extend(more)
+        except BufferError:  # a caller still holds a view of it: move to a new buffer instead
+            big = bytearray(big) + more
+            self._big = big
+        return big
 
     def _compact(self) -> None:
         pending = self._w - self._r

@@ -95,6 +95,50 @@ def test_large_frame_lands_in_its_own_buffer_without_staging_it() -> None:
     assert frame is not None and bytes(frame) == payload and isinstance(frame.obj, bytearray)
 
 
+def test_an_untrusted_size_claim_does_not_allocate_the_claimed_bytes() -> None:
+    claimed = 90 << 20
+    fb = FrameBuffer(trusted_sizes=False)
+    sent = bytes(range(256)) * 4096  # 1 MiB of the 90 MiB announced
+    fb.feed(frame_header(claimed) + sent)
+    assert fb.next_frame() is None and fb.buffered() == len(sent)
+    assert fb.allocated() <= 2 * len(sent) + 64 * 1024  # grows with what arrives (doubling), not what is claimed
+    assert FrameBuffer(trusted_sizes=True).allocated() < claimed
+
+
+@pytest.mark.parametrize("size", [40_000, 100_000, 1_000_003])
+@pytest.mark.parametrize("step", [1, 4093, 65536, 1 << 20])
+def test_a_growing_frame_buffer_hands_out_exactly_the_frame(size: int, step: int) -> None:
+    payload = bytes(i % 251 for i in range(size))
+    wire = frame_header(size) + payload + frame_header(3) + b"abc"
+    fb = FrameBuffer(trusted_sizes=False)
+    frames = []
+    for i in range(0, len(wire), step if size < 1_000_000 or step > 1 else 65536):
+        chunk = wire[i:i + (step if size < 1_000_000 or step > 1 else 65536)]
+        while chunk:  # as a BufferedProtocol receives: into get_buffer, whatever length it offers
+            region = fb.get_buffer()
+            n = min(len(region), len(chunk))
+            region[:n] = chunk[:n]
+            del region
+            fb.buffer_updated(n)
+            chunk = chunk[n:]
+            while (frame := fb.next_frame()) is not None:
+                frames.append(bytes(frame))
+    assert frames == [payload, b"abc"]
+
+
+def test_a_view_still_held_by_the_caller_does_not_break_growth() -> None:
+    fb = FrameBuffer(trusted_sizes=False)
+    payload = bytes(300_000)
+    fb.feed(frame_header(len(payload)) + payload[:70_000])
+    held = fb.get_buffer()  # a caller that keeps its region past buffer_updated
+    held[:10] = payload[70_000:70_010]
+    fb.buffer_updated(10)
+    fb.feed(payload[70_010:])
+    frame = fb.next_frame()
+    assert frame is not None and bytes(frame) == payload
+    del held
+
+
 def test_request_header_versions() -> None:
     assert request_header_version(1, 11) == 1 and request_header_version(1, 12) == 2
     assert request_header_version(18, 3) == 2 and request_header_version(9999, 5) == 1

@@ -250,6 +250,31 @@ def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path,
         p.stop()
 
 
+def test_announced_request_sizes_do_not_allocate_memory(kafka: KafkaCluster, tmp_path: Path) -> None:
+    """Connections that announce 90 MiB requests, send 64 KiB of each and stall: the proxy holds what arrived,
+    not what was claimed (at the announced size, 100 connections would hold 9 GiB), and a normal client keeps
+    being served meanwhile."""
+    p = _proxy(kafka, tmp_path)
+    stalled: list[WireClient] = []
+    try:
+        wait_until(lambda: _can_request(p.bootstrap), "the proxy", timeout=30)
+        base_rss = _rss_mib(p.proc.pid)
+        header = RequestHeader(ApiKey.PRODUCE, 9, 99, "claims", 2, 0).encode()
+        for _ in range(100):
+            w = WireClient(f"127.0.0.1:{p.base + 1}")
+            w.request(ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False})  # relaying now
+            w.sock.sendall(struct.pack(">i", 90 << 20) + header + bytes(64 * 1024 - len(header)))
+            stalled.append(w)
+        assert _can_request(p.bootstrap)  # a normal client is served while they stall
+        held = _rss_mib(p.proc.pid) - base_rss
+        assert held < 100, f"the proxy holds {held:.0f} MiB for 100 x 64 KiB received of 100 x 90 MiB announced"
+        assert p.proc.poll() is None
+    finally:
+        for w in stalled:
+            w.close()
+        p.stop()
+
+
 def test_sasl_handshake_v0_is_refused_with_a_log_line(proxy: ProxyProcess) -> None:
     s = socket.create_connection(("127.0.0.1", proxy.port))
     frame = RequestHeader(17, 0, 1, "old", 1, 0).encode() + struct.pack(">h", 5) + b"PLAIN"
