@@ -128,3 +128,13 @@ def test_arrow_batches_are_bounded_by_bytes_too() -> None:
                              read_committed=False, aborted=[], schema=schema, bytes_per_batch=25_000))
     # three source batches (~10 KB each) reach the bound: a row cap of 8192 alone would have made one batch
     assert [b.num_rows for b in out] == [30, 30]
+
+
+def test_a_corrupt_batch_raises_protocol_error_naming_it() -> None:
+    from protocol.errors import ProtocolError
+    from tierproxy.spark.rows import Columns, decode_batch_into
+
+    raw = bytearray(build_batch([Record(i, 0, b"k", b"v" * 50) for i in range(3)], base_offset=40))
+    raw[57:61] = (5).to_bytes(4, "big")  # records_count says 5 where the batch holds 3
+    with pytest.raises(ProtocolError, match="batch at 40"):
+        decode_batch_into(next(iter_batches(bytes(raw))), Columns(), 0, 100, False)
