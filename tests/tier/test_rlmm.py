@@ -4,6 +4,7 @@ restart from checkpoint + topic tail, and compaction by the broker's log cleaner
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -270,3 +271,36 @@ def test_audit_topic_keeps_the_full_history(kafka: KafkaCluster) -> None:
     assert (n, tombstones) == (4, 0)  # every lifecycle event, no tombstones
     n, tombstones = _count_records(kafka.bootstrap, topic)
     assert tombstones == 1 and n == 5
+
+
+@pytest.mark.kafka
+def test_a_malformed_metadata_record_is_skipped_and_counted_not_fatal(kafka: KafkaCluster, tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka import Producer
+
+    topic = f"__rlmm-{uuid.uuid4().hex[:8]}"
+
+    def new(**kw: Any) -> TopicRLMM:
+        return TopicRLMM(kafka.bootstrap, topic=topic, partitions=1, replication=1, **kw)
+
+    async def go() -> None:
+        t = tp("orders")
+        async with opened(new()) as writer, opened(new()) as follower:
+            first = seg(t, 0, 9)
+            await writer.add_segment(first)
+            await writer.update_segment(transition(first, S.COPY_SEGMENT_FINISHED))
+            p = Producer({"bootstrap.servers": kafka.bootstrap})
+            p.produce(topic, b"\x00\x07not a metadata record", b"garbage", partition=0)  # another writer's junk
+            assert p.flush(10) == 0
+            second = seg(t, 10, 19)
+            await writer.add_segment(second)
+            await writer.update_segment(transition(second, S.COPY_SEGMENT_FINISHED))
+            await follower.catch_up()  # raises if its consumer died on the junk
+            assert [m.start_offset for m in follower.segments(t)] == [0, 10]
+            assert follower.records_skipped == 1 and writer.records_skipped == 1
+        async with opened(new(checkpoint_dir=tmp_path / "ckpt")) as fresh:  # a new reader: the same view
+            assert [m.start_offset for m in fresh.segments(t)] == [0, 10] and fresh.records_skipped == 1
+
+    with caplog.at_level(logging.ERROR, logger="tierproxy"):
+        run(go())
+    assert "record skipped" in caplog.text

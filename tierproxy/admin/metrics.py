@@ -8,7 +8,7 @@
     tierproxy_delayed_remote_fetch_expires_total   ~ DelayedRemoteFetchMetrics.ExpiresPerSec
     tierproxy_fetch_latency_seconds{path=tail|remote}, tierproxy_remote_cache_{hits,misses,bytes}*,
     tierproxy_{client,upstream}_connections, tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
-    tierproxy_rlmm_events_applied_total
+    tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ class ProxyCollector(Collector):
                 ("tierproxy_remote_cache_misses", "Chunk cache misses", tier.reader.misses),
                 ("tierproxy_remote_storage_read_bytes", "Bytes read from remote storage", tier.reader.bytes_read),
                 ("tierproxy_rlmm_events_applied", "Remote log metadata events applied",
-                 tier.rlmm.cache.events_applied)):
+                 tier.rlmm.cache.events_applied),
+                ("tierproxy_rlmm_records_skipped", "Malformed or inapplicable metadata records skipped",
+                 tier.rlmm.records_skipped)):
             c = CounterMetricFamily(name, help_)
             c.add_metric([], value)
             yield c

@@ -44,6 +44,7 @@ class RemoteLogMetadataManager(abc.ABC):
     def __init__(self) -> None:
         self.cache = MetadataCache()
         self.keys: dict[tuple[bytes, int], set[bytes]] = {}  # live (not tombstoned) record keys per partition
+        self.records_skipped = 0  # malformed or inapplicable records, logged and skipped
 
     # --- backend -----------------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer
 from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
@@ -135,17 +136,22 @@ class TopicRLMM(RemoteLogMetadataManager):
                 self._progress.notify_all()
 
     def _apply(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """Apply one consumed record. A malformed one (another writer, a bad tool) is logged, counted and skipped,
+        and kept out of the checkpoint: it must not stop the consumer, which would freeze the cache for good."""
         self.records_consumed += 1
+        try:
+            self.apply_record(key, value)
+        except (IllegalStateTransition, ValueError, ProtocolError) as exc:
+            self.records_skipped += 1
+            log.error("metadata partition %d offset %d: %s (record skipped)", partition, offset, exc)
+            if isinstance(exc, ProtocolError):
+                return
         if key is not None:
             latest = self.latest.setdefault(partition, {})
             if value is None:
                 latest.pop(key, None)
             else:
                 latest[key] = (offset, value)
-        try:
-            self.apply_record(key, value)
-        except (IllegalStateTransition, ValueError) as exc:
-            log.error("metadata partition %d offset %d: %s (record skipped)", partition, offset, exc)
 
     async def _wait(self, targets: dict[int, int], timeout: float = 60.0) -> None:
         async def reached() -> None:
@@ -237,6 +243,6 @@ class TopicRLMM(RemoteLogMetadataManager):
                 n += 1
                 try:
                     self.apply_record(key, value)
-                except (IllegalStateTransition, ValueError) as exc:
+                except (IllegalStateTransition, ValueError, ProtocolError) as exc:
                     log.error("checkpoint %s: %s (entry skipped)", path, exc)
         return offsets
