@@ -304,3 +304,28 @@ def test_a_malformed_metadata_record_is_skipped_and_counted_not_fatal(kafka: Kaf
     with caplog.at_level(logging.ERROR, logger="tierproxy"):
         run(go())
     assert "record skipped" in caplog.text
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(("partitions", "config", "named"), [
+    (2, {"cleanup.policy": "compact"}, "has 2 partitions, configured 3"),
+    (3, {"cleanup.policy": "delete"}, "cleanup.policy=delete"),
+])
+def test_an_existing_metadata_topic_that_does_not_fit_is_a_clear_error(kafka: KafkaCluster, partitions: int,
+                                                                        config: dict[str, str], named: str) -> None:
+    from tests.kafkahelpers import create_topic
+    from tierproxy.tier.rlmm_topic import MetadataTopicMismatch
+
+    topic = f"__rlmm-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic, partitions=partitions, config=config)
+
+    async def go() -> None:
+        r = TopicRLMM(kafka.bootstrap, topic=topic, partitions=3, replication=1)
+        try:
+            with pytest.raises(MetadataTopicMismatch, match=named) as exc:
+                await r.start()
+            assert topic in str(exc.value)
+        finally:
+            await r.close()
+
+    run(go())

@@ -27,6 +27,11 @@ from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadat
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.serde import decode_value, metadata_partition
 
+
+class MetadataTopicMismatch(RuntimeError):
+    """The metadata topic exists with settings this manager cannot work with."""
+
+
 log = logging.getLogger("tierproxy.rlmm")
 DEFAULT_TOPIC = "__tierproxy_remote_log_metadata"
 TOPIC_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "86400000",
@@ -66,8 +71,12 @@ class TopicRLMM(RemoteLogMetadataManager):
                                           auto_offset_reset="earliest", **self.client_options)
         # independent round trips: overlap them (and the checkpoint load) to keep a restart short
         loaded_task = asyncio.get_running_loop().run_in_executor(None, self.load_checkpoint)
-        await asyncio.gather(self._ensure_topic(), self._producer.start(), self._consumer.start())
+        started = await asyncio.gather(self._ensure_topic(), self._producer.start(), self._consumer.start(),
+                                       return_exceptions=True)  # all settled, so close() finds no start half done
         loaded = await loaded_task
+        for outcome in started:
+            if isinstance(outcome, BaseException):
+                raise outcome
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         self._consumer.assign(tps)
         for tp in tps:
@@ -101,8 +110,30 @@ class TopicRLMM(RemoteLogMetadataManager):
                     for _, code, *_ in getattr(resp, "topic_errors", []):
                         if code not in (0, 36):  # 36 TOPIC_ALREADY_EXISTS
                             raise RuntimeError(f"creating {t.name}: error {code}")
+            await self._check_topic(admin)
         finally:
             await admin.close()
+
+    async def _check_topic(self, admin: Any) -> None:
+        """An existing metadata topic must have the partition count records are hashed into (as Kafka's
+        TopicBasedRemoteLogMetadataManager checks) and be compacted: otherwise the view would be partial, or
+        the history of every segment would grow without bound. Raises `MetadataTopicMismatch` naming both."""
+        from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+        described = await admin.describe_topics([self.topic])
+        found = [t for t in described if (t.get("topic") or t.get("name")) == self.topic]
+        count = len(found[0]["partitions"]) if found else 0
+        if count != self.partitions:
+            raise MetadataTopicMismatch(f"metadata topic {self.topic} has {count} partitions, configured "
+                                        f"{self.partitions} (the metadata URI's partitions=): records would be "
+                                        "looked for in the wrong partitions")
+        policy = ""
+        for resp in await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.topic)]):
+            for res in resp.resources:  # (error_code, error_message, resource_type, name, config entries)
+                policy = next((e[1] or "" for e in res[4] if e[0] == "cleanup.policy"), policy)
+        if "compact" not in policy.split(","):
+            raise MetadataTopicMismatch(f"metadata topic {self.topic} has cleanup.policy={policy or '?'}; it must "
+                                        "include compact (alter it, or point metadata at another topic)")
 
     async def close(self) -> None:
         if self._task is not None:
