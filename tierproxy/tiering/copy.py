@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from protocol.constants import ApiKey, ErrorCode
+from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.records import RecordBatch, iter_batches
 from protocol.requests import fetch_request
 from tierproxy.tier.indexes import SegmentBuilder
@@ -34,8 +34,9 @@ class DataGone(CopyError):
     the gap and starts from the broker's log start."""
 
 
-def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *, isolation: int = 1,
-               client_id: str = "tierproxy-tier") -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
+def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
+               isolation: int = IsolationLevel.READ_COMMITTED, client_id: str = "tierproxy-tier"
+               ) -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
     """Raw batches from `start` up to `end` (or the last stable offset / high watermark, by `isolation`), one
     fetch response at a time, with the aborted transactions (producer id, first offset) that response reports.
     The first batch may begin before `start` (the one holding it)."""
@@ -50,12 +51,13 @@ def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
             if part["error_code"] != 0:
                 raise CopyError(f"{topic}-{partition} fetch at {offset}: error {part['error_code']}")
             aborted = [(a["producer_id"], a["first_offset"]) for a in part["aborted_transactions"] or []]
-            batches = [b for b in iter_batches(part["records"]) if b.last_offset >= offset and b.base_offset < end]
+            served = list(iter_batches(part["records"]))
+            batches = [b for b in served if b.last_offset >= offset and b.base_offset < end]
             if batches:
                 offset = batches[-1].last_offset + 1
                 yield batches, aborted
-            limit = part["last_stable_offset"] if isolation == 1 else part["high_watermark"]
-            if not batches or any(b.base_offset >= end for b in iter_batches(part["records"])):
+            limit = part["last_stable_offset"] if isolation == IsolationLevel.READ_COMMITTED else part["high_watermark"]
+            if not batches or served[-1].base_offset >= end:  # batches ascend: the last tells if `end` was passed
                 if not batches and limit > offset:
                     raise CopyError(f"{topic}-{partition}: no whole batch at {offset} within {FETCH_MAX_BYTES} bytes")
                 return
