@@ -33,10 +33,6 @@ class RequestClient(ClientConnection):
         self.expect_response(header)
         return chunks
 
-    def next_response(self) -> ResponseEvent | None:
-        """The next whole response, or None until more bytes arrive."""
-        return self.next_event()
-
     @staticmethod
     def decode(ev: ResponseEvent) -> Data:
         return registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)

@@ -40,7 +40,7 @@ class AsyncWireClient:
             self._writer.writelines(self._client.send(api_key, version, body))
             await self._writer.drain()
             while True:
-                ev = self._client.next_response()
+                ev = self._client.next_event()
                 if ev is not None:
                     return self._client.decode(ev)
                 data = await asyncio.wait_for(self._reader.read(1 << 16), self.timeout)

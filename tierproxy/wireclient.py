@@ -28,7 +28,7 @@ class WireClient:
         for chunk in self.client.send(api_key, version, body):
             self.sock.sendall(chunk)
         while True:
-            ev = self.client.next_response()
+            ev = self.client.next_event()
             if ev is not None:
                 return ev
             region = self.client.get_buffer()

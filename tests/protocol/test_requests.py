@@ -81,6 +81,6 @@ def test_request_client_numbers_requests_and_matches_responses_in_order() -> Non
     client.buffer_updated(n)
     client.receive_data(answers[n:])
     got = []
-    while (ev := client.next_response()) is not None:
+    while (ev := client.next_event()) is not None:
         got.append((ev.correlation_id, listed_offsets(client.decode(ev))))
     assert got == [(1, {("a", 0): 10}), (2, {("a", 1): 20})]

@@ -133,7 +133,7 @@ def test_sigterm_drains_in_flight_requests(kafka: KafkaCluster, tmp_path: Path, 
         time.sleep(0.3)
         start = time.monotonic()
         p.proc.send_signal(signal.SIGTERM)
-        while (ev := w.client.next_response()) is None:
+        while (ev := w.client.next_event()) is None:
             data = w.sock.recv(65536)
             assert data, "connection closed before the in-flight Fetch was answered"
             w.client.receive_data(data)
