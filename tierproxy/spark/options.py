@@ -22,7 +22,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
-EARLIEST, LATEST = -2, -1
+from protocol import constants
+
+# Spark's offset JSON uses Kafka's ListOffsets sentinels
+EARLIEST, LATEST = constants.OffsetSpec.EARLIEST, constants.OffsetSpec.LATEST
 OffsetSpec = Literal["earliest", "latest"] | dict[tuple[str, int], int]
 
 _KNOWN = {"subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
