@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.apis import discovery, fetch, offsets, produce
+from protocol.apis import discovery, fetch, offsets, produce, sasl
 from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
 from protocol.framing import frame_header
@@ -42,9 +42,11 @@ SUPPORTED: dict[int, ApiSchema] = {s.api_key: s for s in (
     ApiSchema(2, "ListOffsets", offsets.LIST_OFFSETS_REQUEST, offsets.LIST_OFFSETS_RESPONSE),
     ApiSchema(3, "Metadata", discovery.METADATA_REQUEST, discovery.METADATA_RESPONSE),
     ApiSchema(10, "FindCoordinator", discovery.FIND_COORDINATOR_REQUEST, discovery.FIND_COORDINATOR_RESPONSE),
+    ApiSchema(17, "SaslHandshake", sasl.SASL_HANDSHAKE_REQUEST, sasl.SASL_HANDSHAKE_RESPONSE),
     ApiSchema(18, "ApiVersions", discovery.API_VERSIONS_REQUEST, discovery.API_VERSIONS_RESPONSE),
     ApiSchema(23, "OffsetForLeaderEpoch", offsets.OFFSET_FOR_LEADER_EPOCH_REQUEST,
               offsets.OFFSET_FOR_LEADER_EPOCH_RESPONSE),
+    ApiSchema(36, "SaslAuthenticate", sasl.SASL_AUTHENTICATE_REQUEST, sasl.SASL_AUTHENTICATE_RESPONSE),
     ApiSchema(60, "DescribeCluster", discovery.DESCRIBE_CLUSTER_REQUEST, discovery.DESCRIBE_CLUSTER_RESPONSE),
 )}
 

@@ -31,3 +31,15 @@ def make_certs(d: Path) -> Certs:
     keystore = d / "keystore.pem"
     keystore.write_text((d / "server.p8.key").read_text() + (d / "server.pem").read_text())
     return Certs(d / "ca.pem", d / "server.pem", d / "server.key", keystore)
+
+
+def client_cert(d: Path, certs: Certs, cn: str) -> tuple[Path, Path]:
+    """A client certificate `CN=<cn>` signed by the test CA: (certificate PEM, PKCS#8 key PEM)."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d, timeout=60)
+
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{cn}.key", "-out", f"{cn}.csr", "-subj", f"/CN={cn}")
+    run("x509", "-req", "-in", f"{cn}.csr", "-CA", str(certs.ca), "-CAkey", str(certs.ca.parent / "ca.key"),
+        "-CAcreateserial", "-out", f"{cn}.pem", "-days", "2")
+    run("pkcs8", "-topk8", "-nocrypt", "-in", f"{cn}.key", "-out", f"{cn}.p8.key")
+    return d / f"{cn}.pem", d / f"{cn}.p8.key"

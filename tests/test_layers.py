@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = {"config", "metrics", "wireclient", "asyncclient", "tls", "flow", "kafkadist", "brokers"}
+SHARED = {"config", "metrics", "wireclient", "asyncclient", "tls", "flow", "kafkadist", "brokers", "identity"}
 CORE = {"session", "server", "rewrite", "handlers", "intercept"}
 # what each layer may import from tierproxy (besides itself, the shared modules and protocol)
 ALLOWED: dict[str, set[str]] = {

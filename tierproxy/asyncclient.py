@@ -11,43 +11,71 @@ import ssl
 from typing import Any
 
 from protocol.client import RequestClient
+from tierproxy.identity import ClientIdentity
 
 
 class AsyncWireClient:
     """One connection; requests are serialized (one in flight), which is all the control plane needs."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "tierproxy", ssl_context: ssl.SSLContext | None = None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, identity: ClientIdentity | None = None) -> None:
+        """`identity` (tierproxy's `--command-config`) adds its TLS and SASL; otherwise `ssl_context` alone."""
         self.host, self.port = host, port
-        self.client_id = client_id
-        self.ssl_context = ssl_context
+        self.client_id = identity.client_id or client_id if identity else client_id
+        self.identity = identity
+        self.ssl_context = identity.ssl_context() if identity is not None and identity.tls else ssl_context
         self.timeout = timeout
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._client = RequestClient(client_id)
+        self._client = RequestClient(self.client_id)
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> None:
         self._reader, self._writer = await asyncio.wait_for(
             asyncio.open_connection(self.host, self.port, ssl=self.ssl_context,
                                     server_hostname=self.host if self.ssl_context else None), self.timeout)
+        if self.identity is not None and self.identity.sasl:
+            try:
+                await self._authenticate(self.identity)
+            except BaseException:
+                await self.close()
+                raise
+
+    async def _authenticate(self, identity: ClientIdentity) -> None:
+        from tierproxy.identity.oauth import token_source
+        from tierproxy.identity.sasl import conversation
+
+        token = None
+        if identity.oauth is not None:
+            value = await token_source(identity.oauth).atoken()
+            token = lambda: value  # noqa: E731 - fetched without blocking the loop, used at once
+        talk = conversation(identity, token)
+        try:
+            req = next(talk)
+            while True:
+                req = talk.send(await self._exchange(*req))
+        except StopIteration:
+            pass
 
     async def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         async with self._lock:
             if self._writer is None:
                 await self._connect()
-            assert self._reader is not None and self._writer is not None
-            self._writer.writelines(self._client.send(api_key, version, body))
-            await self._writer.drain()
-            while True:
-                ev = self._client.next_event()
-                if ev is not None:
-                    return self._client.decode(ev)
-                data = await asyncio.wait_for(self._reader.read(1 << 16), self.timeout)
-                if not data:
-                    await self.close()
-                    raise ConnectionError(f"{self.host}:{self.port} closed the connection")
-                self._client.receive_data(data)
+            return await self._exchange(api_key, version, body)
+
+    async def _exchange(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        assert self._reader is not None and self._writer is not None
+        self._writer.writelines(self._client.send(api_key, version, body))
+        await self._writer.drain()
+        while True:
+            ev = self._client.next_event()
+            if ev is not None:
+                return self._client.decode(ev)
+            data = await asyncio.wait_for(self._reader.read(1 << 16), self.timeout)
+            if not data:
+                await self.close()
+                raise ConnectionError(f"{self.host}:{self.port} closed the connection")
+            self._client.receive_data(data)
 
     async def close(self) -> None:
         if self._writer is not None:

@@ -22,7 +22,8 @@ def _serve(args: argparse.Namespace) -> int:
     from tierproxy.server import serve
 
     cli = {"bootstrap_servers": args.bootstrap_server, "listen": args.listen, "advertised_host": args.advertised_host,
-           "admin_listen": args.admin_listen, "storage": args.storage, "metadata": args.metadata}
+           "admin_listen": args.admin_listen, "storage": args.storage, "metadata": args.metadata,
+           "command_config": args.command_config}
     try:
         settings = load_settings(ProxySettings, config_file=args.config, cli=cli)
     except ConfigError as exc:
@@ -36,16 +37,22 @@ def _tier(args: argparse.Namespace) -> int:
     from tierproxy.config import ConfigError, TierSettings, load_settings
 
     cli = {"bootstrap_servers": args.bootstrap_server, "storage": args.storage, "metadata": args.metadata,
-           "tier_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval}
+           "tier_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval,
+           "command_config": args.command_config}
     try:
         settings = load_settings(TierSettings, config_file=args.config, cli=cli)
         spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
     except (ConfigError, ValueError) as exc:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
+    from tierproxy.identity.sasl import AuthenticationFailed
     from tierproxy.tiering.job import run_loop
 
-    summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress)
+    try:
+        summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress)
+    except AuthenticationFailed as exc:
+        print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
+        return 3
     return 1 if summaries and summaries[-1].failed and summaries[-1].segments == 0 else 0
 
 
@@ -65,12 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--config", help="properties file (key=value, Kafka-style dotted keys)")
     srv.add_argument("--storage", help="file:///path or s3://bucket/prefix?endpoint=URL (storage)")
     srv.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
+    srv.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
     srv.set_defaults(func=_serve)
     tier = sub.add_parser("tier", help="copy closed data from the brokers to the tier (a PySpark job)")
     tier.add_argument("--bootstrap-server", help="brokers HOST:PORT[,..] (bootstrap.servers)")
     tier.add_argument("--storage", help="file:///path or s3://bucket/prefix?endpoint=URL (storage)")
     tier.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
     tier.add_argument("--topics", help="regex of topics to tier (tier.topics)")
+    tier.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
     tier.add_argument("--master", help="Spark master (spark.master; default local[*])")
     tier.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark configuration")
     tier.add_argument("--config", help="properties file (key=value)")

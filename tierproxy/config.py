@@ -11,10 +11,13 @@ import json
 import os
 import re
 import socket
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from tierproxy.identity import ClientIdentity, load_command_config
 
 ENV_PREFIX = "TIERPROXY_"
 S = TypeVar("S", bound="CommonSettings")
@@ -40,6 +43,20 @@ class CommonSettings(BaseModel):
     storage: str = Field("file://./tierproxy-data/tier", description="file:///path or s3://bucket/prefix?endpoint=")
     metadata: str | None = Field(None, description="topic:[NAME] (default: the metadata topic) or file:///dir")
     metadata_checkpoint_dir: Path | None = Field(None, description="local RLMM checkpoint (restart reads the tail)")
+    command_config: Path | None = Field(None, description="Kafka client properties: tierproxy's own identity "
+                                        "(security.protocol, sasl.*, ssl.*), as Kafka's --command-config")
+
+    @field_validator("command_config")
+    @classmethod
+    def _check_command_config(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            load_command_config(v)  # fails at start, naming the key
+        return v
+
+    @cached_property
+    def identity(self) -> ClientIdentity | None:
+        """tierproxy's own identity toward the brokers (None: PLAINTEXT, anonymous)."""
+        return load_command_config(self.command_config) if self.command_config is not None else None
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -146,6 +163,7 @@ class ProxySettings(CommonSettings):
         for k in out:
             if any(s in k for s in ("password", "secret", "token")) and out[k] is not None:
                 out[k] = "***"
+        out["identity"] = self.identity.describe() if self.identity is not None else None  # never its secrets
         return out
 
 
@@ -204,12 +222,19 @@ def _normalize(key: str) -> str:
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """Kafka-style properties: key=value (or key: value) per line, '#' and '!' comments."""
+    """Kafka-style properties: key=value (or key: value) per line, '#' and '!' comments, a line ending in a
+    backslash continues on the next (as JAAS configs are often written)."""
     out: dict[str, str] = {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
+    pending = ""
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = pending + raw.strip() if pending else raw.strip()
+        if not pending and (not line or line[0] in "#!"):
             continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending = line[:-1] + " "
+            continue
+        pending = ""
         sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
         if sep < 0:
             raise ConfigError(f"{path}:{n}: expected key=value, got {line!r}")

@@ -194,9 +194,12 @@ class KafkaCluster:
 
     def __init__(self, nodes: int = 1, workdir: Path | None = None,
                  broker_config: dict[str, str] | None = None, heap: str = "768m",
-                 extra_listeners: dict[str, str] | None = None) -> None:
+                 extra_listeners: dict[str, str] | None = None, jvm_options: list[str] | None = None,
+                 scram_users: dict[str, dict[str, str]] | None = None) -> None:
         """`extra_listeners` maps listener names to security protocols (e.g. {"SASL": "SASL_PLAINTEXT"}); each
-        node gets a free port for each, in `node.listener_ports`; their settings go in `broker_config`."""
+        node gets a free port for each, in `node.listener_ports`; their settings go in `broker_config`.
+        `jvm_options` are added to each node's java command line (e.g. -D system properties); `scram_users`
+        ({mechanism: {user: password}}) are written into the metadata log when the storage is formatted."""
         self.libs = ensure_kafka_libs()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tierproxy-kafka-"))
         self.cluster_id = _cluster_id()
@@ -204,6 +207,8 @@ class KafkaCluster:
         self.broker_config = dict(broker_config or {})
         self.nodes = [KafkaNode(i + 1, free_port(), free_port(), self.workdir / f"node{i + 1}") for i in range(nodes)]
         self.extra_listeners = dict(extra_listeners or {})
+        self.jvm_options = list(jvm_options or [])
+        self.scram_users = dict(scram_users or {})
         for n in self.nodes:
             n.listener_ports = {name: free_port() for name in self.extra_listeners}
 
@@ -252,7 +257,7 @@ class KafkaCluster:
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self, main: str, *args: str, node: KafkaNode) -> list[str]:
-        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC",
+        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", *self.jvm_options,
                 f"-Dkafka.logs.dir={node.workdir}",
                 f"-Dlog4j2.configurationFile={self.libs.parent / 'log4j2.properties'}",
                 "-cp", f"{self.libs}/*", main, *args]
@@ -264,8 +269,10 @@ class KafkaCluster:
             node.workdir.mkdir(parents=True, exist_ok=True)
             props = node.workdir / "server.properties"
             props.write_text(self._props(node))
+            scram = [arg for mech, users in self.scram_users.items() for user, password in users.items()
+                     for arg in ("--add-scram", f"{mech}=[name={user},password={password}]")]
             fmt = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
-                                            "-c", str(props), "--ignore-formatted", node=node),
+                                            "-c", str(props), "--ignore-formatted", *scram, node=node),
                                  capture_output=True, text=True, timeout=120)
             if fmt.returncode != 0:
                 raise KafkaUnavailable(f"kafka-storage format failed for node {node.node_id}:\n"

@@ -18,6 +18,7 @@ from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.brokers import BrokerMap
 from tierproxy.config import ProxySettings
 from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.identity.sasl import AuthenticationFailed
 from tierproxy.metrics import RemoteFetchStats
 from tierproxy.remote.service import RemoteTier
 from tierproxy.session import ClientProtocol, RequestHandler, ResponseHandler, Session, UpstreamProtocol
@@ -39,7 +40,7 @@ class Proxy:
         self.sessions: set[Session] = set()
         self.listeners: dict[int | None, asyncio.Server] = {}
         self.listener_ssl = tls.listener_context(settings)
-        self.upstream_ssl = tls.upstream_context(settings)
+        self.upstream_ssl = tls.upstream_context(settings)  # relayed client connections: never our certificate
         self.accepting_new = True
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -57,6 +58,9 @@ class Proxy:
             await self.remote.start()
         try:
             await self.refresh_metadata()
+        except AuthenticationFailed as exc:  # tierproxy's own identity: the tier cannot work, the relay can
+            log.error("tierproxy's own identity (command.config) was refused: %s; clients with their own "
+                      "credentials are still relayed, nothing is served from the tier", exc)
         except (TimeoutError, OSError, ConnectionError) as exc:
             log.warning("no broker answered Metadata at start (%s); will retry when clients connect", exc)
         host, port = self.settings.listen_address
@@ -96,6 +100,7 @@ class Proxy:
             last: BaseException | None = None
             for host, port in self.settings.bootstrap_list:
                 client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl,
+                                         identity=self.settings.identity,
                                          timeout=self.settings.upstream_connect_timeout_ms / 1000)
                 try:
                     md = await client.request(ApiKey.METADATA, METADATA_VERSION,
@@ -113,7 +118,7 @@ class Proxy:
         """Every topic's id and partitions (with leaders), from the first bootstrap server that answers."""
         last: BaseException = OSError("no bootstrap servers")
         for host, port in self.settings.bootstrap_list:
-            client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl,
+            client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl, identity=self.settings.identity,
                                      timeout=self.settings.upstream_connect_timeout_ms / 1000)
             try:
                 md = await client.request(ApiKey.METADATA, METADATA_VERSION, {"topics": None,

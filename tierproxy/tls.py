@@ -20,11 +20,22 @@ def listener_context(s: ProxySettings) -> ssl.SSLContext | None:
 
 
 def upstream_context(s: ProxySettings) -> ssl.SSLContext | None:
-    """Client-side TLS toward the brokers, or None for plaintext."""
-    if not s.upstream_ssl_enabled:
+    """Client-side TLS toward the brokers for relayed client connections, or None for plaintext.
+
+    On when `upstream.ssl.enabled` or when tierproxy's own identity (`--command-config`) uses SSL / SASL_SSL:
+    then its truststore and host name check apply, but never its keystore (a relayed client must not reach the
+    broker with tierproxy's certificate); `upstream.ssl.*` files, when given, win."""
+    identity = s.identity
+    own_tls = identity is not None and identity.tls
+    if not s.upstream_ssl_enabled and not own_tls:
         return None
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
-                                     cafile=str(s.upstream_ssl_cafile) if s.upstream_ssl_cafile else None)
+    if s.upstream_ssl_cafile is None and own_tls:
+        assert identity is not None
+        ctx = identity.ssl_context(with_client_cert=False)
+        assert ctx is not None
+    else:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
+                                         cafile=str(s.upstream_ssl_cafile) if s.upstream_ssl_cafile else None)
     ctx.check_hostname = s.upstream_ssl_check_hostname
     if s.upstream_ssl_certfile is not None:
         ctx.load_cert_chain(str(s.upstream_ssl_certfile),

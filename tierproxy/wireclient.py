@@ -11,17 +11,40 @@ from typing import Any
 
 from protocol.client import RequestClient
 from protocol.connection import ResponseEvent
+from tierproxy.identity import ClientIdentity
 
 
 class WireClient:
     """One connection to one broker; `request` sends a decoded-API request and returns the decoded response."""
 
-    def __init__(self, bootstrap: str, client_id: str = "tierproxy", timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, client_id: str = "tierproxy", timeout: float = 30.0,
+                 identity: ClientIdentity | None = None) -> None:
+        """Connect, with TLS and SASL when `identity` asks for them (tierproxy's `--command-config`)."""
         host, _, port = bootstrap.split(",")[0].rpartition(":")
         self.address = (host, int(port))
-        self.client = RequestClient(client_id)
-        self.sock = socket.create_connection(self.address, timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client = RequestClient(identity.client_id or client_id if identity else client_id)
+        sock = socket.create_connection(self.address, timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            ctx = identity.ssl_context() if identity is not None else None
+            self.sock = ctx.wrap_socket(sock, server_hostname=host) if ctx is not None else sock
+            if identity is not None and identity.sasl:
+                self._authenticate(identity)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _authenticate(self, identity: ClientIdentity) -> None:
+        from tierproxy.identity.clients import token_getter
+        from tierproxy.identity.sasl import conversation
+
+        talk = conversation(identity, token_getter(identity))
+        try:
+            req = next(talk)
+            while True:
+                req = talk.send(self.request(*req))
+        except StopIteration:
+            pass
 
     def request_event(self, api_key: int, version: int, body: dict[str, Any]) -> ResponseEvent:
         """Send one request and return its response frame undecoded (record sets stay views of it)."""

@@ -1,5 +1,6 @@
 """In-process tests of the Fetch intercept's split and merge (no broker, no sockets): a mixed remote/local fetch
-sends the broker only what it must, and the client gets exactly its partitions back, in request order."""
+reads early what it expects to be remote but forwards every partition, and the client gets exactly its partitions
+back, in request order."""
 
 from __future__ import annotations
 
@@ -27,25 +28,18 @@ def request(offsets: dict[str, dict[int, int]]) -> dict[str, Any]:
     return registry.decode_request(decode_request_header(frame), frame)
 
 
-def test_a_fetch_with_nothing_known_goes_upstream_whole() -> None:
-    req = request({"a": {0: 5, 1: 7}})
-    plan = plan_fetch(req, False, {})
-    assert plan.remote == [] and plan.upstream == req["topics"]
+def test_a_fetch_with_nothing_known_reads_nothing_early() -> None:
+    plan = plan_fetch(request({"a": {0: 5, 1: 7}}), False, {})
+    assert plan.remote == [] and plan.reads == {}
 
 
-def test_partitions_below_the_brokers_start_stay_local_the_rest_go_upstream() -> None:
+def test_partitions_below_the_brokers_start_are_read_early_the_rest_forgotten() -> None:
     req = request({"a": {0: 5, 1: 500, 2: 9}, "b": {0: 1}})
     known = {("a", 0): 100, ("a", 1): 100, ("b", 0): 50}  # remote partitions and the broker's local start
     plan = plan_fetch(req, False, known)
     assert plan.remote == [("a", 0), ("b", 0)]
-    # a-1 caught up with the broker: back upstream, and forgotten; b has nothing left upstream
-    assert [(t["topic"], [p["partition"] for p in t["partitions"]]) for t in plan.upstream] == [("a", [1, 2])]
-    assert known == {("a", 0): 100, ("b", 0): 50}
-
-
-def test_an_all_remote_fetch_sends_nothing_upstream() -> None:
-    plan = plan_fetch(request({"a": {0: 1, 1: 2}}), False, {("a", 0): 10, ("a", 1): 10})
-    assert plan.upstream == [] and plan.remote == [("a", 0), ("a", 1)]
+    assert known == {("a", 0): 100, ("b", 0): 50}  # a-1 caught up with the broker: forgotten
+    assert plan.request["topics"] == req["topics"]  # the broker is asked for every partition (authorization)
 
 
 def test_merge_answers_exactly_the_requested_partitions_in_request_order() -> None:

@@ -1,10 +1,15 @@
-"""Fetch over the tiered range: forward first, read remotely where the broker says OFFSET_OUT_OF_RANGE.
+"""Fetch over the tiered range: every Fetch goes to the broker; the tier answers only where the broker's answer
+to *that* request is OFFSET_OUT_OF_RANGE.
 
-Routing: each Fetch goes to the broker (so its authorization stays in force). A partition answered
-OFFSET_OUT_OF_RANGE whose offset lies in the tier becomes a remote read; the connection remembers it (with the
-broker's local log start) so later fetches below that start skip the broker round trip, and go back to the
-broker once the offset reaches it. A mixed request is split (`plan_fetch`), and the answers merged into one
-response holding exactly the requested partitions, in request order (`merge_response`).
+Authorization: the broker authorizes each client request on the client's own connection, so a client without
+READ (or whose ACL was removed a moment ago) gets the broker's TOPIC_AUTHORIZATION_FAILED and nothing from the
+tier. Speed: a partition this connection already reads from the tier (`known`: below the broker's local log
+start) has its remote read started when the request arrives, in parallel with the broker's round trip
+(`plan_fetch` → `FetchPlan.remote`); its records are served only if the broker then says OFFSET_OUT_OF_RANGE,
+otherwise the read is dropped (it only warmed the cache) and the partition forgotten. The broker answers a
+request holding an out-of-range partition at once (`ReplicaManager`: an error completes the fetch), so the
+speculation costs no wait. The answers are merged into one response holding exactly the requested partitions,
+in request order (`merge_response`).
 
 Purgatory: one delayed operation per request waits for all its remote reads in parallel, completed when they
 finish or at `remote.fetch.max.wait.ms`; an expired partition is answered with empty records and no error (its
@@ -40,14 +45,16 @@ Data = dict[str, Any]
 
 @dataclass
 class FetchPlan:
-    """What one client Fetch becomes: its decoded request (made sessionless), the topics and partitions sent to
-    the broker, and the partitions known to be remote (below the broker's local start, served from the tier
-    without asking the broker)."""
+    """What one client Fetch becomes: its decoded request (made sessionless, forwarded whole) and the partitions
+    expected to be remote (below the broker's local start last time), whose reads start before the broker
+    answers."""
 
     request: Data
     by_id: bool  # v13+: topics named by id
-    upstream: list[Data] = field(default_factory=list)  # request topics holding only the partitions sent upstream
     remote: list[Key] = field(default_factory=list)
+    reads: dict[Key, asyncio.Task[ReadResult]] = field(default_factory=dict)  # started early for `remote`
+    errors: dict[Key, int] = field(default_factory=dict)  # early reads that could not start
+    deadline: float = 0.0  # loop time: the purgatory's end (remote.fetch.max.wait.ms after arrival)
     started: float = field(default_factory=time.monotonic)
 
     def requested(self) -> dict[Key, Data]:
@@ -64,22 +71,17 @@ def key_of(by_id: bool, topic: Data, p: Data) -> Key:
 
 
 def plan_fetch(request: Data, by_id: bool, known: dict[Key, int]) -> FetchPlan:
-    """Split a request by what this connection knows: `known` maps a remote partition to the broker's local log
-    start; a fetch below it is remote, at or above it goes back to the broker (and is forgotten)."""
+    """Which partitions to read early: `known` maps a partition this connection reads from the tier to the
+    broker's local log start; a fetch below it is expected remote, at or above it is the broker's (forgotten)."""
     plan = FetchPlan(request, by_id)
     for t in request["topics"]:
-        kept = []
         for p in t["partitions"]:
             key = key_of(by_id, t, p)
             local_start = known.get(key)
             if local_start is not None and p["fetch_offset"] < local_start:
                 plan.remote.append(key)
-                continue
-            if local_start is not None:
-                del known[key]  # caught up with the broker's log: back to the broker
-            kept.append(p)
-        if kept:
-            plan.upstream.append({**t, "partitions": kept})
+            elif local_start is not None:
+                del known[key]  # caught up with the broker's log: the broker's alone
     return plan
 
 
@@ -98,14 +100,11 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
         data["session_id"], data["session_epoch"], data["forgotten_topics_data"] = 0, -1, []
     known: dict[Key, int] = session.state.setdefault("remote", {})
     plan = plan_fetch(data, ev.header.api_version >= 13, known if tier is not None else {})
-    slot = Slot(ev.header, ctx=plan)
-    if not plan.remote:
-        session.forward(ev, registry.encode_request(ev.header, data) if changed else None, slot)
-    elif plan.upstream:
-        session.forward(ev, registry.encode_request(ev.header, {**data, "topics": plan.upstream}), slot)
-    else:
-        session.add_slot(slot)
-        session.complete_later(slot, complete(session, slot, None, plan, []))
+    if plan.remote and tier is not None:
+        loop = asyncio.get_running_loop()
+        plan.deadline = loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
+        plan.reads, plan.errors = _submit_reads(tier, plan, plan.remote, plan.deadline, known)
+    session.forward(ev, registry.encode_request(ev.header, data) if changed else None, Slot(ev.header, ctx=plan))
 
 
 def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
@@ -117,12 +116,24 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     # the tail path's only question is "any partition out of range?": a scan answers it without a decode
     scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
     oor = remote_after_broker(plan, scan, tier)
-    if not oor and not plan.remote:
+    _drop_unused_reads(session, plan, oor)
+    if not oor:
         rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
         FETCH_LATENCY.labels("tail").observe(time.monotonic() - plan.started)
         return
     data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
     session.complete_later(slot, complete(session, slot, data, plan, oor))
+
+
+def _drop_unused_reads(session: Session, plan: FetchPlan, oor: list[Key]) -> None:
+    """Early reads of partitions the broker did not answer OFFSET_OUT_OF_RANGE (authorization refused, data
+    now local, leader moved...) are never served; those partitions go back to the broker alone."""
+    known: dict[Key, int] = session.state.setdefault("remote", {})
+    for key in plan.remote:
+        if key not in oor:
+            plan.reads.pop(key, None)  # left to finish: it only warms the cache
+            plan.errors.pop(key, None)
+            known.pop(key, None)
 
 
 def remote_after_broker(plan: FetchPlan, scan: FetchScan, tier: RemoteTier) -> list[Key]:
@@ -141,16 +152,20 @@ def remote_after_broker(plan: FetchPlan, scan: FetchScan, tier: RemoteTier) -> l
     return oor
 
 
-async def complete(session: Session, slot: Slot, upstream: Data | None, plan: FetchPlan, oor: list[Key]) -> None:
-    """The delayed remote fetch: read every remote partition in parallel, answer at completion or deadline."""
+async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan, oor: list[Key]) -> None:
+    """The delayed remote fetch: every partition the broker answered out of range and the tier holds is read in
+    parallel (reads started early are reused); the answer goes at completion or at the deadline."""
     tier = session.proxy.remote
     assert tier is not None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
-    remote_keys = oor + plan.remote
+    deadline = plan.deadline or loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
+    remote_keys = oor
     known: dict[Key, int] = session.state.setdefault("remote", {})
     stats = session.proxy.fetch_stats
-    reads, errors = _submit_reads(tier, plan, remote_keys, deadline, known)
+    late = [k for k in oor if k not in plan.reads and k not in plan.errors]
+    reads, errors = _submit_reads(tier, plan, late, deadline, known)
+    reads.update(plan.reads)
+    errors.update(plan.errors)
     offsets_task = loop.create_task(_broker_offsets(tier, session.upstream_name, plan, remote_keys))
     offsets_task.add_done_callback(_consume_exception)
     if reads:
@@ -164,7 +179,7 @@ async def complete(session: Session, slot: Slot, upstream: Data | None, plan: Fe
     except (TimeoutError, OSError, ConnectionError):
         offsets = {}
     broker_entries = {(t["topic_id"] if plan.by_id else t["topic"], p["partition_index"]): p
-                      for t in (upstream or {}).get("responses", ()) for p in t["partitions"]}
+                      for t in upstream.get("responses", ()) for p in t["partitions"]}
     entries: dict[Key, Data] = dict(broker_entries)
     for key in remote_keys:
         entries[key] = _remote_entry(tier, stats, plan, key, broker_entries.get(key), offsets.get(key), reads.get(key),

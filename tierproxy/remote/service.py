@@ -19,6 +19,7 @@ from protocol.records import iter_batches
 from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_offsets
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
+from tierproxy.identity.sasl import AuthenticationFailed
 from tierproxy.remote.pool import ReaderPool
 from tierproxy.remote.reader import Backoff, ReadResult, RemoteReader
 from tierproxy.tier.cache import PartitionCache
@@ -27,6 +28,7 @@ from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
+from tierproxy.tls import upstream_context
 
 log = logging.getLogger("tierproxy.remote")
 
@@ -43,7 +45,7 @@ class RemoteTier:
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
         self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.bootstrap_servers,
-                                                            settings.metadata_checkpoint_dir)
+                                                            settings.metadata_checkpoint_dir, settings.identity)
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self.reader = RemoteReader(
             self.rsm, chunk_bytes=settings.remote_fetch_chunk_bytes, cache_bytes=settings.remote_fetch_cache_bytes,
@@ -53,6 +55,7 @@ class RemoteTier:
                             settings.remote_log_manager_task_retry_backoff_max_ms,
                             settings.remote_log_manager_task_retry_jitter))
         self.pool = ReaderPool(settings.remote_log_reader_threads, settings.remote_log_reader_max_pending_tasks)
+        self.relay_ssl = upstream_context(settings)
         self.ready = asyncio.Event()
         self._offsets: dict[tuple[str, int], BrokerOffsets] = {}
         self._clients: dict[str, AsyncWireClient] = {}
@@ -68,7 +71,8 @@ class RemoteTier:
                 await self.rlmm.start()
                 break
             except Exception as exc:  # the tier is optional for tail reads: keep trying in the background
-                log.warning("remote log metadata not available yet (%s); retrying in %.0fs", exc, delay)
+                reason = await self._identity_problem() or exc
+                log.warning("remote log metadata not available yet (%s); retrying in %.0fs", reason, delay)
                 await asyncio.sleep(delay)
                 delay = min(30.0, delay * 2)
         self.ready.set()
@@ -77,6 +81,23 @@ class RemoteTier:
             while True:  # the file backend has no consumer: pick up what `tier` appended
                 await asyncio.sleep(1.0)
                 await self.rlmm.catch_up()
+
+    async def _identity_problem(self) -> AuthenticationFailed | None:
+        """Why tierproxy's own identity is refused, if it is (aiokafka only says it could not bootstrap)."""
+        identity = self.settings.identity
+        if identity is None or not identity.sasl:
+            return None
+        host, port = self.settings.bootstrap_list[0]
+        client = AsyncWireClient(host, port, identity=identity, timeout=5)
+        try:
+            await client.request(ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False})
+        except AuthenticationFailed as exc:
+            return exc
+        except (OSError, TimeoutError, ConnectionError):
+            return None
+        finally:
+            await client.close()
+        return None
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -142,7 +163,8 @@ class RemoteTier:
         if client is None:
             host, _, port = leader.rpartition(":")
             client = self._clients[leader] = AsyncWireClient(host, int(port), client_id="tierproxy-remote",
-                                                             timeout=5)
+                                                             timeout=5, ssl_context=self.relay_ssl,
+                                                             identity=self.settings.identity)
         got = {}
         for name, isolation, spec in PARTITION_BOUNDS:
             resp = await client.request(ApiKey.LIST_OFFSETS, 7,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.constants import ApiKey
 from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_offsets
+from tierproxy.identity import ClientIdentity
+from tierproxy.identity.clients import aiokafka_options
 from tierproxy.wireclient import WireClient
 
 
@@ -33,13 +35,14 @@ class ClusterView:
     brokers: dict[int, str]  # node id → host:port
     partitions: list[PartitionInfo]
     internal: set[str]
+    identity: ClientIdentity | None = field(default=None, repr=False)  # how to connect to `brokers`
 
     def leader_address(self, p: PartitionInfo) -> str:
         return self.brokers[p.leader]
 
 
-def describe_cluster(bootstrap: str) -> ClusterView:
-    with WireClient(bootstrap, client_id="tierproxy-tier") as w:
+def describe_cluster(bootstrap: str, identity: ClientIdentity | None = None) -> ClusterView:
+    with WireClient(bootstrap, client_id="tierproxy-tier", identity=identity) as w:
         md = w.request(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                       "include_topic_authorized_operations": False})
     brokers = {b["node_id"]: f"{b['host']}:{b['port']}" for b in md["brokers"]}
@@ -52,7 +55,7 @@ def describe_cluster(bootstrap: str) -> ClusterView:
         for p in t["partitions"]:
             parts.append(PartitionInfo(t["name"], t["topic_id"], p["partition_index"], p["leader_id"],
                                        p["leader_epoch"]))
-    return ClusterView(brokers, sorted(parts, key=lambda p: (p.topic, p.partition)), internal)
+    return ClusterView(brokers, sorted(parts, key=lambda p: (p.topic, p.partition)), internal, identity)
 
 
 def list_offsets(view: ClusterView, parts: list[PartitionInfo]) -> dict[tuple[str, int], PartitionOffsets]:
@@ -63,7 +66,7 @@ def list_offsets(view: ClusterView, parts: list[PartitionInfo]) -> dict[tuple[st
             by_leader[p.leader].append(p)
     out: dict[tuple[str, int], PartitionOffsets] = {}
     for leader, ps in by_leader.items():
-        with WireClient(view.brokers[leader], client_id="tierproxy-tier") as w:
+        with WireClient(view.brokers[leader], client_id="tierproxy-tier", identity=view.identity) as w:
             got = {}
             for name, isolation, spec in PARTITION_BOUNDS:
                 asked: dict[str, dict[int, int]] = defaultdict(dict)
@@ -78,13 +81,14 @@ def list_offsets(view: ClusterView, parts: list[PartitionInfo]) -> dict[tuple[st
     return out
 
 
-def topic_configs(bootstrap: str, topics: list[str]) -> dict[str, dict[str, str]]:
+def topic_configs(bootstrap: str, topics: list[str], identity: ClientIdentity | None = None
+                  ) -> dict[str, dict[str, str]]:
     """Each topic's effective configs (cleanup.policy, retention.ms, retention.bytes...)."""
     async def run() -> dict[str, dict[str, str]]:
         from aiokafka.admin import AIOKafkaAdminClient
         from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **aiokafka_options(identity))
         await admin.start()
         try:
             out: dict[str, dict[str, str]] = {}

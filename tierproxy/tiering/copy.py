@@ -16,6 +16,7 @@ from typing import Any
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.records import RecordBatch, iter_batches
 from protocol.requests import fetch_request
+from tierproxy.identity import ClientIdentity
 from tierproxy.tier.indexes import SegmentBuilder
 from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition
 from tierproxy.tier.rsm import RemoteStorageManager
@@ -35,13 +36,13 @@ class DataGone(CopyError):
 
 
 def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
-               isolation: int = IsolationLevel.READ_COMMITTED, client_id: str = "tierproxy-tier"
-               ) -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
+               isolation: int = IsolationLevel.READ_COMMITTED, client_id: str = "tierproxy-tier",
+               identity: ClientIdentity | None = None) -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
     """Raw batches from `start` up to `end` (or the last stable offset / high watermark, by `isolation`), one
     fetch response at a time, with the aborted transactions (producer id, first offset) that response reports.
     The first batch may begin before `start` (the one holding it)."""
     offset = start
-    with WireClient(leader, client_id=client_id, timeout=60) as w:
+    with WireClient(leader, client_id=client_id, timeout=60, identity=identity) as w:
         while offset < end:
             resp = w.request(ApiKey.FETCH, FETCH_VERSION, fetch_request({topic: {partition: offset}},
                                                                         max_bytes=FETCH_MAX_BYTES, isolation=isolation))
@@ -63,23 +64,26 @@ def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
                 return
 
 
-def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, first: bool
-                ) -> tuple[list[memoryview], list[tuple[int, int]]]:
+def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, first: bool,
+                identity: ClientIdentity | None = None) -> tuple[list[memoryview], list[tuple[int, int]]]:
     """Whole batches for [start, end) and the aborted transactions (producer id, first offset) around them."""
     batches: list[memoryview] = []
     aborted: set[tuple[int, int]] = set()
-    for got, txns in iter_fetch(leader, topic, partition, start, end):
+    for got, txns in iter_fetch(leader, topic, partition, start, end, identity=identity):
         aborted |= set(txns)
         batches += [b.view() for b in got if b.base_offset >= start or (first and not batches)]
     return batches, sorted(aborted)
 
 
-def copy_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Run on an executor: fetch, build indexes, upload. Returns the segment facts or the error."""
+def copy_task(task: dict[str, Any], identity: ClientIdentity | None = None) -> dict[str, Any]:
+    """Run on an executor: fetch, build indexes, upload. Returns the segment facts or the error.
+
+    `identity` (tierproxy's own, secrets and key material included) comes bound to the function Spark ships, never
+    in the task dicts that come back to the driver and its summaries."""
     started = time.monotonic()
     try:
         batches, aborted = fetch_range(task["leader"], task["topic"], task["partition"], task["start"], task["end"],
-                                       task["first"])
+                                       task["first"], identity)
         if not batches:
             return {**task, "ok": True, "empty": True}
         builder = SegmentBuilder(txn_starts=aborted)

@@ -9,6 +9,7 @@ id; what still fails leaves the partition's tiered range contiguous (later copie
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tierproxy.config import TierSettings
+from tierproxy.identity import ClientIdentity
 from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition, new_uuid
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
@@ -73,7 +75,7 @@ class TieringJob:
         self._thread = threading.Thread(target=self.loop.run_forever, name="tierproxy-rlmm", daemon=True)
         self._thread.start()
         self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.bootstrap_servers,
-                                                            settings.metadata_checkpoint_dir)
+                                                            settings.metadata_checkpoint_dir, settings.identity)
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self._spark: Any = None
         self._started = False
@@ -115,13 +117,14 @@ class TieringJob:
         s = self.settings
         summary = RunSummary(uuid.uuid4().hex[:12], int(time.time() * 1000))
         started = time.monotonic()
+        # first: a refused identity (command.config) fails here with its reason, not as aiokafka's bootstrap error
+        view = describe_cluster(s.bootstrap_servers, s.identity)
         if not self._started:
             self.run(self.rlmm.start())
             self._started = True
         self.run(self.rlmm.catch_up())
-        view = describe_cluster(s.bootstrap_servers)
         topics = sorted({p.topic for p in view.partitions})
-        configs = topic_configs(s.bootstrap_servers, topics) if topics else {}
+        configs = topic_configs(s.bootstrap_servers, topics, s.identity) if topics else {}
         parts = select_topics(view, configs, s.tier_topics)
 
         summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
@@ -218,12 +221,14 @@ class TieringJob:
         return tasks
 
     def _leader(self, r: Range) -> str:
-        return str(describe_cluster_cached(self.settings.bootstrap_servers).brokers[r.part.leader])
+        return str(describe_cluster_cached(self.settings.bootstrap_servers, self.settings.identity
+                                           ).brokers[r.part.leader])
 
     def _run_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """One Spark task per segment, all in parallel; a live progress bar follows Spark's task counters."""
         sc = self.spark().sparkContext
-        rdd = sc.parallelize(tasks, max(1, len(tasks))).map(copy_task)
+        rdd = sc.parallelize(tasks, max(1, len(tasks))).map(functools.partial(copy_task,
+                                                                              identity=self.settings.identity))
         out: list[list[dict[str, Any]]] = []
         errors: list[BaseException] = []
 
@@ -290,10 +295,10 @@ class TieringJob:
 _CLUSTER_CACHE: dict[str, tuple[float, Any]] = {}
 
 
-def describe_cluster_cached(bootstrap: str, ttl: float = 5.0) -> Any:
+def describe_cluster_cached(bootstrap: str, identity: ClientIdentity | None = None, ttl: float = 5.0) -> Any:
     hit = _CLUSTER_CACHE.get(bootstrap)
     if hit is None or time.monotonic() - hit[0] > ttl:
-        hit = (time.monotonic(), describe_cluster(bootstrap))
+        hit = (time.monotonic(), describe_cluster(bootstrap, identity))
         _CLUSTER_CACHE[bootstrap] = hit
     return hit[1]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
+from tierproxy.identity import ClientIdentity
 from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.wireclient import WireClient
 
@@ -57,8 +58,8 @@ def select_topics(view: ClusterView, configs: dict[str, dict[str, str]], pattern
     return chosen
 
 
-def bytes_per_offset(leader: str, p: PartitionInfo, start: int) -> float:
-    with WireClient(leader, client_id="tierproxy-tier") as w:
+def bytes_per_offset(leader: str, p: PartitionInfo, start: int, identity: ClientIdentity | None = None) -> float:
+    with WireClient(leader, client_id="tierproxy-tier", identity=identity) as w:
         resp = w.request(ApiKey.FETCH, 12, fetch_request({p.topic: {p.partition: start}}, max_bytes=SAMPLE_BYTES))
     batches = list(iter_batches(resp["responses"][0]["partitions"][0]["records"]))
     if not batches:
@@ -75,7 +76,7 @@ def plan_partition(view: ClusterView, p: PartitionInfo, offsets: PartitionOffset
     start = max(tiered_end + 1, offsets.log_start)
     if start >= offsets.last_stable:
         return [], gap
-    per = max(1, int(segment_bytes / bytes_per_offset(view.leader_address(p), p, start)))
+    per = max(1, int(segment_bytes / bytes_per_offset(view.leader_address(p), p, start, view.identity)))
     ranges, a = [], start
     while a < offsets.last_stable:
         b = min(a + per, offsets.last_stable)

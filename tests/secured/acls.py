@@ -1,0 +1,53 @@
+"""The minimal ACLs of README "Secured clusters", applied with the admin API (on the internal listener)."""
+
+from __future__ import annotations
+
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+ALLOW = AclPermissionType.ALLOW
+
+
+def _binding(principal: str, rtype: ResourceType, name: str, op: AclOperation,
+             pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:
+    return AclBinding(rtype, name, pattern, f"User:{principal}", "*", op, ALLOW)
+
+
+def tierproxy_acls(principal: str, topics: list[str], metadata_topic: str) -> list[AclBinding]:
+    """What `tierproxy serve` and `tierproxy tier` need, and nothing more (README "Secured clusters")."""
+    out = []
+    for t in topics:  # tiered topics: fetch (READ), offsets and metadata (DESCRIBE), retention (DESCRIBE_CONFIGS)
+        for op in (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS):
+            out.append(_binding(principal, ResourceType.TOPIC, t, op))
+    for op in (AclOperation.CREATE, AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
+               AclOperation.DESCRIBE_CONFIGS):  # the metadata topic
+        out.append(_binding(principal, ResourceType.TOPIC, metadata_topic, op))
+    out.append(_binding(principal, ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE))
+    return out
+
+
+def reader_acls(principal: str, topic: str) -> list[AclBinding]:
+    """A consumer: READ on the topic and on its groups (prefixed with its name)."""
+    return [_binding(principal, ResourceType.TOPIC, topic, AclOperation.READ),
+            _binding(principal, ResourceType.GROUP, principal, AclOperation.READ, ResourcePatternType.PREFIXED)]
+
+
+def create_acls(admin_bootstrap: str, bindings: list[AclBinding]) -> None:
+    admin = AdminClient({"bootstrap.servers": admin_bootstrap})
+    for fut in admin.create_acls(bindings, request_timeout=30).values():
+        fut.result(30)
+
+
+def delete_acls(admin_bootstrap: str, bindings: list[AclBinding]) -> None:
+    admin = AdminClient({"bootstrap.servers": admin_bootstrap})
+    filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+                                b.permission_type) for b in bindings]
+    for fut in admin.delete_acls(filters, request_timeout=30).values():
+        fut.result(30)

@@ -1,0 +1,264 @@
+"""tierproxy on a secured cluster: `tier --once` and `serve` with `--command-config` (PLAIN, SCRAM-SHA-512 over
+SASL_SSL, OAUTHBEARER with a local token endpoint and JWKS), holding only README's minimal ACLs; clients with
+their own SASL credentials read the tiered history through the proxy; the broker authorizes every request."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from protocol.constants import ApiKey, ErrorCode, OffsetSpec
+from protocol.records import iter_batches
+from protocol.requests import fetch_request, list_offsets_request
+from tests.kafkahelpers import broker_forgets, create_topic, watermarks
+from tests.realparts import ProxyProcess
+from tests.secured.acls import create_acls, delete_acls, reader_acls, tierproxy_acls
+from tests.secured.conftest import OAUTH_SECRET, PASSWORDS, PRINCIPAL, Secured
+from tests.waiting import wait_until
+from tierproxy.identity import load_command_config
+from tierproxy.kafkadist import free_port
+from tierproxy.wireclient import WireClient
+
+pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]
+RECORDS = 3000
+SECRETS = (PASSWORDS["tierproxy"], OAUTH_SECRET)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    name: str
+    listener: str  # the broker listener tierproxy and its clients use
+    lines: tuple[str, ...]  # the command config, but for the security.protocol line
+
+
+MECHANISMS = {
+    "PLAIN": Mechanism("PLAIN", "SASL", (
+        "sasl.mechanism=PLAIN",
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \\",
+        f'    username="{PRINCIPAL}" password="{PASSWORDS[PRINCIPAL]}";')),
+    "SCRAM-SHA-512": Mechanism("SCRAM-SHA-512", "SASLSSL", (
+        "sasl.mechanism=SCRAM-SHA-512",
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{PRINCIPAL}" password="{PASSWORDS[PRINCIPAL]}";',
+        "ssl.truststore.type=PEM", "ssl.truststore.location={ca}")),
+    "OAUTHBEARER": Mechanism("OAUTHBEARER", "SASL", (
+        "sasl.mechanism=OAUTHBEARER",
+        "sasl.login.callback.handler.class="
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+        "sasl.oauthbearer.token.endpoint.url={token_url}",
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        f'clientId="{PRINCIPAL}" clientSecret="{OAUTH_SECRET}" scope="kafka";')),
+}
+
+
+def command_config(secured: Secured, mech: Mechanism, path: Path, password: str | None = None) -> Path:
+    protocol = {"SASL": "SASL_PLAINTEXT", "SASLSSL": "SASL_SSL"}[mech.listener]
+    text = "\n".join([f"security.protocol={protocol}", *mech.lines]).format(
+        ca=secured.certs.ca, token_url=secured.oauth.token_url)
+    if password is not None:
+        text = text.replace(PASSWORDS[PRINCIPAL], password)
+    path.write_text("# tierproxy's own identity\n" + text + "\n")
+    return path
+
+
+def sasl_client(user: str) -> list[str]:
+    return ["-X", "security.protocol=sasl_plaintext", "-X", "sasl.mechanisms=PLAIN", "-X", f"sasl.username={user}",
+            "-X", f"sasl.password={PASSWORDS[user]}"]
+
+
+def kcat_read(kcat: str, bootstrap: str, topic: str, opts: list[str], offset: str = "beginning"
+              ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([kcat, "-b", bootstrap, *opts, "-C", "-t", topic, "-o", offset, "-e", "-q",
+                           "-f", "%o %k %s\n"], capture_output=True, text=True, timeout=120)
+
+
+@dataclass
+class Served:
+    secured: Secured
+    mech: Mechanism
+    topic: str
+    expected: list[str]  # what the broker served before it deleted the history: "offset key value"
+    log_start: int
+    proxy: ProxyProcess
+    admin_url: str
+    tier_output: str
+
+
+def _fill(bootstrap: str, topic: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(RECORDS):
+        p.produce(topic, f"v{i:05d}-".encode() + os.urandom(60).hex().encode(), f"k{i}".encode())
+    p.flush(60)
+
+
+@pytest.fixture(scope="module", params=list(MECHANISMS))
+def served(request: pytest.FixtureRequest, secured: Secured, kcat: str,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A topic tiered by `tier --once` and deleted from the broker, served by `serve`, both with
+    `--command-config` for the mechanism; tierproxy holds only the minimal ACLs, alice may READ, bob not."""
+    mech = MECHANISMS[request.param]
+    d = tmp_path_factory.mktemp(f"own-{mech.name.lower()}")
+    topic, meta = f"secured-{mech.name.lower()}", f"__tierproxy_meta_{mech.name.lower()}"
+    create_topic(secured.admin, topic, config={"segment.ms": "2000"})  # ticks roll it, so retention can delete it
+    create_acls(secured.admin, tierproxy_acls(PRINCIPAL, [topic], meta) + reader_acls("alice", topic))
+    _fill(secured.admin, topic)
+    direct = kcat_read(kcat, secured.admin, topic, [])
+    expected = direct.stdout.splitlines()
+    assert len(expected) == RECORDS, direct.stderr
+    cfg = command_config(secured, mech, d / "client.properties")
+    storage, metadata = f"file://{d}/tier", f"topic:{meta}?partitions=3&replication=1"
+    tier = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
+                           "--bootstrap-server", secured.listener(mech.listener), "--command-config", str(cfg),
+                           "--storage", storage, "--metadata", metadata, "--topics", topic],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TIERPROXY_SPARK_MASTER": "local[1]",
+                               "TIERPROXY_TIER_STATE_DIR": str(d / "state")})
+    assert tier.returncode == 0, tier.stderr[-3000:]
+    log_start = broker_forgets(secured.admin, topic, above=RECORDS // 2)
+    admin_port = free_port()
+    proxy = ProxyProcess(secured.listener(mech.listener), d, extra={
+        "TIERPROXY_COMMAND_CONFIG": str(cfg), "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": metadata,
+        "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{admin_port}"})
+    try:
+        yield Served(secured, mech, topic, expected, log_start, proxy, f"http://127.0.0.1:{admin_port}",
+                     tier.stdout + tier.stderr)
+    finally:
+        proxy.stop()
+
+
+def test_a_reader_gets_the_whole_history_through_the_proxy(served: Served, kcat: str) -> None:
+    def history() -> bool:
+        got = kcat_read(kcat, served.proxy.bootstrap, served.topic, sasl_client("alice"))
+        return got.stdout.splitlines()[:RECORDS] == served.expected
+
+    assert served.log_start > RECORDS // 2  # the broker has deleted the first half
+    wait_until(history, "kcat (alice) reads the tiered history through the proxy", timeout=90, interval=1)
+    c = Consumer({"bootstrap.servers": served.proxy.bootstrap, "group.id": "alice-reader",
+                  "enable.auto.commit": False, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                  "sasl.username": "alice", "sasl.password": PASSWORDS["alice"]})
+    try:
+        c.assign([TopicPartition(served.topic, 0, 0)])
+        got: list[str] = []
+        for _ in range(600):
+            if len(got) >= RECORDS:
+                break
+            for m in c.consume(500, 1.0):
+                assert m.error() is None, m.error()
+                got.append(f"{m.offset()} {m.key().decode()} {m.value().decode()}")
+    finally:
+        c.close()
+    assert got[:RECORDS] == served.expected
+
+
+def test_tierproxy_keeps_its_secrets(served: Served) -> None:
+    with urllib.request.urlopen(served.admin_url + "/v1/config", timeout=10) as r:
+        shown = r.read().decode()
+    identity = json.loads(shown)["identity"]
+    assert identity["sasl.mechanism"] == served.mech.name and identity["principal"]
+    for text in (shown, served.proxy.log_text(), served.tier_output):
+        for secret in SECRETS:
+            assert secret not in text
+    assert PASSWORDS[PRINCIPAL] not in repr(load_command_config(served.proxy.log.parent / "client.properties"))
+    with urllib.request.urlopen(served.admin_url + "/readyz", timeout=10) as r:
+        assert json.loads(r.read())["ready"] is True
+
+
+def _client(served: Served, user: str) -> WireClient:
+    """A raw client of the proxy authenticated as `user` (PLAIN, relayed to the broker)."""
+    from tierproxy.identity.properties import identity_from_properties
+
+    identity = identity_from_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{user}" '
+                            f'password="{PASSWORDS[user]}";'})
+    return WireClient(served.proxy.bootstrap, client_id=user, timeout=30, identity=identity)
+
+
+def _fetch(w: WireClient, topic: str, offset: int) -> tuple[int, int]:
+    resp = w.request(ApiKey.FETCH, 12, fetch_request({topic: {0: offset}}, max_bytes=1 << 20))
+    p = resp["responses"][0]["partitions"][0]
+    return p["error_code"], sum(b.last_offset - b.base_offset + 1 for b in iter_batches(p["records"]))
+
+
+def test_a_client_without_read_gets_nothing_from_the_tier(served: Served, kcat: str) -> None:
+    if served.mech.name != "PLAIN":
+        pytest.skip("authorization does not depend on tierproxy's own mechanism: checked once")
+    def alice_reads() -> bool:
+        with _client(served, "alice") as w:
+            return _fetch(w, served.topic, 0)[1] > 0
+
+    wait_until(alice_reads, "the tier serves alice", timeout=90, interval=1)
+    for offset in ("beginning", str(served.log_start)):
+        bob = kcat_read(kcat, served.proxy.bootstrap, served.topic, sasl_client("bob"), offset)
+        assert bob.stdout == "" and "authorization failed" in bob.stderr.lower(), bob.stderr[-500:]
+    with _client(served, "bob") as w:
+        assert _fetch(w, served.topic, 0) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+        assert _fetch(w, served.topic, served.log_start) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+        specs = {OffsetSpec.EARLIEST: "earliest", OffsetSpec.LATEST_TIERED: "latest tiered", 0: "timestamp 0"}
+        for spec in specs:
+            resp = w.request(ApiKey.LIST_OFFSETS, 9, list_offsets_request({served.topic: {0: spec}}))
+            p = resp["topics"][0]["partitions"][0]
+            assert (p["error_code"], p["offset"]) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1), specs[spec]
+        resp = w.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [
+            {"topic": served.topic, "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+        p = resp["topics"][0]["partitions"][0]
+        assert p["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED and p["end_offset"] == -1
+
+
+def test_an_acl_removed_mid_read_refuses_the_next_fetch(served: Served) -> None:
+    if served.mech.name != "PLAIN":
+        pytest.skip("authorization does not depend on tierproxy's own mechanism: checked once")
+    acl = reader_acls("alice", served.topic)[:1]
+    with _client(served, "alice") as w:
+        wait_until(lambda: _fetch(w, served.topic, 0)[1] > 0, "the tier serves alice", timeout=90, interval=1)
+        assert _fetch(w, served.topic, 100)[0] == ErrorCode.NONE  # reading the tier: the partition is known remote
+        delete_acls(served.secured.admin, acl)
+        try:
+            def refused() -> tuple[int, int] | None:
+                got = _fetch(w, served.topic, 200)
+                return got if got[0] != ErrorCode.NONE else None
+
+            got = wait_until(refused, "the broker refuses alice", timeout=30, interval=0.2)
+            assert got == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+        finally:
+            create_acls(served.secured.admin, acl)
+
+
+def test_tail_passthrough_keeps_working_when_tierproxys_identity_is_refused(secured: Secured, kcat: str,
+                                                                             tmp_path: Path) -> None:
+    mech = MECHANISMS["SCRAM-SHA-512"]
+    topic = "secured-tail"
+    create_topic(secured.admin, topic, config={"segment.ms": "2000"})  # ticks roll it, so retention can delete it
+    create_acls(secured.admin, reader_acls("alice", topic))
+    _fill(secured.admin, topic)
+    cfg = command_config(secured, mech, tmp_path / "client.properties", password="wrong-password")
+    tier = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
+                           "--bootstrap-server", secured.listener(mech.listener), "--command-config", str(cfg),
+                           "--storage", f"file://{tmp_path}/tier", "--metadata", "topic:__tierproxy_meta_wrong",
+                           "--topics", topic], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
+    assert tier.returncode == 3 and "SCRAM-SHA-512" in tier.stderr and "wrong-password" not in tier.stderr, \
+        tier.stderr[-2000:]
+    admin_port = free_port()
+    proxy = ProxyProcess(secured.listener(mech.listener), tmp_path, extra={
+        "TIERPROXY_COMMAND_CONFIG": str(cfg), "TIERPROXY_METADATA": "topic:__tierproxy_meta_wrong",
+        "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{admin_port}"})
+    try:
+        got = kcat_read(kcat, proxy.bootstrap, topic, sasl_client("alice"))
+        assert len(got.stdout.splitlines()) == RECORDS == watermarks(secured.admin, topic)[1], got.stderr[-500:]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/readyz", timeout=10)
+        body = json.loads(refused.value.read())
+        assert refused.value.code == 503 and any("SCRAM-SHA-512" in p for p in body["problems"]), body
+        assert "SCRAM-SHA-512" in proxy.log_text() and "wrong-password" not in proxy.log_text()
+    finally:
+        proxy.stop()
