@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
 
@@ -52,6 +53,10 @@ def _tier(args: argparse.Namespace) -> int:
         summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress)
     except AuthenticationFailed as exc:
         print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
+        return 3
+    except ssl.SSLError as exc:  # e.g. the broker requires a client certificate (mTLS) and got none
+        print(f"tierproxy: TLS toward the brokers failed ({settings.bootstrap_servers}): {exc.reason or exc}",
+              file=sys.stderr)
         return 3
     return 1 if summaries and summaries[-1].failed and summaries[-1].segments == 0 else 0
 

@@ -47,8 +47,9 @@ def truststore(props: dict[str, str]) -> str | None:
         return _check_certs(props["ssl.truststore.certificates"], "ssl.truststore.certificates")
     if "ssl.truststore.location" not in props:
         return None
+    kind = _store_type(props, "ssl.truststore.type")
     data = _read(props, "ssl.truststore.location")
-    if _store_type(props, "ssl.truststore.type") == "PEM":
+    if kind == "PEM":
         return _check_certs(data.decode(errors="replace"), "ssl.truststore.location")
     password = props.get("ssl.truststore.password")
     try:
@@ -72,8 +73,9 @@ def keystore(props: dict[str, str]) -> tuple[str | None, str | None]:
                                    "ssl.keystore.key")
     if "ssl.keystore.location" not in props:
         return None, None
+    kind = _store_type(props, "ssl.keystore.type")
     data = _read(props, "ssl.keystore.location")
-    if _store_type(props, "ssl.keystore.type") == "PEM":
+    if kind == "PEM":
         text = data.decode(errors="replace")
         return _check_certs(text, "ssl.keystore.location"), _private_key(data, props.get("ssl.key.password"),
                                                                           "ssl.keystore.location")
