@@ -83,3 +83,24 @@ def test_default_image_is_the_one_make_image_builds() -> None:
         assert [c["image"] for c in pod["containers"]] == [f"localhost/tierproxy:{version}"]
     pinned = _render("--set", "image.repository=registry.example.com/tierproxy", "--set", "image.tag=9.9.9")
     assert "image: \"registry.example.com/tierproxy:9.9.9\"" in pinned
+
+
+@pytest.mark.parametrize("mode", ["cronjob", "deployment"])
+def test_command_config_secret_reaches_the_proxy_and_the_tier_job(mode: str) -> None:
+    """kafka.commandConfig.existingSecret: mounted read-only for both, TIERPROXY_COMMAND_CONFIG names the file."""
+    docs = [d for d in yaml.safe_load_all(_render("--set", "kafka.commandConfig.existingSecret=kafka-client",
+                                                  "--set", "kafka.commandConfig.key=own.properties",
+                                                  "--set", f"tier.mode={mode}")) if d]
+    pods = [d["spec"]["jobTemplate"]["spec"]["template"]["spec"] if d["kind"] == "CronJob" else d["spec"]["template"]
+            ["spec"] for d in docs if d["kind"] in ("Deployment", "CronJob")]
+    assert len(pods) == 2  # the proxy and the tier job
+    for pod in pods:
+        c = pod["containers"][0]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["TIERPROXY_COMMAND_CONFIG"] == "/etc/tierproxy/kafka-client/own.properties"
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "kafka-client")
+        assert mount == {"name": "kafka-client", "mountPath": "/etc/tierproxy/kafka-client", "readOnly": True}
+        vol = next(v for v in pod["volumes"] if v["name"] == "kafka-client")
+        assert vol["secret"]["secretName"] == "kafka-client" and vol["secret"]["defaultMode"] == 0o440
+    plain = [d for d in yaml.safe_load_all(_render()) if d]
+    assert "kafka-client" not in yaml.safe_dump_all(plain)

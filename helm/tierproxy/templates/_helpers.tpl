@@ -40,6 +40,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - name: AWS_SECRET_ACCESS_KEY
   valueFrom: {secretKeyRef: {name: {{ .Values.storage.s3.existingSecret | quote }}, key: AWS_SECRET_ACCESS_KEY}}
 {{- end }}
+{{- if .Values.kafka.commandConfig.existingSecret }}
+- name: TIERPROXY_COMMAND_CONFIG
+  value: /etc/tierproxy/kafka-client/{{ .Values.kafka.commandConfig.key }}
+{{- end }}
 {{- if .Values.kafka.tls.enabled }}
 - name: TIERPROXY_UPSTREAM_SSL_ENABLED
   value: "true"
@@ -68,3 +72,17 @@ seccompProfile: {type: RuntimeDefault}
 allowPrivilegeEscalation: false
 capabilities: {drop: ["ALL"]}
 {{- end }}
+
+{{/* tierproxy's own identity: the command config Secret, mounted read-only */}}
+{{- define "tierproxy.identityMount" -}}
+{{- if .Values.kafka.commandConfig.existingSecret }}
+- {name: kafka-client, mountPath: /etc/tierproxy/kafka-client, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "tierproxy.identityVolume" -}}
+{{- if .Values.kafka.commandConfig.existingSecret }}
+- name: kafka-client
+  secret: {secretName: {{ .Values.kafka.commandConfig.existingSecret | quote }}, defaultMode: 0440}
+{{- end }}
+{{- end -}}
