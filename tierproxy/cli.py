@@ -55,7 +55,7 @@ def _tier(args: argparse.Namespace) -> int:
         print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
         return 3
     except ssl.SSLError as exc:  # e.g. the broker requires a client certificate (mTLS) and got none
-        print(f"tierproxy: TLS toward the brokers failed ({settings.bootstrap_servers}): {exc.reason or exc}",
+        print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
               file=sys.stderr)
         return 3
     return 1 if summaries and summaries[-1].failed and summaries[-1].segments == 0 else 0

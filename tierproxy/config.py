@@ -81,6 +81,22 @@ class CommonSettings(BaseModel):
     def bootstrap_list(self) -> list[tuple[str, int]]:
         return [_hostport(s, "bootstrap.servers") for s in self.bootstrap_servers.split(",")]
 
+    @property
+    def own_bootstrap(self) -> str:
+        """Where tierproxy's own connections go: the command config's `bootstrap.servers` (a listener for its
+        own identity, e.g. mTLS), else `bootstrap.servers`."""
+        identity = self.identity
+        return identity.bootstrap if identity is not None and identity.bootstrap else self.bootstrap_servers
+
+    @property
+    def own_listener_apart(self) -> bool:
+        """tierproxy's own connections use another listener than the relayed client connections."""
+        return self.own_bootstrap != self.bootstrap_servers
+
+    @property
+    def own_bootstrap_list(self) -> list[tuple[str, int]]:
+        return [_hostport(s, "bootstrap.servers") for s in self.own_bootstrap.split(",")]
+
 
 class ProxySettings(CommonSettings):
     """Everything `tierproxy serve` reads. Field names are the dotted keys with '.' → '_'."""

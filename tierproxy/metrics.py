@@ -31,6 +31,7 @@ class RemoteFetchStats:
     lag: dict[str, int] = field(default_factory=dict)
     expired: int = 0  # partitions expired in purgatory (DelayedRemoteFetchMetrics.ExpiresPerSec)
     purgatory: int = 0  # delayed remote fetches waiting now
+    loading_retriable: int = 0  # answers made retriable (REPLICA_NOT_AVAILABLE) while the metadata was not loaded
 
     def served(self, topic: str, nbytes: int) -> None:
         self.requests[topic] = self.requests.get(topic, 0) + 1

@@ -95,17 +95,26 @@ class Proxy:
         self.spawn(serve())
 
     async def refresh_metadata(self) -> None:
-        """Learn the brokers from the first bootstrap server that answers."""
+        """Learn the brokers from the first bootstrap server that answers (with tierproxy's own identity).
+
+        When its own connections use another listener (`bootstrap.servers` in the command config), that listener's
+        answer gives the node ids (their ports are bound) but not the addresses clients are relayed to: those
+        come from the clients' own Metadata answers passing through."""
         async with self._refresh_lock:
             last: BaseException | None = None
-            for host, port in self.settings.bootstrap_list:
+            apart = self.settings.own_listener_apart
+            for host, port in self.settings.own_bootstrap_list:
                 client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl,
                                          identity=self.settings.identity,
                                          timeout=self.settings.upstream_connect_timeout_ms / 1000)
                 try:
                     md = await client.request(ApiKey.METADATA, METADATA_VERSION,
                                               {"topics": [], "allow_auto_topic_creation": False})
-                    self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
+                    if apart:
+                        for b in md["brokers"]:
+                            self._on_new_node(b["node_id"])
+                    else:
+                        self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
                     return
                 except (TimeoutError, OSError, ConnectionError) as exc:
                     last = exc
@@ -117,13 +126,14 @@ class Proxy:
     async def cluster_topics(self) -> dict[str, dict[str, Any]]:
         """Every topic's id and partitions (with leaders), from the first bootstrap server that answers."""
         last: BaseException = OSError("no bootstrap servers")
-        for host, port in self.settings.bootstrap_list:
+        for host, port in self.settings.own_bootstrap_list:
             client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl, identity=self.settings.identity,
                                      timeout=self.settings.upstream_connect_timeout_ms / 1000)
             try:
                 md = await client.request(ApiKey.METADATA, METADATA_VERSION, {"topics": None,
                                                                               "allow_auto_topic_creation": False})
-                self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
+                if not self.settings.own_listener_apart:
+                    self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
                 return {t["name"]: t for t in md["topics"] if t["error_code"] == 0}
             except (OSError, TimeoutError, ConnectionError) as exc:
                 last = exc

@@ -22,11 +22,13 @@ def listener_context(s: ProxySettings) -> ssl.SSLContext | None:
 def upstream_context(s: ProxySettings) -> ssl.SSLContext | None:
     """Client-side TLS toward the brokers for relayed client connections, or None for plaintext.
 
-    On when `upstream.ssl.enabled` or when tierproxy's own identity (`--command-config`) uses SSL / SASL_SSL:
+    On when `upstream.ssl.enabled` or when tierproxy's own identity (`--command-config`) uses SSL / SASL_SSL on
+    the same listener:
     then its truststore and host name check apply, but never its keystore (a relayed client must not reach the
     broker with tierproxy's certificate); `upstream.ssl.*` files, when given, win."""
     identity = s.identity
-    own_tls = identity is not None and identity.tls
+    # with its own listener apart (command config bootstrap.servers), the identity says nothing of the relayed one
+    own_tls = identity is not None and identity.tls and not s.own_listener_apart
     if not s.upstream_ssl_enabled and not own_tls:
         return None
     if s.upstream_ssl_cafile is None and own_tls:

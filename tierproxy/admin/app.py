@@ -125,7 +125,10 @@ def create_app(proxy: Proxy) -> FastAPI:
         except Exception as exc:
             problems.append(f"upstream: {exc}")
         if proxy.remote is not None and not proxy.remote.ready.is_set():
-            problems.append("remote log metadata not caught up")
+            problems.append("remote log metadata not caught up" + (f" ({proxy.remote.loading_problem})"
+                                                                   if proxy.remote.loading_problem else ""))
+        elif proxy.remote is not None and proxy.remote.rlmm.failure is not None:
+            problems.append(f"remote log metadata consumer failed, restarting: {proxy.remote.rlmm.failure}")
         return JSONResponse({"ready": not problems, "problems": problems}, status_code=503 if problems else 200)
 
     @app.get("/metrics", dependencies=guarded, response_class=PlainTextResponse)
@@ -225,11 +228,9 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
     finished = list(pc.finished()) if pc else []
     tier_end = pc.latest_tiered_offset() if pc else -1
     offsets = None
-    leader = proxy.brokers.upstream.get(p["leader_id"])
-    if proxy.remote is not None and leader is not None:
+    if proxy.remote is not None:
         try:
-            offsets = await asyncio.wait_for(
-                proxy.remote.broker_offsets(f"{leader[0]}:{leader[1]}", topic, n), 5)
+            offsets = await asyncio.wait_for(proxy.remote.broker_offsets(topic, n), 5)
         except Exception:
             offsets = None
     gap = None

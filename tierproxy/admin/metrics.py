@@ -8,7 +8,8 @@
     tierproxy_delayed_remote_fetch_expires_total   ~ DelayedRemoteFetchMetrics.ExpiresPerSec
     tierproxy_fetch_latency_seconds{path=tail|remote}, tierproxy_remote_cache_{hits,misses,bytes}*,
     tierproxy_{client,upstream}_connections, tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
-    tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total
+    tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total, tierproxy_rlmm_consumer_restarts_total,
+    tierproxy_remote_answers_while_loading_total
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class ProxyCollector(Collector):
         yield idle
         for name, help_, value in (
                 ("tierproxy_delayed_remote_fetch_expires", "Remote partitions expired in purgatory", stats.expired),
+                ("tierproxy_remote_answers_while_loading", "Answers made retriable (REPLICA_NOT_AVAILABLE) while the "
+                 "segment metadata was not loaded", stats.loading_retriable),
                 ("tierproxy_remote_fetch_rejected", "Remote reads rejected by a full pool", tier.pool.rejected),
                 ("tierproxy_remote_cache_hits", "Chunk cache hits", tier.reader.hits),
                 ("tierproxy_remote_cache_misses", "Chunk cache misses", tier.reader.misses),
@@ -72,7 +75,9 @@ class ProxyCollector(Collector):
                 ("tierproxy_rlmm_events_applied", "Remote log metadata events applied",
                  tier.rlmm.cache.events_applied),
                 ("tierproxy_rlmm_records_skipped", "Malformed or inapplicable metadata records skipped",
-                 tier.rlmm.records_skipped)):
+                 tier.rlmm.records_skipped),
+                ("tierproxy_rlmm_consumer_restarts", "Metadata consumer failures (each restarted with backoff)",
+                 tier.rlmm.consumer_restarts)):
             c = CounterMetricFamily(name, help_)
             c.add_metric([], value)
             yield c

@@ -14,6 +14,8 @@ Supported keys (anything else fails at start, naming the key):
     ssl.keystore.type / .location / .certificate.chain / .key / .password, ssl.key.password   PEM or PKCS12
     ssl.endpoint.identification.algorithm  https (default: check the broker's host name) or empty (do not)
     client.id                              the client id of tierproxy's own requests
+    bootstrap.servers                      a listener for tierproxy's own connections only (default: the
+                                           `--bootstrap-server` the clients are relayed to), e.g. an mTLS one
 
 Key material is read at start (a missing file fails then) and carried in the identity, so the tiering job can
 ship it to executors that do not have the file. Secrets are `SecretStr`: never in a repr, a log or `describe()`.
@@ -52,7 +54,7 @@ KEYS = frozenset({
     "sasl.login.refresh.window.factor", "ssl.truststore.type", "ssl.truststore.location",
     "ssl.truststore.certificates", "ssl.truststore.password", "ssl.keystore.type", "ssl.keystore.location",
     "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.keystore.password", "ssl.key.password",
-    "ssl.endpoint.identification.algorithm", "client.id",
+    "ssl.endpoint.identification.algorithm", "client.id", "bootstrap.servers",
 })
 # JAAS: <LoginModule class> <flag> (key=value)* ;   values "quoted" (with \" escapes) or bare
 _JAAS = re.compile(r'\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s*(.*?)\s*;\s*$', re.S)
@@ -84,6 +86,7 @@ class ClientIdentity:
     key_pem: SecretStr | None = field(default=None, repr=False)  # its private key (PEM, unencrypted)
     check_hostname: bool = True
     client_id: str | None = None
+    bootstrap: str | None = None  # own listener HOST:PORT[,..] when apart from the relayed one
     source: str = ""  # the file it came from (for messages)
 
     @property
@@ -118,7 +121,8 @@ class ClientIdentity:
         """What may be shown (admin API, run summary, logs): no password, secret, token or key."""
         return {"security.protocol": self.security_protocol, "sasl.mechanism": self.mechanism,
                 "principal": self.principal_hint, "ssl.client.certificate": bool(self.cert_chain_pem),
-                "token.endpoint": self.oauth.token_endpoint if self.oauth else None, "source": self.source}
+                "token.endpoint": self.oauth.token_endpoint if self.oauth else None,
+                "bootstrap.servers": self.bootstrap, "source": self.source}
 
 
 def parse_jaas(value: str, key: str = "sasl.jaas.config") -> tuple[str, dict[str, str]]:
@@ -151,7 +155,8 @@ def identity_from_properties(props: dict[str, str], source: str = "") -> ClientI
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in PROTOCOLS:
         raise IdentityError(f"security.protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}{where}")
-    fields: dict[str, Any] = {"security_protocol": protocol, "source": source, "client_id": props.get("client.id")}
+    fields: dict[str, Any] = {"security_protocol": protocol, "source": source, "client_id": props.get("client.id"),
+                              "bootstrap": _bootstrap(props.get("bootstrap.servers"), where)}
     if protocol.startswith("SASL_"):
         fields.update(_sasl(props, where))
     elif "sasl.mechanism" in props or "sasl.jaas.config" in props:
@@ -160,6 +165,19 @@ def identity_from_properties(props: dict[str, str], source: str = "") -> ClientI
     if protocol in ("SSL", "SASL_SSL"):
         fields.update(_tls(props, where))
     return ClientIdentity(**fields)
+
+
+def _bootstrap(value: str | None, where: str) -> str | None:
+    if value is None:
+        return None
+    servers = [s.strip() for s in value.split(",") if s.strip()]
+    for s in servers:
+        host, sep, port = s.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise IdentityError(f"bootstrap.servers: {s!r} is not HOST:PORT{where}")
+    if not servers:
+        raise IdentityError(f"bootstrap.servers: empty{where}")
+    return ",".join(servers)
 
 
 def _sasl(props: dict[str, str], where: str) -> dict[str, Any]:

@@ -115,6 +115,10 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         return
     # the tail path's only question is "any partition out of range?": a scan answers it without a decode
     scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
+    if not tier.serving and any(code == ErrorCode.OFFSET_OUT_OF_RANGE for _, _, code in scan.errors):
+        data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+        session.complete_later(slot, answer_while_loading(session, slot, data, plan, tier))
+        return
     oor = remote_after_broker(plan, scan, tier)
     _drop_unused_reads(session, plan, oor)
     if not oor:
@@ -123,6 +127,33 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         return
     data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
     session.complete_later(slot, complete(session, slot, data, plan, oor))
+
+
+async def answer_while_loading(session: Session, slot: Slot, data: Data, plan: FetchPlan, tier: RemoteTier
+                               ) -> None:
+    """The segment metadata is not loaded (or its consumer failed): an offset the broker no longer has may be
+    tiered, so OFFSET_OUT_OF_RANGE (which makes the client reset past it) becomes REPLICA_NOT_AVAILABLE, the
+    retriable error Kafka answers while its RLMM initializes. Only an offset at or beyond the broker's log start
+    (a client ahead of the log, asked by topic name) keeps the broker's answer."""
+    requested = plan.requested()
+    for t in data["responses"]:
+        for p in t["partitions"]:
+            if p["error_code"] != ErrorCode.OFFSET_OUT_OF_RANGE:
+                continue
+            key: Key = (t["topic_id"] if plan.by_id else t["topic"], p["partition_index"])
+            req = requested.get(key)
+            if req is not None and not plan.by_id:
+                try:
+                    offsets = await asyncio.wait_for(tier.broker_offsets(t["topic"], p["partition_index"]), 5)
+                    if 0 <= offsets.log_start <= req["fetch_offset"]:
+                        continue  # not history: the broker's answer stands
+                except (OSError, ConnectionError, TimeoutError, KeyError) as exc:
+                    log.debug("broker offsets for %s: %s", key, exc)
+            p["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+    session.proxy.fetch_stats.loading_retriable += 1
+    rewrite.rewrite_node_endpoints(data, session.proxy.brokers.proxy_address)
+    slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id, data)
+    session.flush()
 
 
 def _drop_unused_reads(session: Session, plan: FetchPlan, oor: list[Key]) -> None:
@@ -166,7 +197,7 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     reads, errors = _submit_reads(tier, plan, late, deadline, known)
     reads.update(plan.reads)
     errors.update(plan.errors)
-    offsets_task = loop.create_task(_broker_offsets(tier, session.upstream_name, plan, remote_keys))
+    offsets_task = loop.create_task(_broker_offsets(tier, plan, remote_keys))
     offsets_task.add_done_callback(_consume_exception)
     if reads:
         stats.purgatory += 1
@@ -250,16 +281,15 @@ def _consume_exception(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-async def _broker_offsets(tier: RemoteTier, leader: str, plan: FetchPlan, keys: list[Key]
-                          ) -> dict[Key, BrokerOffsets]:
-    """HW, LSO and log start of each remote partition, from this connection's broker (its leader)."""
+async def _broker_offsets(tier: RemoteTier, plan: FetchPlan, keys: list[Key]) -> dict[Key, BrokerOffsets]:
+    """HW, LSO and log start of each remote partition, asked of its leader with tierproxy's own identity."""
     got = {}
     for key in keys:
         pc = _pc(tier, plan.by_id, key)
-        if pc is None or leader == "?":
+        if pc is None:
             continue
         try:
-            got[key] = await tier.broker_offsets(leader, pc.tp.topic, key[1])
+            got[key] = await tier.broker_offsets(pc.tp.topic, key[1])
         except (OSError, ConnectionError, TimeoutError, KeyError) as exc:
             log.debug("broker offsets for %s: %s", key, exc)
     return got

@@ -14,7 +14,7 @@ from typing import Any
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
-from protocol.constants import OffsetSpec
+from protocol.constants import ErrorCode, OffsetSpec
 from tierproxy.remote.service import RemoteTier
 from tierproxy.session import Session, Slot, framed
 
@@ -46,6 +46,10 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
         return
     tier, data = got
     asked = {(t["name"], p["partition_index"]): p["timestamp"] for t in slot.ctx["topics"] for p in t["partitions"]}
+    if not tier.serving:
+        _while_loading(session, data, asked)
+        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
+        return
     searches = []
     for t in data["topics"]:
         for p in t["partitions"]:
@@ -86,6 +90,21 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
         session.flush()
 
     session.complete_later(slot, finish())
+
+
+def _while_loading(session: Session, data: Data, asked: dict[tuple[str, int], int]) -> None:
+    """The segment metadata is not loaded: an answer that could lie below tiered data (EARLIEST above 0, a
+    timestamp found above 0, LATEST_TIERED) becomes REPLICA_NOT_AVAILABLE (retriable, as Kafka answers while its
+    RLMM initializes), never the broker's local start, which would make the client skip the history."""
+    for t in data["topics"]:
+        for p in t["partitions"]:
+            ts = asked.get((t["name"], p["partition_index"]))
+            if ts is None or p["error_code"] != 0:
+                continue
+            if (ts == OffsetSpec.EARLIEST and p["offset"] > 0) or ts == OffsetSpec.LATEST_TIERED or (
+                    ts >= 0 and p["offset"] != 0):
+                p.update(error_code=ErrorCode.REPLICA_NOT_AVAILABLE, offset=-1, timestamp=-1, leader_epoch=-1)
+                session.proxy.fetch_stats.loading_retriable += 1
 
 
 def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:

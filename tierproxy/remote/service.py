@@ -20,6 +20,7 @@ from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_off
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
 from tierproxy.identity.sasl import AuthenticationFailed
+from tierproxy.remote.leaders import OwnLeaders
 from tierproxy.remote.pool import ReaderPool
 from tierproxy.remote.reader import Backoff, ReadResult, RemoteReader
 from tierproxy.tier.cache import PartitionCache
@@ -28,7 +29,6 @@ from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tls import upstream_context
 
 log = logging.getLogger("tierproxy.remote")
 
@@ -44,7 +44,7 @@ class BrokerOffsets:
 class RemoteTier:
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
-        self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.bootstrap_servers,
+        self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.own_bootstrap,
                                                             settings.metadata_checkpoint_dir, settings.identity)
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self.reader = RemoteReader(
@@ -55,10 +55,10 @@ class RemoteTier:
                             settings.remote_log_manager_task_retry_backoff_max_ms,
                             settings.remote_log_manager_task_retry_jitter))
         self.pool = ReaderPool(settings.remote_log_reader_threads, settings.remote_log_reader_max_pending_tasks)
-        self.relay_ssl = upstream_context(settings)
+        self.leaders = OwnLeaders(settings)
+        self.loading_problem: str | None = None  # why the metadata has not loaded yet (readyz says it)
         self.ready = asyncio.Event()
         self._offsets: dict[tuple[str, int], BrokerOffsets] = {}
-        self._clients: dict[str, AsyncWireClient] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -72,6 +72,7 @@ class RemoteTier:
                 break
             except Exception as exc:  # the tier is optional for tail reads: keep trying in the background
                 reason = await self._identity_problem() or exc
+                self.loading_problem = str(reason)
                 log.warning("remote log metadata not available yet (%s); retrying in %.0fs", reason, delay)
                 await asyncio.sleep(delay)
                 delay = min(30.0, delay * 2)
@@ -87,7 +88,7 @@ class RemoteTier:
         identity = self.settings.identity
         if identity is None or not identity.sasl:
             return None
-        host, port = self.settings.bootstrap_list[0]
+        host, port = self.settings.own_bootstrap_list[0]
         client = AsyncWireClient(host, port, identity=identity, timeout=5)
         try:
             await client.request(ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False})
@@ -105,9 +106,14 @@ class RemoteTier:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.ready.is_set():
             await self.rlmm.close()
-        for c in self._clients.values():
-            await c.close()
+        await self.leaders.close()
         await self.rsm.close()
+
+    @property
+    def serving(self) -> bool:
+        """The segment metadata is loaded and moving: answers about what the tier holds can be trusted. While it
+        is not, an offset the broker no longer has may still be tiered, so it must not be answered as gone."""
+        return self.ready.is_set() and self.rlmm.failure is None
 
     def partition(self, topic: str, partition: int) -> PartitionCache | None:
         if not self.ready.is_set():
@@ -153,23 +159,24 @@ class RemoteTier:
                         return rec.offset, rec.timestamp
         return None
 
-    async def broker_offsets(self, leader: str, topic: str, partition: int, max_age: float = 1.0) -> BrokerOffsets:
-        """The partition's current HW, LSO and log start, asked of its leader on the proxy's own connection."""
+    async def broker_offsets(self, topic: str, partition: int, max_age: float = 1.0) -> BrokerOffsets:
+        """The partition's current HW, LSO and log start, asked of its leader with tierproxy's own identity."""
         key = (topic, partition)
         cached = self._offsets.get(key)
         if cached is not None and time.monotonic() - cached.at < max_age:
             return cached
-        client = self._clients.get(leader)
-        if client is None:
-            host, _, port = leader.rpartition(":")
-            client = self._clients[leader] = AsyncWireClient(host, int(port), client_id="tierproxy-remote",
-                                                             timeout=5, ssl_context=self.relay_ssl,
-                                                             identity=self.settings.identity)
+        leader = await self.leaders.leader(topic, partition)
         got = {}
-        for name, isolation, spec in PARTITION_BOUNDS:
-            resp = await client.request(ApiKey.LIST_OFFSETS, 7,
-                                        list_offsets_request({topic: {partition: spec}}, isolation=isolation))
-            got[name] = listed_offsets(resp).get(key, -1)
+        try:
+            for name, isolation, spec in PARTITION_BOUNDS:
+                resp = await self.leaders.client(leader).request(
+                    ApiKey.LIST_OFFSETS, 7, list_offsets_request({topic: {partition: spec}}, isolation=isolation))
+                got[name] = listed_offsets(resp).get(key, -1)
+        except (OSError, TimeoutError, ConnectionError):
+            await self.leaders.forget(leader)
+            raise
+        if got["log_start"] < 0:  # not the leader any more (or gone): ask Metadata again next time
+            await self.leaders.forget(leader)
         offsets = BrokerOffsets(**got, at=time.monotonic())
         self._offsets[key] = offsets
         return offsets

@@ -45,6 +45,8 @@ class RemoteLogMetadataManager(abc.ABC):
         self.cache = MetadataCache()
         self.keys: dict[tuple[bytes, int], set[bytes]] = {}  # live (not tombstoned) record keys per partition
         self.records_skipped = 0  # malformed or inapplicable records, logged and skipped
+        self.consumer_restarts = 0  # the metadata consumer failed and was restarted (with backoff)
+        self.failure: BaseException | None = None  # why the view is not moving right now (None: it is)
 
     # --- backend -----------------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -59,7 +59,6 @@ class TopicRLMM(RemoteLogMetadataManager):
         self._producer: Any = None
         self._consumer: Any = None
         self._task: asyncio.Task[None] | None = None
-        self._failure: BaseException | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -140,29 +139,44 @@ class TopicRLMM(RemoteLogMetadataManager):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self.checkpoint_dir is not None and self._failure is None:
+        if self.checkpoint_dir is not None and self.failure is None:
             self.write_checkpoint()
         for client in (self._consumer, self._producer):
             if client is not None:
                 await client.stop()
 
     # --- consume -----------------------------------------------------------------------------------------------
-    async def _consume(self) -> None:
-        try:
-            while True:
+    async def _consume(self, backoff_s: float = 1.0, backoff_max_s: float = 30.0) -> None:
+        """Apply the metadata topic as it grows. A failing consumer is never left stopped: the failure is kept in
+        `failure` (readyz shows it, the proxy answers retriable errors meanwhile), counted, and the consumer
+        resumes from its positions after an exponential backoff."""
+        from aiokafka import TopicPartition
+
+        delay = backoff_s
+        while True:
+            try:
                 batches = await self._consumer.getmany(timeout_ms=200, max_records=10000)
-                for tp, msgs in batches.items():
-                    for m in msgs:
-                        self._apply(tp.partition, m.offset, m.key, m.value)
-                    if msgs:
-                        self.positions[tp.partition] = msgs[-1].offset + 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the cache must not silently stop moving
+                self.failure = exc
+                self.consumer_restarts += 1
+                log.error("remote log metadata consumer failed (%s: %s); restarting in %.0fs",
+                          type(exc).__name__, exc, delay)
                 async with self._progress:
                     self._progress.notify_all()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # the cache must not silently stop moving
-            self._failure = exc
-            log.exception("remote log metadata consumer stopped")
+                await asyncio.sleep(delay)
+                delay = min(backoff_max_s, delay * 2)
+                for p, pos in self.positions.items():
+                    self._consumer.seek(TopicPartition(self.topic, p), pos)
+                continue
+            delay = backoff_s
+            self.failure = None
+            for tp, msgs in batches.items():
+                for m in msgs:
+                    self._apply(tp.partition, m.offset, m.key, m.value)
+                if msgs:
+                    self.positions[tp.partition] = msgs[-1].offset + 1
             async with self._progress:
                 self._progress.notify_all()
 
@@ -188,10 +202,10 @@ class TopicRLMM(RemoteLogMetadataManager):
         async def reached() -> None:
             async with self._progress:
                 await self._progress.wait_for(
-                    lambda: self._failure is not None or all(self.positions.get(p, 0) >= o for p, o in targets.items()))
+                    lambda: self.failure is not None or all(self.positions.get(p, 0) >= o for p, o in targets.items()))
         await asyncio.wait_for(reached(), timeout)
-        if self._failure is not None:
-            raise RuntimeError(f"metadata consumer failed: {self._failure}")
+        if self.failure is not None:
+            raise RuntimeError(f"metadata consumer failed: {self.failure}")
 
     async def catch_up(self) -> None:
         from aiokafka import TopicPartition

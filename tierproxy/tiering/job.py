@@ -74,7 +74,7 @@ class TieringJob:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="tierproxy-rlmm", daemon=True)
         self._thread.start()
-        self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.bootstrap_servers,
+        self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.own_bootstrap,
                                                             settings.metadata_checkpoint_dir, settings.identity)
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self._spark: Any = None
@@ -118,13 +118,13 @@ class TieringJob:
         summary = RunSummary(uuid.uuid4().hex[:12], int(time.time() * 1000))
         started = time.monotonic()
         # first: a refused identity (command.config) fails here with its reason, not as aiokafka's bootstrap error
-        view = describe_cluster(s.bootstrap_servers, s.identity)
+        view = describe_cluster(s.own_bootstrap, s.identity)
         if not self._started:
             self.run(self.rlmm.start())
             self._started = True
         self.run(self.rlmm.catch_up())
         topics = sorted({p.topic for p in view.partitions})
-        configs = topic_configs(s.bootstrap_servers, topics, s.identity) if topics else {}
+        configs = topic_configs(s.own_bootstrap, topics, s.identity) if topics else {}
         parts = select_topics(view, configs, s.tier_topics)
 
         summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
@@ -221,7 +221,7 @@ class TieringJob:
         return tasks
 
     def _leader(self, r: Range) -> str:
-        return str(describe_cluster_cached(self.settings.bootstrap_servers, self.settings.identity
+        return str(describe_cluster_cached(self.settings.own_bootstrap, self.settings.identity
                                            ).brokers[r.part.leader])
 
     def _run_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:

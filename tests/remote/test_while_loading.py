@@ -1,0 +1,124 @@
+"""While the segment metadata loads (made deterministic: tierproxy's own listener sits behind a loopback gate the
+test opens late), a fetch below the broker's log start gets REPLICA_NOT_AVAILABLE (retriable, as Kafka answers
+while its RLMM initializes), never OFFSET_OUT_OF_RANGE: kcat, confluent-kafka and the Java consumer, reading from
+offset 0 with their default auto.offset.reset (latest), read every record once the tier is ready."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from protocol.constants import ApiKey, ErrorCode, OffsetSpec
+from protocol.requests import list_offsets_request
+from tests.kafkahelpers import broker_forgets, create_topic
+from tests.realparts import ProxyProcess
+from tests.tiering.helpers import settings, tier_once
+from tierproxy.kafkadist import KafkaCluster, free_port
+from tierproxy.wireclient import WireClient
+
+pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]
+RECORDS = 4000
+
+
+@contextmanager
+def gate(target: str) -> Iterator[tuple[int, threading.Event]]:
+    """A loopback TCP forwarder to `target` on a port that refuses connections until the event is set."""
+    port, opened = free_port(), threading.Event()
+    stop = threading.Event()
+    host, _, tport = target.rpartition(":")
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    def serve() -> None:
+        opened.wait()
+        with socket.create_server(("127.0.0.1", port)) as srv:
+            srv.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    c, _ = srv.accept()
+                except TimeoutError:
+                    continue
+                u = socket.create_connection((host, int(tport)))
+                for a, b in ((c, u), (u, c)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield port, opened
+    finally:
+        stop.set()
+        opened.set()
+        t.join(5)
+
+
+def test_readers_from_zero_wait_for_the_tier_instead_of_resetting(kafka: KafkaCluster, kcat: str, tmp_path: Path,
+                                                                  topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "2000"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    for i in range(RECORDS):
+        p.produce(topic_name, f"r{i}".encode() * 20)
+    p.flush(60)
+    meta = f"topic:__tierproxy_meta_{topic_name}?partitions=2&replication=1"
+    s = settings(kafka.bootstrap, tmp_path, topic_name, metadata=meta)
+    assert tier_once(s).failed == 0
+    log_start = broker_forgets(kafka.bootstrap, topic_name, above=RECORDS // 2)
+    with gate(kafka.bootstrap) as (port, opened):
+        cfg = tmp_path / "own.properties"
+        cfg.write_text(f"security.protocol=PLAINTEXT\nbootstrap.servers=127.0.0.1:{port}\n")
+        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+            "TIERPROXY_COMMAND_CONFIG": str(cfg), "TIERPROXY_STORAGE": s.storage, "TIERPROXY_METADATA": meta})
+        try:
+            with WireClient(proxy.bootstrap) as w:  # loading: no earliest offset that would skip the tier
+                resp = w.request(ApiKey.LIST_OFFSETS, 9, list_offsets_request({topic_name: {0: OffsetSpec.EARLIEST}}))
+            part = resp["topics"][0]["partitions"][0]
+            assert (part["error_code"], part["offset"]) == (ErrorCode.REPLICA_NOT_AVAILABLE, -1)
+            readers = {
+                "kcat": subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", topic_name, "-p", "0", "-o", "0",
+                                          "-c", str(RECORDS), "-q", "-f", "%o\n"], stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, text=True),
+                "java": subprocess.Popen(["java", "-Xmx256m", "-cp", f"{kafka.libs}/*",
+                                          "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                                          proxy.bootstrap, "--topic", topic_name, "--partition", "0", "--offset", "0",
+                                          "--max-messages", str(RECORDS), "--timeout-ms", "120000",
+                                          "--property", "print.offset=true", "--property", "print.value=false"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True),
+            }
+            c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"{topic_name}-loading",
+                          "enable.auto.commit": False})
+            c.assign([TopicPartition(topic_name, 0, 0)])
+            got: list[int] = [m.offset() for m in c.consume(100, 3.0) if m.error() is None]
+            assert got == []  # nothing yet: neither records nor a reset to the end
+            time.sleep(2)
+            opened.set()  # the metadata can load now
+            deadline = time.monotonic() + 120
+            while len(got) < RECORDS and time.monotonic() < deadline:
+                got += [m.offset() for m in c.consume(1000, 1.0) if m.error() is None]
+            c.close()
+            assert got[:RECORDS] == list(range(RECORDS))
+            outputs = {name: r.communicate(timeout=150)[0] for name, r in readers.items()}
+            assert [int(x) for x in outputs["kcat"].split()] == list(range(RECORDS))
+            java = [int(m) for m in re.findall(r"Offset:(\d+)", outputs["java"])]
+            assert java == list(range(RECORDS))
+            assert log_start > RECORDS // 2  # the first half really was served from the tier
+        finally:
+            proxy.stop()

@@ -1,0 +1,80 @@
+"""Where tierproxy's own connections find a partition's leader: Metadata asked on its own listener
+(`command.config`'s `bootstrap.servers`, else `bootstrap.servers`) with its own identity, cached briefly.
+
+Own requests (high watermark, last stable offset, log start for remote answers) go to the partition's leader on
+that listener, whatever broker the client's connection happens to be relayed to."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from protocol.constants import ApiKey
+from tierproxy.asyncclient import AsyncWireClient
+from tierproxy.config import ProxySettings
+from tierproxy.tls import upstream_context
+
+METADATA_VERSION = 12
+
+
+class OwnLeaders:
+    def __init__(self, settings: ProxySettings, ttl: float = 5.0) -> None:
+        self.settings = settings
+        self.ttl = ttl
+        self._ssl = upstream_context(settings)
+        self._topics: dict[str, tuple[float, dict[int, str]]] = {}  # topic → (when, partition → leader host:port)
+        self._clients: dict[str, AsyncWireClient] = {}
+
+    def client(self, address: str) -> AsyncWireClient:
+        c = self._clients.get(address)
+        if c is None:
+            host, _, port = address.rpartition(":")
+            c = self._clients[address] = AsyncWireClient(host, int(port), client_id="tierproxy-remote", timeout=5,
+                                                         ssl_context=self._ssl, identity=self.settings.identity)
+        return c
+
+    async def leader(self, topic: str, partition: int, refresh: bool = False) -> str:
+        """The leader's host:port on tierproxy's own listener; KeyError if the partition has none."""
+        hit = self._topics.get(topic)
+        if refresh or hit is None or time.monotonic() - hit[0] > self.ttl or partition not in hit[1]:
+            hit = (time.monotonic(), await self._ask(topic))
+            self._topics[topic] = hit
+        return hit[1][partition]
+
+    async def _ask(self, topic: str) -> dict[int, str]:
+        last: BaseException = OSError("no bootstrap servers")
+        for host, port in self.settings.own_bootstrap_list:
+            try:
+                md = await self.client(f"{host}:{port}").request(ApiKey.METADATA, METADATA_VERSION, {
+                    "topics": [{"topic_id": bytes(16), "name": topic}], "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False})
+                return _leaders(md, topic)
+            except (OSError, TimeoutError, ConnectionError) as exc:
+                last = exc
+                await self._drop(f"{host}:{port}")
+        raise last
+
+    async def _drop(self, address: str) -> None:
+        c = self._clients.pop(address, None)
+        if c is not None:
+            await c.close()
+
+    async def forget(self, address: str) -> None:
+        """A request to `address` failed: reconnect next time and ask Metadata again."""
+        self._topics.clear()
+        await self._drop(address)
+
+    async def close(self) -> None:
+        for address in list(self._clients):
+            await self._drop(address)
+
+
+def _leaders(md: dict[str, Any], topic: str) -> dict[int, str]:
+    brokers = {b["node_id"]: f"{b['host']}:{b['port']}" for b in md["brokers"]}
+    out: dict[int, str] = {}
+    for t in md["topics"]:
+        if t["name"] == topic and t["error_code"] == 0:
+            for p in t["partitions"]:
+                if p["leader_id"] in brokers:
+                    out[p["partition_index"]] = brokers[p["leader_id"]]
+    return out
