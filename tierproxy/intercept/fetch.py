@@ -37,6 +37,7 @@ from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.service import BrokerOffsets, RemoteTier
 from tierproxy.session import Session, Slot
 from tierproxy.tier.cache import PartitionCache
+from tierproxy.tier.storage import ObjectMissing
 
 log = logging.getLogger("tierproxy.intercept.fetch")
 Key = tuple[Any, int]  # (topic name or topic id, partition)
@@ -53,6 +54,8 @@ class FetchPlan:
     by_id: bool  # v13+: topics named by id
     remote: list[Key] = field(default_factory=list)
     reads: dict[Key, asyncio.Task[ReadResult]] = field(default_factory=dict)  # started early for `remote`
+    budget: dict[Key, tuple[int, bool]] = field(default_factory=dict)  # early reads' (max bytes, min one batch)
+    rejected: set[Key] = field(default_factory=set)  # early reads a full pool refused
     errors: dict[Key, int] = field(default_factory=dict)  # early reads that could not start
     deadline: float = 0.0  # loop time: the purgatory's end (remote.fetch.max.wait.ms after arrival)
     started: float = field(default_factory=time.monotonic)
@@ -85,6 +88,27 @@ def plan_fetch(request: Data, by_id: bool, known: dict[Key, int]) -> FetchPlan:
     return plan
 
 
+def fit_budget(plan: FetchPlan, keys: list[Key], answered: int) -> dict[Key, tuple[int, bool]]:
+    """One byte budget per request, as `ReplicaManager.readFromLog` keeps it: the request's `max_bytes` less the
+    bytes the broker already answered, spent on the remote partitions in request order, each taking up to its
+    `partition_max_bytes`. Only the response's first non-empty partition may exceed it (at least one batch:
+    `min_one`). Partitions left out get an empty answer with no error and are read on a later fetch; so one fetch
+    never starts more reads, nor builds a bigger response, than its budget allows. → {key: (max bytes, min one)}"""
+    wanted = set(keys)
+    remaining = plan.request.get("max_bytes", 0x7FFFFFFF) - answered
+    out: dict[Key, tuple[int, bool]] = {}
+    for key, p in plan.requested().items():
+        if key not in wanted:
+            continue
+        first = answered == 0 and not out
+        if remaining <= 0 and not first:
+            break
+        size = p["partition_max_bytes"] if remaining <= 0 else min(p["partition_max_bytes"], remaining)
+        out[key] = (size, first)
+        remaining -= size
+    return out
+
+
 def _pc(tier: RemoteTier, by_id: bool, key: Key) -> PartitionCache | None:
     return tier.partition_by_id(key[0], key[1]) if by_id else tier.partition(key[0], key[1])
 
@@ -103,7 +127,8 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     if plan.remote and tier is not None:
         loop = asyncio.get_running_loop()
         plan.deadline = loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
-        plan.reads, plan.errors = _submit_reads(tier, plan, plan.remote, plan.deadline, known)
+        plan.budget = fit_budget(plan, plan.remote, 0)
+        plan.reads, plan.errors, plan.rejected = _submit_reads(tier, plan, plan.budget, plan.deadline, known)
     session.forward(ev, registry.encode_request(ev.header, data) if changed else None, Slot(ev.header, ctx=plan))
 
 
@@ -193,16 +218,28 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     remote_keys = oor
     known: dict[Key, int] = session.state.setdefault("remote", {})
     stats = session.proxy.fetch_stats
-    late = [k for k in oor if k not in plan.reads and k not in plan.errors]
-    reads, errors = _submit_reads(tier, plan, late, deadline, known)
-    reads.update(plan.reads)
-    errors.update(plan.errors)
+    answered = sum(len(p["records"] or b"") for t in upstream.get("responses", ()) for p in t["partitions"]
+                   if p["error_code"] == 0)
+    budget = fit_budget(plan, oor, answered)
+    # an early read stands if the budget still allows what it was started with
+    early = {k: t for k, t in plan.reads.items() if k in budget and plan.budget.get(k, budget[k]) <= budget[k]}
+    late = {k: b for k, b in budget.items() if k not in early and k not in plan.errors}
+    reads, errors, rejected = _submit_reads(tier, plan, late, deadline, known)
+    reads.update(early)
+    errors.update({k: e for k, e in plan.errors.items() if k in budget})
+    rejected |= {k for k in plan.rejected if k in budget and k not in early}
+    for key in oor:
+        if key not in budget:
+            errors.pop(key, None)  # beyond this fetch's budget: empty, no error, read on a later fetch
     offsets_task = loop.create_task(_broker_offsets(tier, plan, remote_keys))
     offsets_task.add_done_callback(_consume_exception)
-    if reads:
+    if reads or rejected:
         stats.purgatory += 1
         try:
-            await asyncio.wait(list(reads.values()), timeout=max(0.0, deadline - loop.time()))
+            if reads:
+                await asyncio.wait(list(reads.values()), timeout=max(0.0, deadline - loop.time()))
+            else:  # the pool refused every read: answer empty at the deadline (backpressure, no error)
+                await asyncio.sleep(max(0.0, deadline - loop.time()))
         finally:
             stats.purgatory -= 1
     try:
@@ -223,21 +260,24 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     session.flush()
 
 
-def _submit_reads(tier: RemoteTier, plan: FetchPlan, keys: list[Key], deadline: float, known: dict[Key, int]
-                  ) -> tuple[dict[Key, asyncio.Task[ReadResult]], dict[Key, int]]:
-    """Start each partition's read in the pool; partitions that cannot be read get their error at once."""
+def _submit_reads(tier: RemoteTier, plan: FetchPlan, budget: dict[Key, tuple[int, bool]], deadline: float,
+                  known: dict[Key, int]) -> tuple[dict[Key, asyncio.Task[ReadResult]], dict[Key, int], set[Key]]:
+    """Start each partition's read in the pool within its budget; partitions that cannot be read get their error
+    at once. A full pool (overload across many clients) is not an error: the partition is answered empty at the
+    purgatory's deadline, and the client asks again."""
     requested = plan.requested()
     reads: dict[Key, asyncio.Task[ReadResult]] = {}
     errors: dict[Key, int] = {}
-    for key in keys:
+    rejected: set[Key] = set()
+    for key, (max_bytes, min_one) in budget.items():
         pc = _pc(tier, plan.by_id, key)
         p = requested[key]
-        max_bytes = min(p["partition_max_bytes"], plan.request.get("max_bytes", 1 << 30))
         try:
-            task = tier.submit_read(pc, p["fetch_offset"], max_bytes, plan.read_committed, deadline) if pc else None
+            task = (tier.submit_read(pc, p["fetch_offset"], max_bytes, plan.read_committed, deadline, min_one)
+                    if pc else None)
         except PoolFull as exc:
-            log.warning("%s", exc)
-            errors[key] = error_for(exc)
+            log.warning("%s: %s answered empty", exc, key)
+            rejected.add(key)
             continue
         if task is None:  # the segment is gone (or the partition): the broker's answer stands
             errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -245,7 +285,7 @@ def _submit_reads(tier: RemoteTier, plan: FetchPlan, keys: list[Key], deadline: 
             continue
         task.add_done_callback(_consume_exception)
         reads[key] = task
-    return reads, errors
+    return reads, errors, rejected
 
 
 def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, key: Key, broker_entry: Data | None,
@@ -263,6 +303,11 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
     elif (failure := task.exception()) is not None:
         stats.failed(topic)
         entry["error_code"] = error_for(failure)
+        offset = plan.requested()[key]["fetch_offset"]
+        if isinstance(failure, ObjectMissing) and pc is not None and pc.segment_for_offset(offset) is not None:
+            # the metadata still says the tier holds it: a lost object, not data gone. OFFSET_OUT_OF_RANGE would
+            # reset the client past records that exist; Kafka answers remote storage failures as this
+            entry["error_code"] = ErrorCode.UNKNOWN_SERVER_ERROR
         log.warning("remote read %s failed: %s", key, failure)
     else:
         res = task.result()
@@ -282,17 +327,15 @@ def _consume_exception(task: asyncio.Task[Any]) -> None:
 
 
 async def _broker_offsets(tier: RemoteTier, plan: FetchPlan, keys: list[Key]) -> dict[Key, BrokerOffsets]:
-    """HW, LSO and log start of each remote partition, asked of its leader with tierproxy's own identity."""
-    got = {}
+    """HW, LSO and log start of each remote partition, asked of its leader with tierproxy's own identity (one
+    ListOffsets per leader and bound for all of them)."""
+    names: dict[tuple[str, int], Key] = {}
     for key in keys:
         pc = _pc(tier, plan.by_id, key)
-        if pc is None:
-            continue
-        try:
-            got[key] = await tier.broker_offsets(pc.tp.topic, key[1])
-        except (OSError, ConnectionError, TimeoutError, KeyError) as exc:
-            log.debug("broker offsets for %s: %s", key, exc)
-    return got
+        if pc is not None:
+            names[(pc.tp.topic, key[1])] = key
+    got = await tier.broker_offsets_many(list(names))
+    return {names[k]: v for k, v in got.items()}
 
 
 def partition_entry(partition: int, broker_entry: Data | None, broker: BrokerOffsets | None, tier_end: int,

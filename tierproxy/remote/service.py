@@ -127,9 +127,10 @@ class RemoteTier:
         return None if pc is None or self.rlmm.cache.is_deleted(topic_id, partition) else pc
 
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
-                    deadline: float) -> asyncio.Task[ReadResult] | None:
-        """Whole batches from `offset` (at least one), up to `max_bytes`, read through the bounded pool by
-        `deadline` (loop time); None when no tiered segment holds `offset`. Raises PoolFull when the pool is."""
+                    deadline: float, min_one: bool = True) -> asyncio.Task[ReadResult] | None:
+        """Whole batches from `offset` (at least one if `min_one`), up to `max_bytes`, read through the bounded
+        pool by `deadline` (loop time); None when no tiered segment holds `offset`. Raises PoolFull when the pool
+        is."""
         md = pc.segment_for_offset(offset)
         if md is None:
             return None
@@ -137,7 +138,7 @@ class RemoteTier:
         following = [m for m in pc.finished() if m.start_offset > md.end_offset]
 
         def read() -> Awaitable[ReadResult]:
-            return self.reader.read(md, offset, max_bytes, True, read_committed, deadline, following)
+            return self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following)
 
         return self.pool.submit(read)
 
@@ -158,6 +159,41 @@ class RemoteTier:
                     if rec.timestamp >= ts:
                         return rec.offset, rec.timestamp
         return None
+
+    async def broker_offsets_many(self, pairs: list[tuple[str, int]], max_age: float = 1.0
+                                  ) -> dict[tuple[str, int], BrokerOffsets]:
+        """`broker_offsets` of many partitions: one ListOffsets per leader and bound (three per leader), not three
+        per partition; partitions that cannot be asked are left out."""
+        now = time.monotonic()
+        out = {k: c for k in pairs if (c := self._offsets.get(k)) is not None and now - c.at < max_age}
+        by_leader: dict[str, list[tuple[str, int]]] = {}
+        for key in pairs:
+            if key not in out:
+                try:
+                    by_leader.setdefault(await self.leaders.leader(*key), []).append(key)
+                except (KeyError, OSError, TimeoutError, ConnectionError):
+                    continue
+        for leader, keys in by_leader.items():
+            asked: dict[str, dict[int, int]] = {}
+            got: dict[str, dict[tuple[str, int], int]] = {}
+            try:
+                for name, isolation, spec in PARTITION_BOUNDS:
+                    for topic, partition in keys:
+                        asked.setdefault(topic, {})[partition] = spec
+                    resp = await self.leaders.client(leader).request(
+                        ApiKey.LIST_OFFSETS, 7, list_offsets_request(asked, isolation=isolation))
+                    got[name] = listed_offsets(resp)
+            except (OSError, TimeoutError, ConnectionError):
+                await self.leaders.forget(leader)
+                continue
+            at = time.monotonic()
+            for key in keys:
+                offsets = BrokerOffsets(**{name: g.get(key, -1) for name, g in got.items()}, at=at)
+                if offsets.log_start < 0:
+                    await self.leaders.forget(leader)
+                    continue
+                out[key] = self._offsets[key] = offsets
+        return out
 
     async def broker_offsets(self, topic: str, partition: int, max_age: float = 1.0) -> BrokerOffsets:
         """The partition's current HW, LSO and log start, asked of its leader with tierproxy's own identity."""
