@@ -124,3 +124,28 @@ def test_a_mixed_fetch_does_not_wait_for_the_idle_partition(kafka: KafkaCluster,
         assert starts[0] >= 2000
     finally:
         proxy.stop()
+
+
+def test_a_lost_object_inside_the_tier_is_retriable_not_out_of_range(kafka: KafkaCluster, tmp_path: Path,
+                                                                     topic_name: str) -> None:
+    """The metadata still lists the segment but its log object is gone (a lost copy): the fetch gets
+    UNKNOWN_SERVER_ERROR (the client retries the same offset), never OFFSET_OUT_OF_RANGE (which would reset it
+    past records that exist)."""
+    _tier_and_forget(kafka, tmp_path, topic_name, 1, 2000, 300)
+    logs = sorted((tmp_path / "tier").rglob("*.log"))
+    assert logs
+    for f in logs:
+        f.unlink()
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
+                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
+    try:
+        with WireClient(proxy.bootstrap) as w:
+            def answer() -> int | None:
+                resp = w.request(ApiKey.FETCH, 12, fetch_request({topic_name: {0: 0}}, max_bytes=1 << 20))
+                code = int(resp["responses"][0]["partitions"][0]["error_code"])
+                return code if code != ErrorCode.REPLICA_NOT_AVAILABLE else None  # still loading
+
+            assert wait_until(answer, "an answer from the tier", timeout=60, interval=0.5) == \
+                ErrorCode.UNKNOWN_SERVER_ERROR
+    finally:
+        proxy.stop()
