@@ -130,3 +130,25 @@ def test_the_plain_conversation_and_a_refusal_naming_the_mechanism() -> None:
     next(talk)
     with pytest.raises(ConnectionError, match=r"does not enable PLAIN on this listener \(it enables SCRAM-SHA-512"):
         talk.send({"error_code": 33, "mechanisms": ["SCRAM-SHA-512"]})
+
+
+def test_oauth_tokens_are_renewed_before_they_expire() -> None:
+    """A token lives 2 s: after 0.8 of it the next connection gets a new one; before that the same one."""
+    import time
+
+    from pydantic import SecretStr
+
+    from tests.oauth_server import oauth_server
+    from tierproxy.identity.oauth import TokenSource
+    from tierproxy.identity.properties import OAuthClient
+
+    with oauth_server({"tp": "s3cret"}, lifetime_s=2) as srv:
+        src = TokenSource(OAuthClient(srv.token_url, "tp", SecretStr("s3cret"), "kafka"))
+        first = src.token()
+        assert src.token() == first and src.fetched == 1
+        time.sleep(1.7)
+        assert src.token() != first and src.fetched == 2 and srv.issued == ["tp", "tp"]
+        bad = TokenSource(OAuthClient(srv.token_url, "tp", SecretStr("wrong"), None))
+        with pytest.raises(ConnectionError) as err:
+            bad.token()
+        assert "HTTP 401" in str(err.value) and "client 'tp'" in str(err.value) and "wrong" not in str(err.value)

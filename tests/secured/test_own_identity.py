@@ -126,9 +126,14 @@ def served(request: pytest.FixtureRequest, secured: Secured, kcat: str,
     assert len(expected) == RECORDS, direct.stderr
     cfg = command_config(secured, mech, d / "client.properties")
     storage, metadata = f"file://{d}/tier", f"topic:{meta}?partitions=3&replication=1"
+    (d / "spark-events").mkdir()
     tier = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
                            "--bootstrap-server", secured.listener(mech.listener), "--command-config", str(cfg),
-                           "--storage", storage, "--metadata", metadata, "--topics", topic],
+                           "--storage", storage, "--metadata", metadata, "--topics", topic,
+                           "--spark-conf", "spark.eventLog.enabled=true",
+                           "--spark-conf", f"spark.eventLog.dir=file://{d / 'spark-events'}",
+                           "--spark-conf", "spark.eventLog.compress=false",
+                           "--spark-conf", "spark.eventLog.rolling.enabled=false"],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TIERPROXY_SPARK_MASTER": "local[1]",
                                "TIERPROXY_TIER_STATE_DIR": str(d / "state")})
@@ -171,11 +176,17 @@ def test_a_reader_gets_the_whole_history_through_the_proxy(served: Served, kcat:
 
 
 def test_tierproxy_keeps_its_secrets(served: Served) -> None:
-    with urllib.request.urlopen(served.admin_url + "/v1/config", timeout=10) as r:
-        shown = r.read().decode()
+    def config() -> str:
+        with urllib.request.urlopen(served.admin_url + "/v1/config", timeout=10) as r:
+            return str(r.read().decode())
+
+    shown = wait_until(config, "the admin API", timeout=30, interval=0.2)
     identity = json.loads(shown)["identity"]
     assert identity["sasl.mechanism"] == (None if served.mech.own else served.mech.name) and identity["principal"]
-    for text in (shown, served.proxy.log_text(), served.tier_output):
+    events = [f.read_text(errors="replace") for f in (served.proxy.log.parent / "spark-events").rglob("*")
+              if f.is_file()]
+    assert events and "SparkListenerTaskEnd" in "".join(events)  # the tier job's Spark event log was written
+    for text in (shown, served.proxy.log_text(), served.tier_output, *events):
         for secret in SECRETS:
             assert secret not in text
     assert PASSWORDS[PRINCIPAL] not in repr(load_command_config(served.proxy.log.parent / "client.properties"))

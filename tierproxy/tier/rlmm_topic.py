@@ -119,9 +119,18 @@ class TopicRLMM(RemoteLogMetadataManager):
         the history of every segment would grow without bound. Raises `MetadataTopicMismatch` naming both."""
         from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-        described = await admin.describe_topics([self.topic])
-        found = [t for t in described if (t.get("topic") or t.get("name")) == self.topic]
-        count = len(found[0]["partitions"]) if found else 0
+        count, error = 0, None
+        for _ in range(40):  # a topic just created may not have reached every broker's metadata yet
+            described = await admin.describe_topics([self.topic])
+            found = [t for t in described if (t.get("topic") or t.get("name")) == self.topic]
+            error = found[0].get("error_code") if found else None
+            count = len(found[0]["partitions"]) if found else 0
+            if count and not error:
+                break
+            if error == 29:  # TOPIC_AUTHORIZATION_FAILED
+                raise MetadataTopicMismatch(f"metadata topic {self.topic}: not authorized to describe it (grant "
+                                            "tierproxy's principal DESCRIBE on it: README 'Secured clusters')")
+            await asyncio.sleep(0.25)
         if count != self.partitions:
             raise MetadataTopicMismatch(f"metadata topic {self.topic} has {count} partitions, configured "
                                         f"{self.partitions} (the metadata URI's partitions=): records would be "
