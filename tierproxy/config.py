@@ -126,6 +126,8 @@ class ProxySettings(CommonSettings):
     remote_log_storage_system_enable: bool = Field(True, description="serve offsets below the broker's log start "
                                                    "from the tier")
     remote_fetch_max_wait_ms: int = Field(500, ge=1, description="purgatory wait for remote partitions (KIP-1018)")
+    remote_list_offsets_request_timeout_ms: int = Field(30_000, ge=1, description="timestamp lookups in the tier "
+                                                        "(KIP-1075; a request's own timeout_ms, v10+, is shorter)")
     remote_log_reader_threads: int = Field(10, ge=1, description="concurrent remote reads")
     remote_log_reader_max_pending_tasks: int = Field(100, ge=0, description="queued remote reads before rejecting")
     remote_log_manager_task_retry_backoff_ms: int = Field(500, ge=1)

@@ -149,3 +149,32 @@ def test_a_lost_object_inside_the_tier_is_retriable_not_out_of_range(kafka: Kafk
                 ErrorCode.UNKNOWN_SERVER_ERROR
     finally:
         proxy.stop()
+
+
+def test_a_failed_timestamp_lookup_is_an_error_not_a_later_offset(kafka: KafkaCluster, tmp_path: Path,
+                                                                  topic_name: str) -> None:
+    """The tier's time index cannot be read (objects gone): ListOffsets by timestamp answers KAFKA_STORAGE_ERROR
+    for that partition within remote.list.offsets.request.timeout.ms, never the broker's local offset (which
+    would skip every tiered record); the lookups of several partitions run at once."""
+    from protocol.requests import list_offsets_request
+
+    _tier_and_forget(kafka, tmp_path, topic_name, 3, 1000, 300)
+    for f in (tmp_path / "tier").rglob("*.timeindex"):
+        f.unlink()
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+        "TIERPROXY_STORAGE": f"file://{tmp_path}/tier", "TIERPROXY_METADATA": f"file://{tmp_path}/meta",
+        "TIERPROXY_REMOTE_LIST_OFFSETS_REQUEST_TIMEOUT_MS": "3000"})
+    try:
+        with WireClient(proxy.bootstrap, timeout=60) as w:
+            def answer() -> tuple[float, list[tuple[int, int]]] | None:
+                started = time.monotonic()
+                resp = w.request(ApiKey.LIST_OFFSETS, 9, list_offsets_request({topic_name: dict.fromkeys(range(3), 0)}))
+                got = [(p["error_code"], p["offset"]) for p in resp["topics"][0]["partitions"]]
+                loading = any(code == ErrorCode.REPLICA_NOT_AVAILABLE for code, _ in got)
+                return None if loading else (time.monotonic() - started, got)
+
+            elapsed, got = wait_until(answer, "an answer from the tier", timeout=60, interval=0.5)
+        assert got == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)] * 3
+        assert elapsed < 3 * 3.0  # in parallel: not one timeout per partition
+    finally:
+        proxy.stop()

@@ -75,12 +75,20 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
         slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
         return
 
+    # every partition looked up at once, within the request's timeout_ms (v10+) or the configured timeout
+    asked_timeout = slot.ctx.get("timeout_ms") or 0
+    timeout_ms = session.proxy.settings.remote_list_offsets_request_timeout_ms
+    timeout = (min(asked_timeout, timeout_ms) if asked_timeout > 0 else timeout_ms) / 1000
+
     async def finish() -> None:
-        for p, pc, ts in searches:
-            try:
-                found = await asyncio.wait_for(tier.offset_for_timestamp(pc, ts), 10)
-            except Exception as exc:  # the broker's answer stands
-                log.warning("timestamp lookup in the tier failed: %s", exc)
+        deadline = asyncio.get_running_loop().time() + timeout
+        results = await asyncio.gather(*(asyncio.wait_for(tier.offset_for_timestamp(pc, ts, deadline), timeout)
+                                         for _, pc, ts in searches), return_exceptions=True)
+        for (p, pc, _), found in zip(searches, results, strict=True):
+            if isinstance(found, BaseException):
+                # never the broker's (later, local) answer: it would silently skip the tiered records
+                log.warning("timestamp lookup in the tier for %s failed: %r", pc.tp, found)
+                p.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, offset=-1, timestamp=-1, leader_epoch=-1)
                 continue
             if found is not None and (p["offset"] < 0 or found[0] < p["offset"]):
                 p["offset"], p["timestamp"] = found

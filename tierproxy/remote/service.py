@@ -142,10 +142,13 @@ class RemoteTier:
 
         return self.pool.submit(read)
 
-    async def offset_for_timestamp(self, pc: PartitionCache, ts: int) -> tuple[int, int] | None:
+    async def offset_for_timestamp(self, pc: PartitionCache, ts: int, deadline: float | None = None
+                                   ) -> tuple[int, int] | None:
         """(offset, timestamp) of the first tiered record whose timestamp is ≥ `ts`: the time index gives the
-        batch to start from, the records themselves the answer."""
-        deadline = asyncio.get_running_loop().time() + 30
+        batch to start from, the records themselves the answer. Storage is retried until `deadline` (loop
+        time; default: remote.list.offsets.request.timeout.ms from now)."""
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self.settings.remote_list_offsets_request_timeout_ms / 1000
         for md in pc.finished():
             if md.max_timestamp_ms < ts:
                 continue
