@@ -46,6 +46,11 @@ class FrameBuffer:
     def max_frame_size(self) -> int:
         return self._max
 
+    @max_frame_size.setter
+    def max_frame_size(self, n: int) -> None:
+        """Frames announced after this are checked against `n` (a connection's limit may change: SASL)."""
+        self._max = n
+
     def buffered(self) -> int:
         """Bytes received but not yet handed out as frames."""
         return (self._w - self._r) + (self._big_w if self._big is not None else 0)

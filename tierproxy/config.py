@@ -108,6 +108,11 @@ class ProxySettings(CommonSettings):
                                          description="proxy port of broker node 0 (default listen port + 1)")
     broker_port_range: int = Field(100, ge=1, le=10000, description="how many node ids get a proxy port")
     socket_request_max_bytes: int = Field(100 * 1024 * 1024, ge=1024, description="max frame size")
+    queued_max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024,
+                                          description="bytes held by requests being received, all connections "
+                                          "together (beyond 64 KiB each); reading pauses above it")
+    sasl_server_max_receive_size: int = Field(524288, ge=1024, description="max request size while a client "
+                                              "authenticates with SASL (after SaslHandshake, until done)")
     max_connections: int = Field(10000, ge=1, description="client connections accepted at once")
     connections_max_idle_ms: int = Field(600_000, ge=0, description="close client connections idle this long")
     shutdown_drain_ms: int = Field(10_000, ge=0, description="how long SIGTERM waits for in-flight requests")

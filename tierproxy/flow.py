@@ -1,4 +1,5 @@
-"""Flow control: pause a transport's reading for named reasons; resume when no reason is left."""
+"""Flow control: pause a transport's reading for named reasons; resume when no reason is left; one process-wide
+byte budget for requests being received."""
 
 from __future__ import annotations
 
@@ -34,3 +35,51 @@ class ReadGate:
     @property
     def paused(self) -> bool:
         return bool(self.reasons)
+
+
+class ByteBudget:
+    """One process-wide bound on the bytes held by requests being received (Kafka's `queued.max.request.bytes`).
+
+    A connection may hold `floor` bytes of its own (its staging buffer: small requests never wait); beyond that it
+    draws from the budget. A connection that grows past the bound stops being read (backpressure, not an error)
+    until others release bytes: whatever clients announce or send, buffered requests stay under
+    `limit + connections * floor`."""
+
+    def __init__(self, limit: int, floor: int) -> None:
+        self.limit = limit
+        self.floor = floor
+        self.used = 0
+        self.pauses = 0  # times a connection was paused for lack of budget
+        self._held: dict[int, int] = {}
+        self._waiting: dict[int, ReadGate] = {}
+
+    def charge(self, key: int, allocated: int, gate: ReadGate) -> None:
+        """Connection `key` now holds `allocated` bytes of request buffers."""
+        want = max(0, allocated - self.floor)
+        old = self._held.get(key, 0)
+        if want == old:
+            return
+        self.used += want - old
+        if want:
+            self._held[key] = want
+        else:
+            self._held.pop(key, None)
+        if want > old and self.used > self.limit:
+            if key not in self._waiting:
+                self.pauses += 1
+            self._waiting[key] = gate
+            gate.pause("memory")
+        elif want < old:
+            self._wake()
+
+    def release(self, key: int) -> None:
+        """The connection is gone."""
+        self.used -= self._held.pop(key, 0)
+        self._waiting.pop(key, None)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.used < self.limit and self._waiting:
+            waiting, self._waiting = self._waiting, {}
+            for gate in waiting.values():
+                gate.resume("memory")

@@ -54,6 +54,20 @@ def api_versions_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
     slot.chunks = _encode(ev, rewrite.cap_api_versions(data), version)
 
 
+def sasl_authenticate_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    """Relayed untouched; the mechanism's last successful round lifts the pre-authentication request limit."""
+    slot.chunks = framed(ev.frame)
+    rounds = session.state.get("sasl_rounds")
+    if rounds is None or not registry.supports(ev.api_key, ev.api_version):
+        return
+    if registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)["error_code"] == 0:
+        if rounds <= 1:
+            del session.state["sasl_rounds"]
+            session.server.frames.max_frame_size = session.proxy.settings.socket_request_max_bytes
+        else:
+            session.state["sasl_rounds"] = rounds - 1
+
+
 def metadata_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     data = _decode(session, slot, ev)
     if data is not None:
@@ -75,10 +89,23 @@ def describe_cluster_response(session: Session, slot: Slot, ev: ResponseEvent) -
         slot.chunks = _encode(ev, data)
 
 
+# SaslAuthenticate rounds until a client is authenticated, per mechanism (others: no pre-auth limit)
+SASL_ROUNDS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
+
+
 def sasl_handshake_request(session: Session, ev: RequestEvent) -> None:
     """SaslHandshake v0 is followed by raw, unframed SASL tokens (clients older than Kafka 1.0) that a frame
-    relay cannot carry: such a connection is closed with a log line. v1 (SaslAuthenticate frames) passes."""
+    relay cannot carry: such a connection is closed with a log line. v1 (SaslAuthenticate frames) passes, and
+    until the mechanism's last SaslAuthenticate succeeds the client's requests are limited to
+    `sasl.server.max.receive.size` (as the broker limits them): an unauthenticated client cannot make the proxy
+    buffer a large request."""
     if ev.header.api_version >= 1:
+        mechanism = str(registry.decode_request(ev.header, ev.frame)["mechanism"]).upper()
+        rounds = SASL_ROUNDS.get(mechanism)
+        if rounds is not None:
+            session.state["sasl_rounds"] = rounds
+            frames = session.server.frames
+            frames.max_frame_size = min(frames.max_frame_size, session.proxy.settings.sasl_server_max_receive_size)
         session.forward(ev)
         return
     log.warning("client %s: SaslHandshake v0 (unframed SASL tokens) is not supported, closing; use a client "
@@ -95,6 +122,7 @@ REQUEST_HANDLERS: dict[int, RequestHandler] = {
 }
 RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
     ApiKey.API_VERSIONS: api_versions_response,
+    ApiKey.SASL_AUTHENTICATE: sasl_authenticate_response,
     ApiKey.METADATA: metadata_response,
     ApiKey.FIND_COORDINATOR: find_coordinator_response,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster_response,

@@ -17,6 +17,7 @@ from tierproxy import tls
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.brokers import BrokerMap
 from tierproxy.config import ProxySettings
+from tierproxy.flow import ByteBudget
 from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
 from tierproxy.identity.sasl import AuthenticationFailed
 from tierproxy.metrics import RemoteFetchStats
@@ -25,6 +26,7 @@ from tierproxy.session import ClientProtocol, RequestHandler, ResponseHandler, S
 
 log = logging.getLogger("tierproxy.server")
 METADATA_VERSION = 12
+REQUEST_FLOOR = 64 * 1024  # request bytes a connection holds without drawing on queued.max.request.bytes
 
 
 class Proxy:
@@ -49,6 +51,7 @@ class Proxy:
         self._bound: set[int] = set()  # node ids whose proxy port is bound
         self.remote: RemoteTier | None = None
         self.fetch_stats = RemoteFetchStats()  # recorded by the intercepts, read by the admin API
+        self.request_budget = ByteBudget(settings.queued_max_request_bytes, REQUEST_FLOOR)
         self.on_stop: list[Callable[[], None]] = []  # services started beside the proxy (the admin API)
 
     # --- startup -----------------------------------------------------------------------------------------------
@@ -184,6 +187,7 @@ class Proxy:
 
     def session_closed(self, session: Session) -> None:
         self.sessions.discard(session)
+        self.request_budget.release(id(session))
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = self.loop.create_task(coro)

@@ -223,9 +223,12 @@ class ClientProtocol(asyncio.BufferedProtocol):
         return self.session.server.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        assert self.session is not None
-        self.session.server.buffer_updated(nbytes)
-        self.session.process_client()
+        session = self.session
+        assert session is not None
+        session.server.buffer_updated(nbytes)
+        session.process_client()
+        if not session.closed:  # what its request buffers hold now, against queued.max.request.bytes
+            session.proxy.request_budget.charge(id(session), session.server.frames.allocated(), session.client_gate)
 
     def eof_received(self) -> bool:
         return False

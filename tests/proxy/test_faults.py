@@ -3,6 +3,7 @@ config errors, backpressure."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -272,6 +273,51 @@ def test_announced_request_sizes_do_not_allocate_memory(kafka: KafkaCluster, tmp
     finally:
         for w in stalled:
             w.close()
+        p.stop()
+
+
+def test_queued_max_request_bytes_bounds_what_clients_make_the_proxy_hold(kafka: KafkaCluster, kcat: str,
+                                                                           tmp_path: Path, topic_name: str) -> None:
+    """400 connections announce 90 MiB requests and send as much as they can (1 MiB each): with
+    queued.max.request.bytes at 32 MiB the proxy stops reading them once its budget is spent (backpressure, no
+    error), its RSS stays within the bound (plus 64 KiB per connection), and a normal client keeps producing and
+    consuming meanwhile."""
+    create_topic(kafka.bootstrap, topic_name)
+    p = _proxy(kafka, tmp_path, queued_max_request_bytes=str(32 << 20))
+    stalled: list[socket.socket] = []
+    try:
+        wait_until(lambda: _can_request(p.bootstrap), "the proxy", timeout=30)
+        base_rss = _rss_mib(p.proc.pid)
+        header = RequestHeader(ApiKey.PRODUCE, 9, 99, "claims", 2, 0).encode()
+        chunk = bytes(64 * 1024)
+        for _ in range(400):
+            s = socket.create_connection(("127.0.0.1", p.port))
+            s.setblocking(False)
+            s.send(struct.pack(">i", 90 << 20) + header)
+            stalled.append(s)
+        time.sleep(1)
+        connected = _rss_mib(p.proc.pid)  # 400 relayed connections, each with its buffers, holding no request
+        sent = 0
+        for _ in range(16):  # 16 x 64 KiB per connection, as far as the proxy keeps reading
+            for s in stalled:
+                with contextlib.suppress(BlockingIOError):
+                    sent += s.send(chunk)
+        time.sleep(1)
+        held = _rss_mib(p.proc.pid) - connected
+        assert sent > 64 << 20  # the clients pushed far more than the bound
+        assert held < 32 + 400 * 64 / 1024 + 16, f"requests hold {held:.0f} MiB (bound: 32 MiB + 400 x 64 KiB)"
+        assert connected - base_rss < 400 * 0.5, "a relayed connection costs more than 512 KiB"
+        lines = [f"m{i}" for i in range(20)]
+        out = subprocess.run([kcat, "-b", p.bootstrap, "-P", "-t", topic_name], input="\n".join(lines) + "\n",
+                             text=True, capture_output=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        got = subprocess.run([kcat, "-b", p.bootstrap, "-C", "-t", topic_name, "-o", "beginning", "-e", "-q"],
+                             capture_output=True, text=True, timeout=60)
+        assert got.stdout.splitlines() == lines
+        assert p.proc.poll() is None
+    finally:
+        for s in stalled:
+            s.close()
         p.stop()
 
 

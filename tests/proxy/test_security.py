@@ -11,6 +11,7 @@ import pytest
 from tests.certs import Certs, make_certs
 from tests.kafkahelpers import create_topic
 from tests.realparts import ProxyProcess, unavailable
+from tests.waiting import wait_until
 from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
 
 pytestmark = pytest.mark.kafka
@@ -88,5 +89,40 @@ def test_sasl_plain_passes_through(secure_kafka: KafkaCluster, kcat: str, tmp_pa
         bad = subprocess.run([kcat, "-b", p.bootstrap, *sasl, "-X", "sasl.password=wrong", "-L", "-m", "5"],
                              capture_output=True, text=True, timeout=60)
         assert bad.returncode != 0 and "Authentication failed" in bad.stderr
+    finally:
+        p.stop()
+
+
+def test_requests_are_limited_until_sasl_authentication_completes(secure_kafka: KafkaCluster, kcat: str,
+                                                                  tmp_path: Path, topic_name: str) -> None:
+    """After SaslHandshake, a request over sasl.server.max.receive.size (512 KiB) closes the connection before the
+    proxy buffers it; once authenticated, a client sends 900 KiB records as usual."""
+    import socket
+    import struct
+
+    from protocol.constants import ApiKey
+    from protocol.headers import RequestHeader
+
+    create_topic(secure_kafka.bootstrap, topic_name)
+    p = ProxyProcess(secure_kafka.bootstrap_for("SASL"), tmp_path)
+    try:
+        s = socket.create_connection(("127.0.0.1", p.port), timeout=10)
+        body = RequestHeader(ApiKey.SASL_HANDSHAKE, 1, 1, "x", 1, 0).encode() + struct.pack(">h", 5) + b"PLAIN"
+        s.sendall(struct.pack(">i", len(body)) + body)
+        size, = struct.unpack(">i", s.recv(4))
+        assert size > 0 and len(s.recv(size)) > 0  # the broker's handshake answer
+        big = RequestHeader(ApiKey.SASL_AUTHENTICATE, 2, 2, "x", 2, 0).encode()
+        s.sendall(struct.pack(">i", 1 << 20) + big)  # announces 1 MiB before authenticating
+        assert s.recv(100) == b""  # closed without reading it
+        s.close()
+        wait_until(lambda: "outside 0..524288" in p.log_text(), "the log line", timeout=15)
+        sasl = ["-X", "security.protocol=sasl_plaintext", "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=alice",
+                "-X", "sasl.password=alice-secret"]
+        value = "v" * (900 * 1024)
+        subprocess.run([kcat, "-b", p.bootstrap, *sasl, "-P", "-t", topic_name, "-X", "message.max.bytes=2000000"],
+                       input=value + "\n", text=True, check=True, timeout=60, capture_output=True)
+        out = subprocess.run([kcat, "-b", p.bootstrap, *sasl, "-C", "-t", topic_name, "-o", "beginning", "-e", "-q"],
+                             capture_output=True, text=True, check=True, timeout=60)
+        assert out.stdout.splitlines() == [value]
     finally:
         p.stop()

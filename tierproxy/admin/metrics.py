@@ -7,7 +7,8 @@
     tierproxy_remote_log_reader_avg_idle_percent   ~ RemoteLogReaderAvgIdlePercent
     tierproxy_delayed_remote_fetch_expires_total   ~ DelayedRemoteFetchMetrics.ExpiresPerSec
     tierproxy_fetch_latency_seconds{path=tail|remote}, tierproxy_remote_cache_{hits,misses,bytes}*,
-    tierproxy_{client,upstream}_connections, tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
+    tierproxy_{client,upstream}_connections, tierproxy_queued_{max_,}request_bytes,
+    tierproxy_request_memory_pauses_total, tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
     tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total, tierproxy_rlmm_consumer_restarts_total,
     tierproxy_remote_answers_while_loading_total
 """
@@ -43,6 +44,18 @@ class ProxyCollector(Collector):
         up = GaugeMetricFamily("tierproxy_upstream_connections", "Broker connections open")
         up.add_metric([], sum(1 for s in p.sessions if s.upstream is not None and not s.upstream.is_closing()))
         yield up
+        budget = p.request_budget  # queued.max.request.bytes: the bound, what is drawn on it, how often it paused
+        for name, help_, value in (
+                ("tierproxy_queued_max_request_bytes", "Bound on request bytes being received (all connections)",
+                 budget.limit),
+                ("tierproxy_queued_request_bytes", "Request bytes being received beyond each connection's own "
+                 "64 KiB", budget.used)):
+            g = GaugeMetricFamily(name, help_)
+            g.add_metric([], value)
+            yield g
+        paused = CounterMetricFamily("tierproxy_request_memory_pauses", "Connections paused for lack of budget")
+        paused.add_metric([], budget.pauses)
+        yield paused
         tier = p.remote
         if tier is None:
             return
