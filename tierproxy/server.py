@@ -7,8 +7,10 @@ import contextlib
 import gc
 import itertools
 import logging
+import os
 import signal
 import socket
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
@@ -26,6 +28,7 @@ from tierproxy.session import ClientProtocol, RequestHandler, ResponseHandler, S
 
 log = logging.getLogger("tierproxy.server")
 METADATA_VERSION = 12
+CLOSE_GRACE_S = 5.0  # after the drain: closing background work and the remote tier
 REQUEST_FLOOR = 64 * 1024  # request bytes a connection holds without drawing on queued.max.request.bytes
 
 
@@ -216,6 +219,8 @@ class Proxy:
         if not self.accepting_new:
             return
         self.accepting_new = False
+        log.info("stopping: no new connections; draining in-flight requests for up to %d ms",
+                 self.settings.shutdown_drain_ms)
         for stop_service in self.on_stop:
             stop_service()
         for server in self.listeners.values():
@@ -230,13 +235,36 @@ class Proxy:
             log.warning("shutdown: %d connections still had requests in flight", busy)
         for s in list(self.sessions):
             s.close()
-        others = [t for t in self._tasks if t is not asyncio.current_task()]
+        log.info("stopping: connections closed; closing the remote tier")
+        # a dead broker must not hold the process: closing gets a few seconds, then we go anyway (asyncio.wait, not
+        # wait_for: wait_for would wait for the cancellation of a library call that ignores it)
+        others = [t for t in self._tasks if t is not asyncio.current_task()]  # not this stop itself
+        closing = self.loop.create_task(self._close_rest(others))
+        done, _ = await asyncio.wait({closing}, timeout=CLOSE_GRACE_S)
+        if not done:
+            log.warning("shutdown: closing background work and the remote tier took over %.0fs; stopping anyway",
+                        CLOSE_GRACE_S)
+        self.stopped.set()
+
+    async def _close_rest(self, others: list[asyncio.Task[Any]]) -> None:
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
         if self.remote is not None:
             await self.remote.close()
-        self.stopped.set()
+
+
+def _watchdog(seconds: float) -> None:
+    """The last resort of a stop: whatever still holds the process (a library waiting on a dead broker, a task
+    that swallows its cancellation), it exits `seconds` after SIGTERM, with a log line."""
+    def expire() -> None:
+        log.error("shutdown did not finish %.0fs after the signal; exiting now", seconds)
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
 
 
 async def serve(settings: ProxySettings, ready: asyncio.Event | None = None,
@@ -252,9 +280,13 @@ async def serve(settings: ProxySettings, ready: asyncio.Event | None = None,
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     loop = asyncio.get_running_loop()
+    def on_signal() -> None:
+        _watchdog(settings.shutdown_drain_ms / 1000 + CLOSE_GRACE_S + 5)
+        proxy.spawn(proxy.stop())
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, lambda: proxy.spawn(proxy.stop()))
+            loop.add_signal_handler(sig, on_signal)
     if ready is not None:
         ready.set()
     await proxy.stopped.wait()

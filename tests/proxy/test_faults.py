@@ -329,3 +329,39 @@ def test_sasl_handshake_v0_is_refused_with_a_log_line(proxy: ProxyProcess) -> No
     assert s.recv(100) == b""
     s.close()
     wait_until(lambda: "SaslHandshake v0" in proxy.log_text(), "log line", timeout=15)
+
+
+def test_sigterm_stops_the_proxy_in_time_when_the_broker_is_dead(tmp_path: Path, kcat: str) -> None:
+    """The broker is killed (-9) under a proxy with a consumer reading through it and the metadata topic on that
+    broker: SIGTERM still stops the proxy within shutdown.drain.ms plus a few seconds."""
+    from tests.realparts import unavailable
+    from tierproxy.kafkadist import KafkaUnavailable
+
+    try:
+        kafka = KafkaCluster(1, workdir=tmp_path / "kafka").start()
+    except KafkaUnavailable as exc:
+        unavailable("Apache Kafka (1 node)", str(exc))
+    proxy = None
+    consumer = None
+    try:
+        create_topic(kafka.bootstrap, "doomed")
+        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_METADATA": "topic:",
+                                                               "TIERPROXY_SHUTDOWN_DRAIN_MS": "2000"})
+        wait_until(lambda: _can_request(proxy.bootstrap), "the proxy", timeout=30)
+        consumer = subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", "doomed", "-o", "beginning", "-q"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(3)  # the consumer is fetching through the proxy; the metadata consumer runs
+        kafka.stop_node(1, kill=True)
+        time.sleep(2)
+        started = time.monotonic()
+        proxy.proc.send_signal(signal.SIGTERM)
+        proxy.proc.wait(2 + 20)  # raises TimeoutExpired if it hangs (the watchdog exits at 2 + 5 + 5 s, rc 1)
+        assert time.monotonic() - started < 2 + 5 + 2  # drain + closing grace: a clean stop, not the watchdog
+        assert proxy.proc.returncode == 0 and "tierproxy stopped" in proxy.log_text()
+    finally:
+        if consumer is not None:
+            consumer.kill()
+            consumer.wait(10)
+        if proxy is not None:
+            proxy.stop()
+        kafka.stop()
