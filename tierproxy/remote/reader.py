@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cachetools import LRUCache
 
-from protocol.records import iter_batches
+from protocol.errors import ProtocolError
+from protocol.records import RecordBatch, iter_batches
 from tierproxy.tier.indexes import AbortedTxn, decode_producer_snapshot, decode_txn_index, lookup_position
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
@@ -40,6 +42,21 @@ class Backoff:
         return float(base * (1 + random.uniform(-self.jitter, self.jitter)) / 1000)
 
 
+class CorruptData(StorageUnavailable):
+    """Bytes from storage fail a batch CRC: dropped from the cache, never served; the client retries."""
+
+
+def _checked_batches(mv: memoryview, md: RemoteLogSegmentMetadata, pos: int, reader: RemoteReader
+                     ) -> Iterator[RecordBatch]:
+    """The batches of `mv`; a batch that cannot be parsed (bad magic, impossible lengths) is corrupt data."""
+    try:
+        yield from iter_batches(mv)
+    except ProtocolError as exc:
+        reader._corrupt(md)
+        raise CorruptData(f"segment {md.segment_id.id.hex()}: unreadable batch after position {pos}: {exc}; "
+                          f"cached chunks dropped") from None
+
+
 class RemoteReader:
     def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int = 4 << 20, cache_bytes: int = 256 << 20,
                  prefetch_chunks: int = 2, index_cache_bytes: int = 64 << 20, backoff: Backoff | None = None) -> None:
@@ -52,6 +69,8 @@ class RemoteReader:
                                                                      getsizeof=len)
         self._inflight: dict[tuple[bytes, int], asyncio.Task[bytes]] = {}
         self.hits = self.misses = 0
+        self.short_reads = 0  # chunks storage returned shorter than asked (retried)
+        self.corrupt_batches = 0  # batches that failed their CRC (answered KAFKA_STORAGE_ERROR, chunks dropped)
         self.bytes_read = 0
 
     async def _retrying(self, what: str, fn, deadline: float):  # type: ignore[no-untyped-def]
@@ -80,10 +99,19 @@ class RemoteReader:
         key = (md.segment_id.id, n)
         task = self._inflight.get(key)
         if task is None:
+            start, end = n * self.chunk, min((n + 1) * self.chunk, md.segment_size_in_bytes)
+
+            async def fetch() -> bytes:
+                got = await self.rsm.fetch_log(md, start, end)
+                if len(got) != end - start:  # a truncated body that still looked complete: never served
+                    self.short_reads += 1
+                    raise StorageUnavailable(f"segment {md.segment_id.id.hex()} bytes {start}..{end}: storage "
+                                             f"returned {len(got)} bytes")
+                return got
+
             async def load() -> bytes:
                 try:
-                    data: bytes = await self._retrying("log", lambda: self.rsm.fetch_log(
-                        md, n * self.chunk, min((n + 1) * self.chunk, md.segment_size_in_bytes)), deadline)
+                    data: bytes = await self._retrying("log", fetch, deadline)
                     if len(data) <= self.chunks.maxsize:
                         self.chunks[key] = data
                     self.bytes_read += len(data)
@@ -94,6 +122,12 @@ class RemoteReader:
             task = asyncio.get_running_loop().create_task(load())
             self._inflight[key] = task
         return task
+
+    def _corrupt(self, md: RemoteLogSegmentMetadata) -> None:
+        self.corrupt_batches += 1
+        seg = md.segment_id.id
+        for key in [k for k in self.chunks if k[0] == seg]:
+            self.chunks.pop(key, None)
 
     async def _chunk(self, md: RemoteLogSegmentMetadata, n: int, deadline: float) -> bytes:
         data = self.chunks.get((md.segment_id.id, n))
@@ -131,10 +165,14 @@ class RemoteReader:
         while pos < md.segment_size_in_bytes and total < max_bytes:
             mv = await self.read_bytes(md, pos, pos + window, deadline)
             consumed, first, end, full = 0, -1, -1, False
-            for b in iter_batches(mv):
+            for b in _checked_batches(mv, md, pos, self):
                 consumed = b.pos + b.size
                 if b.last_offset < offset:
                     continue
+                if not b.crc_ok():  # what is served is what the broker wrote, or nothing
+                    self._corrupt(md)
+                    raise CorruptData(f"segment {md.segment_id.id.hex()}: batch at offset {b.base_offset} "
+                                      f"fails its CRC (position {pos + b.pos}); cached chunks dropped")
                 grown = consumed - (first if first >= 0 else b.pos)
                 if total + grown > max_bytes and (total or first >= 0 or not min_one):
                     full = True
@@ -147,6 +185,11 @@ class RemoteReader:
                 total += end - first
             if full:
                 break
+            if consumed == 0 and pos + window >= md.segment_size_in_bytes:
+                # no whole batch before the segment's end: a batch header that lies (a flipped length)
+                self._corrupt(md)
+                raise CorruptData(f"segment {md.segment_id.id.hex()}: no whole batch from position {pos} to its "
+                                  f"end; cached chunks dropped")
             if consumed == 0:  # a batch bigger than the window: widen it
                 window *= 2
                 continue
