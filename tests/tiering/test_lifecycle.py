@@ -127,3 +127,33 @@ def test_gap_alarm_when_retention_outruns_tiering(kafka: KafkaCluster, tmp_path:
     assert gaps == summary.gaps
     segs, _, _ = tiered(s, topic_name)
     assert segs[0].end_offset == tiered_end and segs[1].start_offset >= log_start  # the gap stays visible
+
+
+def test_remote_retention_stops_at_the_first_segment_it_keeps(kafka: KafkaCluster, tmp_path: Path,
+                                                              topic_name: str) -> None:
+    """Timestamps need not grow with offsets: the older segment is recent, the newer one is two days old. With
+    retention.ms one day, Kafka's deletableSegments stops at the first segment kept: nothing is deleted, no hole
+    is cut behind it. With retention.ms 0 both go, oldest first."""
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "2000", "message.timestamp.type": "CreateTime",
+                                                      "message.timestamp.before.max.ms": str(7 * 86_400_000)})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    now = int(time.time() * 1000)
+    for i in range(800):
+        ts = now if i < 400 else now - 2 * 86_400_000  # the second half carries old timestamps
+        p.produce(topic_name, os.urandom(200), f"k{i}".encode(), timestamp=ts)
+        if i == 399:
+            p.flush(30)
+    p.flush(30)
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=64 * 1024)
+    assert tier_once(s).failed == 0
+    segs = tiered(s, topic_name)[0]
+    assert len(segs) >= 2 and segs[0].max_timestamp_ms >= now and segs[-1].max_timestamp_ms < now - 86_400_000
+    broker_forgets(kafka.bootstrap, topic_name, above=segs[-1].end_offset)
+    day = settings(kafka.bootstrap, tmp_path, topic_name,
+                   tier_topic_overrides={topic_name: {"retention.ms": 86_400_000}})
+    assert tier_once(day).expired == 0  # (this pass may tier the broker's ticks too: newer segments)
+    assert [m.segment_id for m in tiered(s, topic_name)[0]][:len(segs)] == [m.segment_id for m in segs]
+    zero = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": 0}})
+    assert tier_once(zero).expired >= len(segs)
+    left = {m.segment_id for m in tiered(s, topic_name)[0]}
+    assert not left & {m.segment_id for m in segs}

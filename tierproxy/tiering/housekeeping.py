@@ -54,6 +54,8 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
                             retention: dict[str, tuple[int, int]], log_starts: dict[tuple[str, int], int]) -> int:
     """Per topic (retention.ms, retention.bytes), -1 = unlimited: delete the oldest segments beyond them.
 
+    As Kafka's `deletableSegments`: from the oldest segment onward, stopping at the first one kept, so a newer
+    segment with older timestamps is never deleted behind a kept one (that would cut a hole in the history).
     Only segments wholly below the broker's log start are eligible: the tier never keeps less history than the
     broker (a remote copy of data the broker still has would only be copied again by the next pass).
     """
@@ -64,19 +66,14 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
             continue
         ms, max_bytes = retention.get(pc.tp.topic, (-1, -1))
         log_start = log_starts.get((pc.tp.topic, pc.tp.partition), 0)
-        segments = list(pc.finished())
-        doomed = [md for md in segments if ms >= 0 and md.max_timestamp_ms < now - ms]
-        if max_bytes >= 0:
-            total = sum(md.segment_size_in_bytes for md in segments)
-            for md in segments:
-                if total <= max_bytes:
-                    break
-                total -= md.segment_size_in_bytes
-                if md not in doomed:
-                    doomed.append(md)
-        for md in sorted(doomed, key=lambda m: m.start_offset):
-            if md.end_offset >= log_start:
-                continue
+        segments = sorted(pc.finished(), key=lambda m: m.start_offset)
+        total = sum(md.segment_size_in_bytes for md in segments)
+        for md in segments:
+            by_time = ms >= 0 and md.max_timestamp_ms < now - ms
+            by_size = max_bytes >= 0 and total > max_bytes
+            if not (by_time or by_size) or md.end_offset >= log_start:
+                break  # the first segment kept ends the deletion
+            total -= md.segment_size_in_bytes
             log.info("remote retention: deleting %s (offsets %d..%d)", md.segment_id, md.start_offset, md.end_offset)
             await delete_segment(rlmm, rsm, md)
             n += 1
