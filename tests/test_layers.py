@@ -1,5 +1,5 @@
 """Layers point down only: protocol ← tier ← remote, tiering, spark ← proxy core (session, server, intercept) ←
-admin, cli. Shared modules (settings, metrics, wire clients, TLS, flow control) sit below all of them."""
+admin, cli. Shared modules (settings, metrics, wire clients, TLS, identity, flow control) sit below all of them."""
 
 from __future__ import annotations
 
