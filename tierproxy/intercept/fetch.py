@@ -228,9 +228,7 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     reads.update(early)
     errors.update({k: e for k, e in plan.errors.items() if k in budget})
     rejected |= {k for k in plan.rejected if k in budget and k not in early}
-    for key in oor:
-        if key not in budget:
-            errors.pop(key, None)  # beyond this fetch's budget: empty, no error, read on a later fetch
+    # partitions beyond this fetch's budget have no read and no error: answered empty, read on a later fetch
     offsets_task = loop.create_task(_broker_offsets(tier, plan, remote_keys))
     offsets_task.add_done_callback(_consume_exception)
     if reads or rejected:

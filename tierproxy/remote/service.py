@@ -199,23 +199,6 @@ class RemoteTier:
         return out
 
     async def broker_offsets(self, topic: str, partition: int, max_age: float = 1.0) -> BrokerOffsets:
-        """The partition's current HW, LSO and log start, asked of its leader with tierproxy's own identity."""
-        key = (topic, partition)
-        cached = self._offsets.get(key)
-        if cached is not None and time.monotonic() - cached.at < max_age:
-            return cached
-        leader = await self.leaders.leader(topic, partition)
-        got = {}
-        try:
-            for name, isolation, spec in PARTITION_BOUNDS:
-                resp = await self.leaders.client(leader).request(
-                    ApiKey.LIST_OFFSETS, 7, list_offsets_request({topic: {partition: spec}}, isolation=isolation))
-                got[name] = listed_offsets(resp).get(key, -1)
-        except (OSError, TimeoutError, ConnectionError):
-            await self.leaders.forget(leader)
-            raise
-        if got["log_start"] < 0:  # not the leader any more (or gone): ask Metadata again next time
-            await self.leaders.forget(leader)
-        offsets = BrokerOffsets(**got, at=time.monotonic())
-        self._offsets[key] = offsets
-        return offsets
+        """The partition's current HW, LSO and log start, asked of its leader with tierproxy's own identity;
+        KeyError when its leader cannot be found or asked."""
+        return (await self.broker_offsets_many([(topic, partition)], max_age))[(topic, partition)]
