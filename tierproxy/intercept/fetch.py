@@ -56,6 +56,7 @@ class FetchPlan:
     reads: dict[Key, asyncio.Task[ReadResult]] = field(default_factory=dict)  # started early for `remote`
     budget: dict[Key, tuple[int, bool]] = field(default_factory=dict)  # early reads' (max bytes, min one batch)
     rejected: set[Key] = field(default_factory=set)  # early reads a full pool refused
+    requested_reads: set[Key] = field(default_factory=set)  # the partitions this fetch's budget reads
     errors: dict[Key, int] = field(default_factory=dict)  # early reads that could not start
     deadline: float = 0.0  # loop time: the purgatory's end (remote.fetch.max.wait.ms after arrival)
     started: float = field(default_factory=time.monotonic)
@@ -221,6 +222,7 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     answered = sum(len(p["records"] or b"") for t in upstream.get("responses", ()) for p in t["partitions"]
                    if p["error_code"] == 0)
     budget = fit_budget(plan, oor, answered)
+    plan.requested_reads = set(budget)
     # an early read stands if the budget still allows what it was started with
     early = {k: t for k, t in plan.reads.items() if k in budget and plan.budget.get(k, budget[k]) <= budget[k]}
     late = {k: b for k, b in budget.items() if k not in early and k not in plan.errors}
@@ -296,6 +298,8 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
     topic = pc.tp.topic if pc else str(key[0])
     if error is not None:
         entry["error_code"] = error
+    elif task is None and key not in plan.requested_reads:
+        pass  # beyond this fetch's byte budget: empty, no error, read on a later fetch
     elif task is None or not task.done():
         stats.expired += 1  # expired in purgatory: empty records, no error; the read warms the cache
     elif (failure := task.exception()) is not None:
