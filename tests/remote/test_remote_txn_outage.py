@@ -112,6 +112,36 @@ def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Pa
         proxy.stop()
 
 
+def test_an_abort_many_tiered_segments_later_is_found(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    """A transaction stays open over 30+ tiered segments (a producer slow to abort, much written meanwhile) and is
+    then aborted: read_committed through the proxy follows every later segment to its abort marker (Kafka's
+    collectAbortedTransactions), so none of its records is served."""
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "2000"})
+    tx = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"tx-{topic_name}", "linger.ms": 0})
+    plain = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    committed = []
+    for i in range(240):
+        tx.produce(topic_name, f"abort-{i}-".encode() + b"x" * 400)
+        tx.flush(10)
+        plain.produce(topic_name, f"plain-{i}".encode())
+        plain.flush(10)
+        committed.append(f"plain-{i}")
+    tx.abort_transaction(30)
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=4 * 1024)
+    assert tier_once(s).segments > 30
+    broker_forgets(kafka.bootstrap, topic_name, interval=0.4)
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
+                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
+    try:
+        got = read_to_end(proxy.bootstrap, topic_name, "read_committed", timeout=90)
+        assert not [v for v in got if v.startswith("abort")]
+        assert [v for v in got if v != "tick"] == committed
+    finally:
+        proxy.stop()
+
+
 @pytest.mark.s3
 def test_s3_outage_and_latency_hit_only_remote_readers(kafka: KafkaCluster, s3: S3Server, tmp_path: Path,
                                                        topic_name: str) -> None:

@@ -22,8 +22,6 @@ from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.storage import StorageUnavailable
 
-MAX_FOLLOWING_TXN_SEGMENTS = 16  # how far to look for the abort marker of a transaction open at a segment's end
-
 
 @dataclass
 class ReadResult:
@@ -211,7 +209,7 @@ class RemoteReader:
             found += [a for a in txns if a.last_offset >= lo and a.first_offset <= hi]
         snapshot = decode_producer_snapshot(await self.index(md, IndexType.PRODUCER_SNAPSHOT, deadline))
         still_open = {pid for pid, e in snapshot.items() if 0 <= e.current_txn_first_offset <= hi}
-        for nxt in (following or [])[:MAX_FOLLOWING_TXN_SEGMENTS]:
+        for nxt in following or []:  # as far as it takes (RemoteLogManager.collectAbortedTransactions)
             if not still_open:
                 break
             if nxt.txn_index_empty:
