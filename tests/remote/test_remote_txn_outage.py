@@ -79,6 +79,18 @@ def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, top
     broker_forgets(kafka.bootstrap, topic, interval=0.4)
 
 
+def _forgotten_then_read_committed(kafka: KafkaCluster, tmp_path: Path, topic: str) -> list[str]:
+    """The broker deletes the tiered records; then a read_committed consumer reads the topic through a proxy
+    serving the filesystem tier (the broker's "tick" records left out)."""
+    broker_forgets(kafka.bootstrap, topic, interval=0.4)
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
+                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
+    try:
+        return [v for v in read_to_end(proxy.bootstrap, topic, "read_committed", timeout=90) if v != "tick"]
+    finally:
+        proxy.stop()
+
+
 def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
     create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "300"})
     tx = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"tx-{topic_name}", "linger.ms": 0})
@@ -101,15 +113,9 @@ def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Pa
             tx.abort_transaction(30)
         time.sleep(0.35)
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=8 * 1024)).segments > 3
-    broker_forgets(kafka.bootstrap, topic_name, interval=0.4)
-    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
-                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
-    try:
-        got = read_to_end(proxy.bootstrap, topic_name, "read_committed", timeout=90)
-        assert not [v for v in got if v.startswith("abort")]
-        assert sorted(v for v in got if v != "tick") == sorted(committed)
-    finally:
-        proxy.stop()
+    got = _forgotten_then_read_committed(kafka, tmp_path, topic_name)
+    assert not [v for v in got if v.startswith("abort")]
+    assert sorted(got) == sorted(committed)
 
 
 def test_an_abort_many_tiered_segments_later_is_found(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
@@ -131,15 +137,9 @@ def test_an_abort_many_tiered_segments_later_is_found(kafka: KafkaCluster, tmp_p
     tx.abort_transaction(30)
     s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=4 * 1024)
     assert tier_once(s).segments > 30
-    broker_forgets(kafka.bootstrap, topic_name, interval=0.4)
-    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
-                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
-    try:
-        got = read_to_end(proxy.bootstrap, topic_name, "read_committed", timeout=90)
-        assert not [v for v in got if v.startswith("abort")]
-        assert [v for v in got if v != "tick"] == committed
-    finally:
-        proxy.stop()
+    got = _forgotten_then_read_committed(kafka, tmp_path, topic_name)
+    assert not [v for v in got if v.startswith("abort")]
+    assert got == committed
 
 
 @pytest.mark.s3
