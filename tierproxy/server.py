@@ -46,6 +46,8 @@ class Proxy:
         self.listeners: dict[int | None, asyncio.Server] = {}
         self.listener_ssl = tls.listener_context(settings)
         self.upstream_ssl = tls.upstream_context(settings)  # relayed client connections: never our certificate
+        # our own connections: the identity's TLS; the relayed listener's only when they go to that listener too
+        self._own_ssl = None if settings.own_listener_apart else self.upstream_ssl
         self.accepting_new = True
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -110,8 +112,7 @@ class Proxy:
             last: BaseException | None = None
             apart = self.settings.own_listener_apart
             for host, port in self.settings.own_bootstrap_list:
-                client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl,
-                                         identity=self.settings.identity,
+                client = AsyncWireClient(host, port, ssl_context=self._own_ssl, identity=self.settings.identity,
                                          timeout=self.settings.upstream_connect_timeout_ms / 1000)
                 try:
                     md = await client.request(ApiKey.METADATA, METADATA_VERSION,
@@ -133,7 +134,7 @@ class Proxy:
         """Every topic's id and partitions (with leaders), from the first bootstrap server that answers."""
         last: BaseException = OSError("no bootstrap servers")
         for host, port in self.settings.own_bootstrap_list:
-            client = AsyncWireClient(host, port, ssl_context=self.upstream_ssl, identity=self.settings.identity,
+            client = AsyncWireClient(host, port, ssl_context=self._own_ssl, identity=self.settings.identity,
                                      timeout=self.settings.upstream_connect_timeout_ms / 1000)
             try:
                 md = await client.request(ApiKey.METADATA, METADATA_VERSION, {"topics": None,

@@ -126,3 +126,31 @@ def test_requests_are_limited_until_sasl_authentication_completes(secure_kafka: 
         assert out.stdout.splitlines() == [value]
     finally:
         p.stop()
+
+
+def test_own_plaintext_listener_apart_from_a_tls_relayed_one(secure_kafka: KafkaCluster, kcat: str, certs: Certs,
+                                                              tmp_path: Path, topic_name: str) -> None:
+    """Clients are relayed over TLS (upstream.ssl.*) while tierproxy's own connections go to another listener, in
+    plaintext (command config bootstrap.servers): each uses its own transport; readyz (own connections) is green
+    and clients read through the proxy."""
+    import json
+    import urllib.request
+
+    from tierproxy.kafkadist import free_port
+
+    create_topic(secure_kafka.bootstrap, topic_name)
+    own = tmp_path / "own.properties"
+    own.write_text(f"security.protocol=PLAINTEXT\nbootstrap.servers={secure_kafka.bootstrap}\n")
+    admin = free_port()
+    p = ProxyProcess(secure_kafka.bootstrap_for("SSL"), tmp_path, extra={
+        "TIERPROXY_UPSTREAM_SSL_ENABLED": "true", "TIERPROXY_UPSTREAM_SSL_CAFILE": str(certs.ca),
+        "TIERPROXY_COMMAND_CONFIG": str(own), "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{admin}"})
+    try:
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=10) as r:
+                return bool(json.loads(r.read())["ready"])
+
+        wait_until(ready, "readyz", timeout=60, interval=0.5)
+        assert _kcat_round_trip(kcat, p.bootstrap, topic_name, []) == [f"{topic_name}-{i}" for i in range(50)]
+    finally:
+        p.stop()

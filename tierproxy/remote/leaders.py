@@ -21,7 +21,8 @@ class OwnLeaders:
     def __init__(self, settings: ProxySettings, ttl: float = 5.0) -> None:
         self.settings = settings
         self.ttl = ttl
-        self._ssl = upstream_context(settings)
+        # TLS of the relayed listener applies to our own connections only when they go to that same listener
+        self._ssl = None if settings.own_listener_apart else upstream_context(settings)
         self._topics: dict[str, tuple[float, dict[int, str]]] = {}  # topic → (when, partition → leader host:port)
         self._clients: dict[str, AsyncWireClient] = {}
 
