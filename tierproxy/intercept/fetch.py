@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from protocol import registry
@@ -61,8 +62,10 @@ class FetchPlan:
     deadline: float = 0.0  # loop time: the purgatory's end (remote.fetch.max.wait.ms after arrival)
     started: float = field(default_factory=time.monotonic)
 
+    @cached_property
     def requested(self) -> dict[Key, Data]:
-        """Each requested partition's entry of the request, by key."""
+        """Each requested partition's entry of the request, by key (built once: the budget, the reads and the
+        answers all look partitions up in it)."""
         return {key_of(self.by_id, t, p): p for t in self.request["topics"] for p in t["partitions"]}
 
     @property
@@ -98,7 +101,7 @@ def fit_budget(plan: FetchPlan, keys: list[Key], answered: int) -> dict[Key, tup
     wanted = set(keys)
     remaining = plan.request.get("max_bytes", 0x7FFFFFFF) - answered
     out: dict[Key, tuple[int, bool]] = {}
-    for key, p in plan.requested().items():
+    for key, p in plan.requested.items():
         if key not in wanted:
             continue
         first = answered == 0 and not out
@@ -161,7 +164,7 @@ async def answer_while_loading(session: Session, slot: Slot, data: Data, plan: F
     tiered, so OFFSET_OUT_OF_RANGE (which makes the client reset past it) becomes REPLICA_NOT_AVAILABLE, the
     retriable error Kafka answers while its RLMM initializes. Only an offset at or beyond the broker's log start
     (a client ahead of the log, asked by topic name) keeps the broker's answer."""
-    requested = plan.requested()
+    requested = plan.requested
     for t in data["responses"]:
         for p in t["partitions"]:
             if p["error_code"] != ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -196,14 +199,12 @@ def _drop_unused_reads(session: Session, plan: FetchPlan, oor: list[Key]) -> Non
 def remote_after_broker(plan: FetchPlan, scan: FetchScan, tier: RemoteTier) -> list[Key]:
     """The partitions the broker answered OFFSET_OUT_OF_RANGE whose fetch offset the tier holds."""
     oor: list[Key] = []
-    requested: dict[Key, Data] | None = None
     for topic, partition, error_code in scan.errors:
         if error_code != ErrorCode.OFFSET_OUT_OF_RANGE:
             continue
         key = (topic, partition)
         pc = _pc(tier, plan.by_id, key)
-        requested = plan.requested() if requested is None else requested
-        req = requested.get(key)
+        req = plan.requested.get(key)
         if pc is not None and req is not None and pc.segment_for_offset(req["fetch_offset"]) is not None:
             oor.append(key)
     return oor
@@ -216,7 +217,6 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     assert tier is not None
     loop = asyncio.get_running_loop()
     deadline = plan.deadline or loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
-    remote_keys = oor
     known: dict[Key, int] = session.state.setdefault("remote", {})
     stats = session.proxy.fetch_stats
     answered = sum(len(p["records"] or b"") for t in upstream.get("responses", ()) for p in t["partitions"]
@@ -231,7 +231,7 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     errors.update({k: e for k, e in plan.errors.items() if k in budget})
     rejected |= {k for k in plan.rejected if k in budget and k not in early}
     # partitions beyond this fetch's budget have no read and no error: answered empty, read on a later fetch
-    offsets_task = loop.create_task(_broker_offsets(tier, plan, remote_keys))
+    offsets_task = loop.create_task(_broker_offsets(tier, plan, oor))
     offsets_task.add_done_callback(_consume_exception)
     if reads or rejected:
         stats.purgatory += 1
@@ -249,7 +249,7 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     broker_entries = {(t["topic_id"] if plan.by_id else t["topic"], p["partition_index"]): p
                       for t in upstream.get("responses", ()) for p in t["partitions"]}
     entries: dict[Key, Data] = dict(broker_entries)
-    for key in remote_keys:
+    for key in oor:
         entries[key] = _remote_entry(tier, stats, plan, key, broker_entries.get(key), offsets.get(key), reads.get(key),
                                      errors.get(key), known)
     response = merge_response(plan, upstream, entries)
@@ -265,7 +265,7 @@ def _submit_reads(tier: RemoteTier, plan: FetchPlan, budget: dict[Key, tuple[int
     """Start each partition's read in the pool within its budget; partitions that cannot be read get their error
     at once. A full pool (overload across many clients) is not an error: the partition is answered empty at the
     purgatory's deadline, and the client asks again."""
-    requested = plan.requested()
+    requested = plan.requested
     reads: dict[Key, asyncio.Task[ReadResult]] = {}
     errors: dict[Key, int] = {}
     rejected: set[Key] = set()
@@ -305,7 +305,7 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
     elif (failure := task.exception()) is not None:
         stats.failed(topic)
         entry["error_code"] = error_for(failure)
-        offset = plan.requested()[key]["fetch_offset"]
+        offset = plan.requested[key]["fetch_offset"]
         if isinstance(failure, ObjectMissing) and pc is not None and pc.segment_for_offset(offset) is not None:
             # the metadata still says the tier holds it: a lost object, not data gone. OFFSET_OUT_OF_RANGE would
             # reset the client past records that exist; Kafka answers remote storage failures as this
