@@ -43,6 +43,10 @@ class CommonSettings(BaseModel):
     storage: str = Field("file://./tierproxy-data/tier", description="file:///path or s3://bucket/prefix?endpoint=")
     metadata: str | None = Field(None, description="topic:[NAME] (default: the metadata topic) or file:///dir")
     metadata_checkpoint_dir: Path | None = Field(None, description="local RLMM checkpoint (restart reads the tail)")
+    # Kafka's RLM task retry keys: remote reads (serve) and copy retries after a leader change (tier)
+    remote_log_manager_task_retry_backoff_ms: int = Field(500, ge=1)
+    remote_log_manager_task_retry_backoff_max_ms: int = Field(30_000, ge=1)
+    remote_log_manager_task_retry_jitter: float = Field(0.2, ge=0, le=1)
     command_config: Path | None = Field(None, description="Kafka client properties: tierproxy's own identity "
                                         "(security.protocol, sasl.*, ssl.*), as Kafka's --command-config")
 
@@ -135,9 +139,6 @@ class ProxySettings(CommonSettings):
                                                         "(KIP-1075; a request's own timeout_ms, v10+, is shorter)")
     remote_log_reader_threads: int = Field(10, ge=1, description="concurrent remote reads")
     remote_log_reader_max_pending_tasks: int = Field(100, ge=0, description="queued remote reads before rejecting")
-    remote_log_manager_task_retry_backoff_ms: int = Field(500, ge=1)
-    remote_log_manager_task_retry_backoff_max_ms: int = Field(30_000, ge=1)
-    remote_log_manager_task_retry_jitter: float = Field(0.2, ge=0, le=1)
     remote_fetch_chunk_bytes: int = Field(4 << 20, ge=64 * 1024, description="read-ahead chunk size")
     remote_fetch_cache_bytes: int = Field(256 << 20, ge=0, description="chunk cache size")
     remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")

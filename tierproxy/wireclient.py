@@ -20,10 +20,8 @@ class WireClient:
     def __init__(self, bootstrap: str, client_id: str = "tierproxy", timeout: float = 30.0,
                  identity: ClientIdentity | None = None) -> None:
         """Connect, with TLS and SASL when `identity` asks for them (tierproxy's `--command-config`)."""
-        host, _, port = bootstrap.split(",")[0].rpartition(":")
-        self.address = (host, int(port))
         self.client = RequestClient(identity.client_id or client_id if identity else client_id)
-        sock = socket.create_connection(self.address, timeout=timeout)
+        sock, host = self._connect(bootstrap, timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             ctx = identity.ssl_context() if identity is not None else None
@@ -33,6 +31,19 @@ class WireClient:
         except BaseException:
             sock.close()
             raise
+
+    def _connect(self, bootstrap: str, timeout: float) -> tuple[socket.socket, str]:
+        """The first address of a `bootstrap` list that accepts a connection, as Kafka clients bootstrap: a dead
+        first broker must not stop tools and the tiering driver."""
+        error: OSError | None = None
+        for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+            host, _, port = address.rpartition(":")
+            self.address = (host, int(port))
+            try:
+                return socket.create_connection(self.address, timeout=timeout), host
+            except OSError as exc:
+                error = exc
+        raise error or OSError(f"no broker address in {bootstrap!r}")
 
     def _authenticate(self, identity: ClientIdentity) -> None:
         from tierproxy.identity.clients import token_getter

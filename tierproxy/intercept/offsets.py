@@ -128,10 +128,14 @@ def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseE
             pc = tier.partition(t["topic"], p["partition"])
             if epoch is None or pc is None or p["error_code"] != 0:
                 continue
-            if p["end_offset"] == UNDEFINED or p["leader_epoch"] == UNDEFINED or p["leader_epoch"] > epoch:
-                found = pc.end_offset_for_epoch(epoch)
-                if found is not None:
-                    p["leader_epoch"], p["end_offset"] = found
-                    changed = True
+            found = pc.end_offset_for_epoch(epoch)
+            if found is None or found == (p["leader_epoch"], p["end_offset"]):
+                continue
+            # the broker does not know the epoch, or its epoch cache starts at its local log start (a broker without
+            # tiered storage truncates it there) while the tier saw the next epoch begin: the tier's lineage decides
+            broker_unsure = p["end_offset"] == UNDEFINED or p["leader_epoch"] == UNDEFINED or p["leader_epoch"] > epoch
+            if broker_unsure or found[1] <= pc.latest_tiered_offset():
+                p["leader_epoch"], p["end_offset"] = found
+                changed = True
     slot.chunks = (registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data) if changed
                    else framed(ev.frame))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,8 @@ from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_off
 from tierproxy.identity import ClientIdentity
 from tierproxy.identity.clients import aiokafka_options
 from tierproxy.wireclient import WireClient
+
+log = logging.getLogger("tierproxy.tier")
 
 
 @dataclass(frozen=True)
@@ -66,14 +69,18 @@ def list_offsets(view: ClusterView, parts: list[PartitionInfo]) -> dict[tuple[st
             by_leader[p.leader].append(p)
     out: dict[tuple[str, int], PartitionOffsets] = {}
     for leader, ps in by_leader.items():
-        with WireClient(view.brokers[leader], client_id="tierproxy-tier", identity=view.identity) as w:
-            got = {}
-            for name, isolation, spec in PARTITION_BOUNDS:
-                asked: dict[str, dict[int, int]] = defaultdict(dict)
-                for p in ps:
-                    asked[p.topic][p.partition] = spec
-                got[name] = listed_offsets(w.request(ApiKey.LIST_OFFSETS, 7,
-                                                     list_offsets_request(asked, isolation=isolation)))
+        got = {}
+        try:
+            with WireClient(view.brokers[leader], client_id="tierproxy-tier", identity=view.identity) as w:
+                for name, isolation, spec in PARTITION_BOUNDS:
+                    asked: dict[str, dict[int, int]] = defaultdict(dict)
+                    for p in ps:
+                        asked[p.topic][p.partition] = spec
+                    got[name] = listed_offsets(w.request(ApiKey.LIST_OFFSETS, 7,
+                                                         list_offsets_request(asked, isolation=isolation)))
+        except (OSError, KeyError) as exc:  # a leader that died since the view was taken: next pass asks again
+            log.warning("offsets of %d partitions led by node %d unavailable: %s", len(ps), leader, exc)
+            continue
         for p in ps:
             key = (p.topic, p.partition)
             if all(key in g for g in got.values()):

@@ -30,6 +30,16 @@ class CopyError(RuntimeError):
     """A copy task failed (broker error, storage error); the driver retries with a new segment id."""
 
 
+class LeaderMoved(CopyError):
+    """The broker asked is no longer (or not yet) the partition's leader, or cannot be reached: the driver waits
+    for the cluster to name a live leader and retries there."""
+
+
+LEADER_ERRORS = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
+                           ErrorCode.UNKNOWN_LEADER_EPOCH})
+
+
 class DataGone(CopyError):
     """The broker no longer has the range (OFFSET_OUT_OF_RANGE): retrying cannot help; the next pass reports
     the gap and starts from the broker's log start."""
@@ -49,6 +59,8 @@ def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
             part = resp["responses"][0]["partitions"][0]
             if part["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE:
                 raise DataGone(f"{topic}-{partition}: offset {offset} is no longer on the broker")
+            if part["error_code"] in LEADER_ERRORS:
+                raise LeaderMoved(f"{topic}-{partition}: {leader} answered error {part['error_code']} (not leader)")
             if part["error_code"] != 0:
                 raise CopyError(f"{topic}-{partition} fetch at {offset}: error {part['error_code']}")
             aborted = [(a["producer_id"], a["first_offset"]) for a in part["aborted_transactions"] or []]
@@ -82,6 +94,8 @@ def copy_task(task: dict[str, Any], identity: ClientIdentity | None = None) -> d
     in the task dicts that come back to the driver and its summaries."""
     started = time.monotonic()
     try:
+        if not task["leader"]:
+            raise LeaderMoved(f"{task['topic']}-{task['partition']} has no leader the cluster can name")
         batches, aborted = fetch_range(task["leader"], task["topic"], task["partition"], task["start"], task["end"],
                                        task["first"], identity)
         if not batches:
@@ -109,4 +123,6 @@ def copy_task(task: dict[str, Any], identity: ClientIdentity | None = None) -> d
                 "leader_epochs": files.leader_epochs or {0: files.start_offset}, "size": files.log_size,
                 "txn_index_empty": files.txn_index_empty, "seconds": time.monotonic() - started}
     except Exception as exc:  # the driver decides: retry with a new segment id
-        return {**task, "ok": False, "gone": isinstance(exc, DataGone), "error": f"{type(exc).__name__}: {exc}"}
+        moved = isinstance(exc, (LeaderMoved, OSError))  # refused, reset or timed out: the leader may be gone
+        return {**task, "ok": False, "gone": isinstance(exc, DataGone), "leader_moved": moved,
+                "error": f"{type(exc).__name__}: {exc}"}

@@ -18,18 +18,17 @@ import threading
 import time
 import uuid
 from collections.abc import Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tierproxy.config import TierSettings
-from tierproxy.identity import ClientIdentity
 from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition, new_uuid
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tiering import housekeeping
-from tierproxy.tiering.cluster import describe_cluster, list_offsets, topic_configs
+from tierproxy.tiering.cluster import ClusterView, describe_cluster, list_offsets, topic_configs
 from tierproxy.tiering.copy import copy_task
 from tierproxy.tiering.plan import Gap, Range, plan_partition, select_topics
 
@@ -79,6 +78,7 @@ class TieringJob:
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self._spark: Any = None
         self._started = False
+        self._view: ClusterView | None = None  # the cluster as last described: where copies fetch from
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -118,7 +118,7 @@ class TieringJob:
         summary = RunSummary(uuid.uuid4().hex[:12], int(time.time() * 1000))
         started = time.monotonic()
         # first: a refused identity (command.config) fails here with its reason, not as aiokafka's bootstrap error
-        view = describe_cluster(s.own_bootstrap, s.identity)
+        view = self._view = describe_cluster(s.own_bootstrap, s.identity)
         if not self._started:
             self.run(self.rlmm.start())
             self._started = True
@@ -140,7 +140,11 @@ class TieringJob:
             pc = self.rlmm.cache.get(p.topic_id, p.partition)
             tiered_end = pc.latest_tiered_offset() if pc else -1
             seg_bytes = s.tier_topic_overrides.get(p.topic, {}).get("segment.bytes", s.tier_segment_bytes)
-            rs, gap = plan_partition(view, p, o, tiered_end, seg_bytes)
+            try:
+                rs, gap = plan_partition(view, p, o, tiered_end, seg_bytes)
+            except OSError as exc:  # its leader died since the view was taken: the next pass plans it
+                log.warning("not planning %s-%d this pass: %s", p.topic, p.partition, exc)
+                continue
             if gap is not None:
                 log.error("GAP %s", gap.describe())
                 summary.gaps.append(asdict(gap))
@@ -154,6 +158,9 @@ class TieringJob:
             cfg = configs.get(t, {})
             retention[t] = (int(over.get("retention.ms", cfg.get("retention.ms", -1))),
                             int(over.get("retention.bytes", cfg.get("retention.bytes", -1))))
+        view = self._view or view  # leaders may have moved during the copies
+        current = {(p.topic_id, p.partition): p for p in view.partitions}
+        parts = [current.get((p.topic_id, p.partition), p) for p in parts]
         after = list_offsets(view, parts)
         log_starts = {k: o.log_start for k, o in after.items()}
         summary.expired = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention, log_starts))
@@ -170,13 +177,17 @@ class TieringJob:
 
     def _copy(self, ranges: list[Range], summary: RunSummary) -> None:
         pending = ranges
+        moved: set[tuple[bytes, int, int]] = set()  # (topic id, partition, the leader that failed)
         unfinished: list[Range] = []
         failed_by_partition: dict[tuple[bytes, int], int] = {}
         for attempt in range(1, self.settings.tier_task_max_attempts + 1):
             if not pending:
                 return
+            if attempt > 1:
+                pending = self._await_leaders(pending, moved)
             tasks = self._start(pending)
             retry: list[Range] = []
+            moved = set()
             gone: list[Range] = []
             for result in self._run_tasks(tasks):
                 r = next(x for x in pending if (x.part.topic_id, x.part.partition, x.start) ==
@@ -196,6 +207,8 @@ class TieringJob:
                         gone.append(r)
                     else:
                         retry.append(r)
+                        if result.get("leader_moved"):
+                            moved.add((r.part.topic_id, r.part.partition, r.part.leader))
             pending = retry
             unfinished += gone
         for r in pending + unfinished:  # still failing: keep each partition's tiered range contiguous
@@ -220,9 +233,31 @@ class TieringJob:
         self.run(self.rlmm.add_segments(mds))
         return tasks
 
-    def _leader(self, r: Range) -> str:
-        return str(describe_cluster_cached(self.settings.own_bootstrap, self.settings.identity
-                                           ).brokers[r.part.leader])
+    def _leader(self, r: Range) -> str | None:
+        return self._view.brokers.get(r.part.leader) if self._view is not None else None
+
+    def _await_leaders(self, pending: list[Range], moved: set[tuple[bytes, int, int]]) -> list[Range]:
+        """Before a retry: ask the cluster again and, where a copy failed because its leader was unreachable or no
+        longer the leader, wait (backoff doubling from `remote.log.manager.task.retry.backoff.ms`, at most
+        `...backoff.max.ms` in all) until another broker leads the partition — a killed leader stays in the
+        metadata until the controller fences it (broker.session.timeout.ms, 9 s by default). The retried ranges
+        go to the partitions' current leaders and carry their current leader epochs."""
+        s = self.settings
+        delay = s.remote_log_manager_task_retry_backoff_ms / 1000
+        deadline = time.monotonic() + s.remote_log_manager_task_retry_backoff_max_ms / 1000
+        while True:
+            time.sleep(delay)
+            view = describe_cluster(s.own_bootstrap, s.identity)
+            current = {(p.topic_id, p.partition): p for p in view.partitions}
+            waiting = [k for k in moved if (p := current.get(k[:2])) is None or p.leader < 0 or p.leader == k[2]]
+            if not waiting or time.monotonic() + delay >= deadline:
+                break
+            delay = min(delay * 2, max(0.0, deadline - time.monotonic()))
+        if waiting:
+            log.warning("%d partitions still have no new leader after %.1fs; retrying where the cluster says",
+                        len(waiting), s.remote_log_manager_task_retry_backoff_max_ms / 1000)
+        self._view = view
+        return [replace(r, part=current.get((r.part.topic_id, r.part.partition), r.part)) for r in pending]
 
     def _run_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """One Spark task per segment, all in parallel; a live progress bar follows Spark's task counters."""
@@ -290,17 +325,6 @@ class TieringJob:
             if g not in known:
                 known.append(g)
         gaps_file.write_text(json.dumps(known, indent=1))
-
-
-_CLUSTER_CACHE: dict[str, tuple[float, Any]] = {}
-
-
-def describe_cluster_cached(bootstrap: str, identity: ClientIdentity | None = None, ttl: float = 5.0) -> Any:
-    hit = _CLUSTER_CACHE.get(bootstrap)
-    if hit is None or time.monotonic() - hit[0] > ttl:
-        hit = (time.monotonic(), describe_cluster(bootstrap, identity))
-        _CLUSTER_CACHE[bootstrap] = hit
-    return hit[1]
 
 
 def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] | None = None,
