@@ -38,7 +38,8 @@ class ReadGate:
 
 
 class ByteBudget:
-    """One process-wide bound on the bytes held by requests being received (Kafka's `queued.max.request.bytes`).
+    """One process-wide bound on the bytes held by requests being received (Kafka's `queued.max.request.bytes`)
+    and by remote responses being assembled.
 
     A connection may hold `floor` bytes of its own (its staging buffer: small requests never wait); beyond that it
     draws from the budget. A connection that grows past the bound stops being read (backpressure, not an error)
@@ -50,6 +51,7 @@ class ByteBudget:
         self.floor = floor
         self.used = 0
         self.pauses = 0  # times a connection was paused for lack of budget
+        self.reserved = 0  # of `used`: held for remote responses being assembled
         self._held: dict[int, int] = {}
         self._waiting: dict[int, ReadGate] = {}
 
@@ -71,6 +73,19 @@ class ByteBudget:
             gate.pause("memory")
         elif want < old:
             self._wake()
+
+    def reserve(self, wanted: int) -> int:
+        """Bytes for a response being assembled (remote reads): as much of `wanted` as the bound has left, never
+        waiting — what is not granted is read on a later fetch. Give the grant back with `give_back`."""
+        granted = max(0, min(wanted, self.limit - self.used))
+        self.used += granted
+        self.reserved += granted
+        return granted
+
+    def give_back(self, granted: int) -> None:
+        self.used -= granted
+        self.reserved -= granted
+        self._wake()
 
     def release(self, key: int) -> None:
         """The connection is gone."""

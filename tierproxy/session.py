@@ -72,6 +72,21 @@ class Session:
         self.upstream_name = "?"
         self.last_active = asyncio.get_running_loop().time()
         self.state: dict[str, Any] = {}  # per-connection state of request handlers (e.g. known-remote partitions)
+        self.writing_paused = False  # the client's transport holds more than the high water mark
+        self.unwritten_reserved = 0  # queued.max.request.bytes held by responses still in that buffer
+
+    def hold_until_written(self, reserved: int) -> None:
+        """Give back memory reserved for a response (`ByteBudget.reserve`) once it has left the process: now, or
+        when a slow client's transport buffer drains (or the connection closes)."""
+        if self.writing_paused and not self.closed:
+            self.unwritten_reserved += reserved
+        else:
+            self.proxy.request_budget.give_back(reserved)
+
+    def writes_drained(self) -> None:
+        held, self.unwritten_reserved = self.unwritten_reserved, 0
+        if held:
+            self.proxy.request_budget.give_back(held)
 
     # --- client side -------------------------------------------------------------------------------------------
     def client_connected(self, transport: asyncio.Transport) -> None:
@@ -198,6 +213,7 @@ class Session:
         for t in (self.client, self.upstream):
             if t is not None and not t.is_closing():
                 t.close()
+        self.writes_drained()
         self.proxy.session_closed(self)
 
 
@@ -239,10 +255,13 @@ class ClientProtocol(asyncio.BufferedProtocol):
 
     def pause_writing(self) -> None:
         if self.session is not None:
+            self.session.writing_paused = True
             self.session.upstream_gate.pause("client_slow")
 
     def resume_writing(self) -> None:
         if self.session is not None:
+            self.session.writing_paused = False
+            self.session.writes_drained()
             self.session.upstream_gate.resume("client_slow")
 
 

@@ -59,7 +59,7 @@ def test_merge_answers_exactly_the_requested_partitions_in_request_order() -> No
 
 def test_an_all_remote_answer_is_a_well_formed_fetch_response() -> None:
     plan = plan_fetch(request({"a": {0: 1}}), False, {("a", 0): 10})
-    entry = partition_entry(0, None, BrokerOffsets(120, 110, 10, 0.0), tier_end=9, tier_start=0)
+    entry = partition_entry(0, None, BrokerOffsets(120, 110, 10, 0.0), tier_start=0)
     entry["records"] = memoryview(b"")
     merged = merge_response(plan, None, {("a", 0): entry})
     frame = b"".join(bytes(c) for c in registry.encode_response(ApiKey.FETCH, 12, 7, merged))
@@ -69,9 +69,9 @@ def test_an_all_remote_answer_is_a_well_formed_fetch_response() -> None:
     assert p["error_code"] == ErrorCode.NONE
 
 
-def test_partition_fields_fall_back_to_the_tier_end_when_the_broker_was_not_asked() -> None:
-    entry = partition_entry(3, None, None, tier_end=41, tier_start=5)
-    assert (entry["high_watermark"], entry["last_stable_offset"], entry["log_start_offset"]) == (42, 42, 5)
+def test_partition_fields_are_never_made_up_from_the_tier_when_the_leader_was_not_asked() -> None:
+    entry = partition_entry(3, None, None, tier_start=5)
+    assert (entry["high_watermark"], entry["last_stable_offset"], entry["log_start_offset"]) == (-1, -1, 5)
 
 
 @pytest.mark.parametrize(("failure", "code"), [

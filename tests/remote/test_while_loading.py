@@ -13,15 +13,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
-from protocol.requests import list_offsets_request
-from tests.kafkahelpers import broker_forgets, create_topic
+from protocol.requests import fetch_request, list_offsets_request
+from tests.kafkahelpers import broker_forgets, create_topic, watermarks
 from tests.realparts import ProxyProcess
 from tests.tiering.helpers import settings, tier_once
+from tests.waiting import wait_until
 from tierproxy.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
@@ -120,5 +122,44 @@ def test_readers_from_zero_wait_for_the_tier_instead_of_resetting(kafka: KafkaCl
             java = [int(m) for m in re.findall(r"Offset:(\d+)", outputs["java"])]
             assert java == list(range(RECORDS))
             assert log_start > RECORDS // 2  # the first half really was served from the tier
+        finally:
+            proxy.stop()
+
+
+def test_remote_answers_carry_the_leaders_offsets_or_a_retriable_error(kafka: KafkaCluster, tmp_path: Path,
+                                                                       topic_name: str) -> None:
+    """O item 7: the high watermark, last stable offset and log start of a remote answer are the leader's (asked on
+    tierproxy's own listener), never made up from the tier's end. While the leader cannot be asked (own listener
+    behind a closed gate, metadata from files so the tier is ready), the partition gets REPLICA_NOT_AVAILABLE and no
+    records; once it can, the records come with the broker's own high watermark."""
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "2000"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    for i in range(RECORDS):
+        p.produce(topic_name, f"r{i}".encode() * 20)
+    p.flush(60)
+    s = settings(kafka.bootstrap, tmp_path, topic_name)
+    assert tier_once(s).failed == 0
+    log_start = broker_forgets(kafka.bootstrap, topic_name, above=RECORDS // 2)
+    with gate(kafka.bootstrap) as (port, opened):
+        cfg = tmp_path / "own.properties"
+        cfg.write_text(f"security.protocol=PLAINTEXT\nbootstrap.servers=127.0.0.1:{port}\n")
+        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+            "TIERPROXY_COMMAND_CONFIG": str(cfg), "TIERPROXY_STORAGE": s.storage, "TIERPROXY_METADATA": s.metadata})
+        try:
+            def fetch() -> dict[str, Any]:
+                with WireClient(proxy.bootstrap) as w:  # relayed to the one broker (per-broker ports need the gate)
+                    resp = w.request(ApiKey.FETCH, 12, fetch_request({topic_name: {0: 0}}, max_bytes=1 << 20))
+                return dict(resp["responses"][0]["partitions"][0])
+
+            wait_until(lambda: "remote tier ready" in proxy.log_text(), "the tier", timeout=30)
+            blind = fetch()
+            assert blind["error_code"] == ErrorCode.REPLICA_NOT_AVAILABLE
+            assert len(blind["records"] or b"") == 0 and blind["high_watermark"] == -1
+            opened.set()
+            seen = wait_until(lambda: (f := fetch())["error_code"] == 0 and f, "a remote answer", timeout=30)
+            hw = watermarks(kafka.bootstrap, topic_name)[1]
+            assert len(seen["records"]) > 0
+            assert (seen["high_watermark"], seen["last_stable_offset"], seen["log_start_offset"]) == (hw, hw, 0)
+            assert log_start > 0
         finally:
             proxy.stop()

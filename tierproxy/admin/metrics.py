@@ -8,9 +8,10 @@
     tierproxy_delayed_remote_fetch_expires_total   ~ DelayedRemoteFetchMetrics.ExpiresPerSec
     tierproxy_fetch_latency_seconds{path=tail|remote}, tierproxy_remote_cache_{hits,misses,bytes}*,
     tierproxy_{client,upstream}_connections, tierproxy_queued_{max_,}request_bytes,
-    tierproxy_request_memory_pauses_total, tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
+    tierproxy_remote_response_reserved_bytes, tierproxy_request_memory_pauses_total,
+    tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
     tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total, tierproxy_rlmm_consumer_restarts_total,
-    tierproxy_remote_answers_while_loading_total
+    tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ class ProxyCollector(Collector):
         yield up
         budget = p.request_budget  # queued.max.request.bytes: the bound, what is drawn on it, how often it paused
         for name, help_, value in (
-                ("tierproxy_queued_max_request_bytes", "Bound on request bytes being received (all connections)",
-                 budget.limit),
+                ("tierproxy_queued_max_request_bytes", "Bound on request bytes being received and remote "
+                 "responses being assembled (all connections)", budget.limit),
                 ("tierproxy_queued_request_bytes", "Request bytes being received beyond each connection's own "
-                 "64 KiB", budget.used)):
+                 "64 KiB", budget.used - budget.reserved),
+                ("tierproxy_remote_response_reserved_bytes", "Bytes of the bound held for remote responses being "
+                 "assembled", budget.reserved)):
             g = GaugeMetricFamily(name, help_)
             g.add_metric([], value)
             yield g
@@ -81,6 +84,8 @@ class ProxyCollector(Collector):
                 ("tierproxy_delayed_remote_fetch_expires", "Remote partitions expired in purgatory", stats.expired),
                 ("tierproxy_remote_answers_while_loading", "Answers made retriable (REPLICA_NOT_AVAILABLE) while the "
                  "segment metadata was not loaded", stats.loading_retriable),
+                ("tierproxy_remote_answers_without_broker_offsets", "Remote answers made retriable "
+                 "(REPLICA_NOT_AVAILABLE): the leader's high watermark could not be asked", stats.offsets_unknown),
                 ("tierproxy_remote_fetch_rejected", "Remote reads rejected by a full pool", tier.pool.rejected),
                 ("tierproxy_remote_cache_hits", "Chunk cache hits", tier.reader.hits),
                 ("tierproxy_remote_storage_short_reads", "Storage reads shorter than asked (retried)",

@@ -41,6 +41,7 @@ from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.storage import ObjectMissing
 
 log = logging.getLogger("tierproxy.intercept.fetch")
+STALE_OFFSETS_S = 30.0
 Key = tuple[Any, int]  # (topic name or topic id, partition)
 Data = dict[str, Any]
 
@@ -60,6 +61,7 @@ class FetchPlan:
     requested_reads: set[Key] = field(default_factory=set)  # the partitions this fetch's budget reads
     errors: dict[Key, int] = field(default_factory=dict)  # early reads that could not start
     deadline: float = 0.0  # loop time: the purgatory's end (remote.fetch.max.wait.ms after arrival)
+    reserved: int = 0  # bytes of queued.max.request.bytes held for this response's remote reads
     started: float = field(default_factory=time.monotonic)
 
     @cached_property
@@ -131,7 +133,7 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     if plan.remote and tier is not None:
         loop = asyncio.get_running_loop()
         plan.deadline = loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
-        plan.budget = fit_budget(plan, plan.remote, 0)
+        plan.budget = within_memory(session, plan, fit_budget(plan, plan.remote, 0))
         plan.reads, plan.errors, plan.rejected = _submit_reads(tier, plan, plan.budget, plan.deadline, known)
     session.forward(ev, registry.encode_request(ev.header, data) if changed else None, Slot(ev.header, ctx=plan))
 
@@ -145,12 +147,14 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     # the tail path's only question is "any partition out of range?": a scan answers it without a decode
     scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
     if not tier.serving and any(code == ErrorCode.OFFSET_OUT_OF_RANGE for _, _, code in scan.errors):
+        release_memory(session, plan)
         data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
         session.complete_later(slot, answer_while_loading(session, slot, data, plan, tier))
         return
     oor = remote_after_broker(plan, scan, tier)
     _drop_unused_reads(session, plan, oor)
     if not oor:
+        release_memory(session, plan)
         rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
         FETCH_LATENCY.labels("tail").observe(time.monotonic() - plan.started)
         return
@@ -210,9 +214,39 @@ def remote_after_broker(plan: FetchPlan, scan: FetchScan, tier: RemoteTier) -> l
     return oor
 
 
+def within_memory(session: Session, plan: FetchPlan, budget: dict[Key, tuple[int, bool]]
+                  ) -> dict[Key, tuple[int, bool]]:
+    """The part of a fetch's budget the process-wide bound (`queued.max.request.bytes`, shared with requests
+    being received) can hold now, in request order; the grant is held until the response is handed to the
+    transport. Partitions left out are answered empty at the purgatory's deadline and read on a later fetch."""
+    granted = session.proxy.request_budget.reserve(sum(size for size, _ in budget.values()))
+    plan.reserved += granted
+    out: dict[Key, tuple[int, bool]] = {}
+    for key, (size, min_one) in budget.items():
+        if granted <= 0:
+            break
+        out[key] = (min(size, granted), min_one)
+        granted -= out[key][0]
+    return out
+
+
+def release_memory(session: Session, plan: FetchPlan) -> None:
+    """The response is written (or dropped): its grant goes back once the bytes leave the process."""
+    if plan.reserved:
+        session.hold_until_written(plan.reserved)
+        plan.reserved = 0
+
+
 async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan, oor: list[Key]) -> None:
     """The delayed remote fetch: every partition the broker answered out of range and the tier holds is read in
     parallel (reads started early are reused); the answer goes at completion or at the deadline."""
+    try:
+        await _complete(session, slot, upstream, plan, oor)
+    finally:
+        release_memory(session, plan)
+
+
+async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan, oor: list[Key]) -> None:
     tier = session.proxy.remote
     assert tier is not None
     loop = asyncio.get_running_loop()
@@ -221,7 +255,10 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     stats = session.proxy.fetch_stats
     answered = sum(len(p["records"] or b"") for t in upstream.get("responses", ()) for p in t["partitions"]
                    if p["error_code"] == 0)
-    budget = fit_budget(plan, oor, answered)
+    wanted = fit_budget(plan, oor, answered)
+    session.proxy.request_budget.give_back(plan.reserved)  # the early reads' grant: the final budget takes its own
+    plan.reserved = 0
+    budget = within_memory(session, plan, wanted)
     plan.requested_reads = set(budget)
     # an early read stands if the budget still allows what it was started with
     early = {k: t for k, t in plan.reads.items() if k in budget and plan.budget.get(k, budget[k]) <= budget[k]}
@@ -230,6 +267,7 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
     reads.update(early)
     errors.update({k: e for k, e in plan.errors.items() if k in budget})
     rejected |= {k for k in plan.rejected if k in budget and k not in early}
+    rejected |= set(wanted) - set(budget)  # no memory left for them now: empty at the deadline, like a full pool
     # partitions beyond this fetch's budget have no read and no error: answered empty, read on a later fetch
     offsets_task = loop.create_task(_broker_offsets(tier, plan, oor))
     offsets_task.add_done_callback(_consume_exception)
@@ -246,6 +284,7 @@ async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan
         offsets = await asyncio.wait_for(asyncio.shield(offsets_task), timeout=max(0.05, deadline - loop.time()))
     except (TimeoutError, OSError, ConnectionError):
         offsets = {}
+    offsets = _last_known(tier, plan, oor, offsets)
     broker_entries = {(t["topic_id"] if plan.by_id else t["topic"], p["partition_index"]): p
                       for t in upstream.get("responses", ()) for p in t["partitions"]}
     entries: dict[Key, Data] = dict(broker_entries)
@@ -293,11 +332,15 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
                   known: dict[Key, int]) -> Data:
     """One remote partition's answer: records read in time, an error from the table, or empty (expired)."""
     pc = _pc(tier, plan.by_id, key)
-    entry = partition_entry(key[1], broker_entry, broker, pc.latest_tiered_offset() if pc else -1,
-                            pc.earliest_offset() if pc else -1)
+    entry = partition_entry(key[1], broker_entry, broker, pc.earliest_offset() if pc else -1)
     topic = pc.tp.topic if pc else str(key[0])
     if error is not None:
         entry["error_code"] = error
+    elif broker is None:
+        # no high watermark, last stable offset or log start from the leader: records without them would show
+        # the consumer a lag of our own making (Java records-lag, Streams idling); it retries the same offset
+        entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+        stats.offsets_unknown += 1
     elif task is None and key not in plan.requested_reads:
         pass  # beyond this fetch's byte budget: empty, no error, read on a later fetch
     elif task is None or not task.done():
@@ -340,11 +383,23 @@ async def _broker_offsets(tier: RemoteTier, plan: FetchPlan, keys: list[Key]) ->
     return {names[k]: v for k, v in got.items()}
 
 
-def partition_entry(partition: int, broker_entry: Data | None, broker: BrokerOffsets | None, tier_end: int,
+def _last_known(tier: RemoteTier, plan: FetchPlan, keys: list[Key], fresh: dict[Key, BrokerOffsets]
+                ) -> dict[Key, BrokerOffsets]:
+    """Where the leader could not be asked in time: its answer of the last STALE_OFFSETS_S seconds (a fetch
+    response's high watermark is a snapshot anyway). Never an offset of our own making."""
+    out = dict(fresh)
+    for key in keys:
+        pc = _pc(tier, plan.by_id, key) if key not in out else None
+        if pc is not None and (last := tier.last_broker_offsets(pc.tp.topic, key[1], STALE_OFFSETS_S)) is not None:
+            out[key] = last
+    return out
+
+
+def partition_entry(partition: int, broker_entry: Data | None, broker: BrokerOffsets | None,
                     tier_start: int | None) -> Data:
-    """A remote partition's response entry before records: the broker's HW and LSO (the tier's end + 1 when the
-    broker could not be asked), the tier's start as log start."""
-    hw = broker.high_watermark if broker is not None and broker.high_watermark >= 0 else tier_end + 1
+    """A remote partition's response entry before records: the leader's HW and LSO (-1 when it could not be asked:
+    the entry then carries an error, never records), the tier's start as log start."""
+    hw = broker.high_watermark if broker is not None else -1
     lso = broker.last_stable if broker is not None and broker.last_stable >= 0 else hw
     entry = dict(broker_entry) if broker_entry else {}
     entry.update({"partition_index": partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": lso,

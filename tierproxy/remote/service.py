@@ -198,6 +198,11 @@ class RemoteTier:
                 out[key] = self._offsets[key] = offsets
         return out
 
+    def last_broker_offsets(self, topic: str, partition: int, max_age: float) -> BrokerOffsets | None:
+        """The partition's offsets as its leader last answered them, if no older than `max_age` seconds."""
+        c = self._offsets.get((topic, partition))
+        return c if c is not None and time.monotonic() - c.at < max_age else None
+
     async def broker_offsets(self, topic: str, partition: int, max_age: float = 1.0) -> BrokerOffsets:
         """The partition's current HW, LSO and log start, asked of its leader with tierproxy's own identity;
         KeyError when its leader cannot be found or asked."""
