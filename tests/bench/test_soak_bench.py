@@ -25,7 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.report import report
-from tests.kafkahelpers import create_topic
+from tests.kafkahelpers import create_topic, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tests.remote.s3_faults import fault_relay
 from tierproxy.kafkadist import KafkaCluster, free_port
@@ -55,41 +55,52 @@ class Counter:
             return n
 
 
-def _follow(cmd: list[str], counter: Counter, stop: threading.Event) -> subprocess.Popen[str]:
+def _follow(cmd: list[str], counter: Counter, stop: threading.Event) -> tuple[subprocess.Popen[str], threading.Thread]:
     """A consumer whose output lines are counted as they come."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
 
     def pump() -> None:
         assert proc.stdout is not None
-        for _ in proc.stdout:
-            counter.add()
-            if stop.is_set():
-                break
+        with proc.stdout:
+            for _ in proc.stdout:
+                counter.add()
+                if stop.is_set():
+                    break
 
-    threading.Thread(target=pump, daemon=True).start()
-    return proc
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    return proc, t
 
 
-def _catch_up_loop(kcat: str, bootstrap: str, topic: str, partition: int, counter: Counter, stop: threading.Event,
-                   passes: list[int], problems: list[str]) -> None:
-    """Read the partition from offset 0 to its end again and again; each pass must be gapless from 0."""
+def _catch_up_loop(kcat: str, bootstrap: str, broker: str, topic: str, partition: int, counter: Counter,
+                   stop: threading.Event, passes: list[tuple[int, float]], problems: list[str]) -> None:
+    """Read the partition from offset 0 up to its high watermark at the pass's start, again and again; each pass
+    must be gapless from 0."""
     while not stop.is_set():
-        proc = subprocess.Popen([kcat, "-b", bootstrap, "-C", "-t", topic, "-p", str(partition), "-o", "0", "-e",
-                                 "-q", "-f", "%o\n"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        began = time.monotonic()
+        hw = watermarks(broker, topic, partition)[1]
+        if hw == 0:
+            time.sleep(1)
+            continue
+        proc = subprocess.Popen([kcat, "-b", bootstrap, "-C", "-t", topic, "-p", str(partition), "-o", "0", "-c",
+                                 str(hw), "-q", "-f", "%o\n"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True)
         assert proc.stdout is not None
         expected = 0
-        for line in proc.stdout:
-            offset = int(line)
-            if offset != expected:
-                problems.append(f"partition {partition}: offset {offset} after {expected - 1}")
-                break
-            expected += 1
-            counter.add()
-            if stop.is_set():
-                break
-        proc.kill()
-        proc.wait(10)
-        passes.append(expected)
+        with proc.stdout:
+            for line in proc.stdout:
+                offset = int(line)
+                if offset != expected:
+                    problems.append(f"partition {partition}: offset {offset} after {expected - 1}")
+                    break
+                expected += 1
+                counter.add()
+                if stop.is_set():
+                    break
+            proc.kill()
+            proc.wait(10)
+        if expected == hw:
+            passes.append((expected, time.monotonic() - began))
 
 
 def _histogram(text: str) -> dict[str, list[tuple[float, float]]]:
@@ -157,19 +168,22 @@ def _plot(rows: list[dict[str, float]], windows: list[tuple[float, float, str]],
 def test_soak(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, kcat: str) -> None:
     topic = f"soak-{os.getpid()}"
     s3.create_bucket("soak")
-    # the broker keeps 2 minutes; the tier loop copies every 10 s; catch-up readers read the tier and then the log
+    # the broker keeps a minute; the tier loop copies every 10 s; catch-up readers read the tier, then the log
     create_topic(kafka.bootstrap, topic, partitions=PARTITIONS,
-                 config={"segment.ms": "15000", "retention.ms": "120000"})
+                 config={"segment.ms": "10000", "retention.ms": "60000"})
     creds = {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
     admin_port = free_port()
     stop = threading.Event()
     procs: list[subprocess.Popen[str]] = []
+    threads: list[threading.Thread] = []
     problems: list[str] = []
     with fault_relay(s3.endpoint) as relay:
         relay.every, relay.limit = 3, 10**9
         proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
             "TIERPROXY_STORAGE": f"s3://soak/p?endpoint={relay.endpoint}&region={s3.region}",
-            "TIERPROXY_METADATA": "topic:", "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{admin_port}", **creds})
+            "TIERPROXY_METADATA": "topic:", "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{admin_port}",
+            "TIERPROXY_REMOTE_FETCH_CACHE_BYTES": str(8 * MIB), "TIERPROXY_REMOTE_FETCH_CHUNK_BYTES": str(MIB),
+            **creds})  # a small cache: catch-up passes read storage again, through the faults
         tier_log = open(tmp_path / "tier.log", "w")  # noqa: SIM115 - closed below
         tier = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "tier", "--bootstrap-server",
                                  kafka.bootstrap, "--storage", f"s3://soak/p?endpoint={s3.endpoint}&region={s3.region}",
@@ -178,21 +192,23 @@ def test_soak(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, kcat: str) -> N
                                     **os.environ, **creds,  # the tier keeps everything: catch-up starts at 0
                                     "TIERPROXY_TIER_TOPIC_OVERRIDES": json.dumps({topic: {"retention.ms": -1}})})
         tail, direct, catchup = Counter(), Counter(), Counter()
-        passes: list[int] = []
+        passes: list[tuple[int, float]] = []  # (records, seconds) of each complete catch-up pass
         try:
             for q in range(PARTITIONS):
-                procs.append(_follow([kcat, "-b", proxy.bootstrap, "-C", "-t", topic, "-p", str(q), "-o", "end",
-                                      "-u", "-q", "-f", "%o\n"], tail, stop))
-                procs.append(_follow([kcat, "-b", kafka.bootstrap, "-C", "-t", topic, "-p", str(q), "-o", "end",
-                                      "-u", "-q", "-f", "%o\n"], direct, stop))
+                for bootstrap, counter in ((proxy.bootstrap, tail), (kafka.bootstrap, direct)):
+                    proc, t = _follow([kcat, "-b", bootstrap, "-C", "-t", topic, "-p", str(q), "-o", "end", "-u",
+                                       "-q", "-X", "fetch.wait.max.ms=100", "-f", "%o\n"], counter, stop)
+                    procs.append(proc)
+                    threads.append(t)
             procs.append(subprocess.Popen(
                 ["java", "-Xmx256m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
                  "--topic", topic, "--num-records", str(int(RATE * (SECONDS + 60))), "--record-size", "1024",
                  "--throughput", str(RATE), "--producer-props", f"bootstrap.servers={proxy.bootstrap}", "acks=1",
                  "linger.ms=5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True))
             for q in range(2):
-                threading.Thread(target=_catch_up_loop, args=(kcat, proxy.bootstrap, topic, q, catchup, stop,
-                                                             passes, problems), daemon=True).start()
+                threads.append(threading.Thread(target=_catch_up_loop, daemon=True, args=(
+                    kcat, proxy.bootstrap, kafka.bootstrap, topic, q, catchup, stop, passes, problems)))
+                threads[-1].start()
             rows: list[dict[str, float]] = []
             windows: list[tuple[float, float, str]] = []
             period = max(SAMPLE * 2, SECONDS / 12)
@@ -222,6 +238,9 @@ def test_soak(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, kcat: str) -> N
             stop.set()
             for p in procs:
                 p.kill()
+                p.wait(10)
+            for t in threads:
+                t.join(30)
             tier.terminate()
             tier.wait(60)
             tier_log.close()
@@ -233,17 +252,19 @@ def test_soak(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, kcat: str) -> N
     tail_p99 = [r["p99_tail"] for r in warm if r["p99_tail"] > 0]
     remote_p99 = [r["p99_remote"] for r in warm if r["p99_remote"] > 0]
     rss = [r["rss"] / MIB for r in rows]
+    pass_rate = statistics.median(n / max(sec, 1e-3) for n, sec in passes) if passes else 0.0
     report(f"soak {SECONDS / 60:.0f} min", (
         f"tail through the proxy {statistics.mean(r['tail'] for r in warm):.0f} rec/s vs direct "
         f"{statistics.mean(r['direct'] for r in warm):.0f} rec/s (ratio per 5 s: median "
         f"{statistics.median(ratio) if ratio else 0:.2f}, min {min(ratio, default=0):.2f}); catch-up "
-        f"{statistics.mean(r['catchup'] for r in warm):.0f} rec/s, {len(passes)} passes from offset 0 "
-        f"(longest {max(passes, default=0)} records), 0 gaps expected / {len(problems)} found; p99 tail median "
+        f"{statistics.mean(r['catchup'] for r in warm):.0f} rec/s, {len(passes)} whole passes from offset 0 "
+        f"(longest {max(passes, default=(0, 0.0))[0]} records, each at {pass_rate:.0f} rec/s median), "
+        f"{len(problems)} gaps or duplicates; p99 tail median "
         f"{statistics.median(tail_p99) * 1e3 if tail_p99 else 0:.1f} ms max {max(tail_p99, default=0) * 1e3:.1f} ms, "
         f"remote median {statistics.median(remote_p99) * 1e3 if remote_p99 else 0:.1f} ms max "
         f"{max(remote_p99, default=0) * 1e3:.1f} ms; RSS start {rss[0]:.0f} MiB max {max(rss):.0f} MiB end "
         f"{rss[-1]:.0f} MiB; S3 faults injected {dict(relay.counts)}; plot {plot}"))
     assert not problems, problems[:5]
-    assert passes and max(passes) > 0
+    assert passes and max(passes)[0] > 0
     assert min(r["tail"] for r in warm) > 0, "a 5 s window with no tail record through the proxy"
     assert max(rss) < 1024, "RSS beyond 1 GiB"
