@@ -32,6 +32,7 @@ class RemoteFetchStats:
     expired: int = 0  # partitions expired in purgatory (DelayedRemoteFetchMetrics.ExpiresPerSec)
     purgatory: int = 0  # delayed remote fetches waiting now
     loading_retriable: int = 0  # answers made retriable (REPLICA_NOT_AVAILABLE) while the metadata was not loaded
+    gap_skips: int = 0  # fetches in a gap below the broker's log start answered from there (never tiered)
     offsets_unknown: int = 0  # remote answers made retriable: the leader's HW / LSO / log start could not be asked
 
     def served(self, topic: str, nbytes: int) -> None:

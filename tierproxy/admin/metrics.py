@@ -11,7 +11,8 @@
     tierproxy_remote_response_reserved_bytes, tierproxy_request_memory_pauses_total,
     tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
     tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total, tierproxy_rlmm_consumer_restarts_total,
-    tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total
+    tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total,
+    tierproxy_remote_gap_skips_total
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ class ProxyCollector(Collector):
                 ("tierproxy_delayed_remote_fetch_expires", "Remote partitions expired in purgatory", stats.expired),
                 ("tierproxy_remote_answers_while_loading", "Answers made retriable (REPLICA_NOT_AVAILABLE) while the "
                  "segment metadata was not loaded", stats.loading_retriable),
+                ("tierproxy_remote_gap_skips", "Fetches in a gap below the broker's log start (deleted before it "
+                 "was tiered) answered from the broker's log start", stats.gap_skips),
                 ("tierproxy_remote_answers_without_broker_offsets", "Remote answers made retriable "
                  "(REPLICA_NOT_AVAILABLE): the leader's high watermark could not be asked", stats.offsets_unknown),
                 ("tierproxy_remote_fetch_rejected", "Remote reads rejected by a full pool", tier.pool.rejected),

@@ -152,14 +152,15 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         session.complete_later(slot, answer_while_loading(session, slot, data, plan, tier))
         return
     oor = remote_after_broker(plan, scan, tier)
+    beyond = beyond_the_tier(plan, scan, tier, oor)
     _drop_unused_reads(session, plan, oor)
-    if not oor:
+    if not oor and not beyond:
         release_memory(session, plan)
         rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
         FETCH_LATENCY.labels("tail").observe(time.monotonic() - plan.started)
         return
     data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
-    session.complete_later(slot, complete(session, slot, data, plan, oor))
+    session.complete_later(slot, complete(session, slot, data, plan, oor, beyond))
 
 
 async def answer_while_loading(session: Session, slot: Slot, data: Data, plan: FetchPlan, tier: RemoteTier
@@ -209,9 +210,33 @@ def remote_after_broker(plan: FetchPlan, scan: FetchScan, tier: RemoteTier) -> l
         key = (topic, partition)
         pc = _pc(tier, plan.by_id, key)
         req = plan.requested.get(key)
-        if pc is not None and req is not None and pc.segment_for_offset(req["fetch_offset"]) is not None:
+        if pc is not None and req is not None and _tier_answers(pc, req["fetch_offset"]):
             oor.append(key)
     return oor
+
+
+def beyond_the_tier(plan: FetchPlan, scan: FetchScan, tier: RemoteTier, oor: list[Key]) -> list[Key]:
+    """Partitions of a tiered topic the broker answered OFFSET_OUT_OF_RANGE above the tier's end: either ahead of
+    the log (the broker's answer stands) or in a gap the broker deleted before it was tiered (answered from the
+    broker's log start, not reset to the tier's start: that loops). Which one, the leader's offsets tell."""
+    out: list[Key] = []
+    for topic, partition, error_code in scan.errors:
+        key = (topic, partition)
+        if error_code != ErrorCode.OFFSET_OUT_OF_RANGE or key in oor:
+            continue
+        pc = _pc(tier, plan.by_id, key)
+        req = plan.requested.get(key)
+        if pc is not None and req is not None and 0 <= pc.latest_tiered_offset() < req["fetch_offset"]:
+            out.append(key)
+    return out
+
+
+def _tier_answers(pc: PartitionCache, offset: int) -> bool:
+    """The tier holds `offset`, or it falls in a hole between tiered segments (answered from the next one)."""
+    if pc.segment_for_offset(offset) is not None:
+        return True
+    earliest = pc.earliest_offset()
+    return earliest is not None and offset > earliest and pc.next_segment_after(offset) is not None
 
 
 def within_memory(session: Session, plan: FetchPlan, budget: dict[Key, tuple[int, bool]]
@@ -237,16 +262,18 @@ def release_memory(session: Session, plan: FetchPlan) -> None:
         plan.reserved = 0
 
 
-async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan, oor: list[Key]) -> None:
+async def complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan, oor: list[Key],
+                   beyond: list[Key] | None = None) -> None:
     """The delayed remote fetch: every partition the broker answered out of range and the tier holds is read in
     parallel (reads started early are reused); the answer goes at completion or at the deadline."""
     try:
-        await _complete(session, slot, upstream, plan, oor)
+        await _complete(session, slot, upstream, plan, oor, beyond or [])
     finally:
         release_memory(session, plan)
 
 
-async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan, oor: list[Key]) -> None:
+async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPlan, oor: list[Key],
+                    beyond: list[Key]) -> None:
     tier = session.proxy.remote
     assert tier is not None
     loop = asyncio.get_running_loop()
@@ -269,7 +296,7 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
     rejected |= {k for k in plan.rejected if k in budget and k not in early}
     rejected |= set(wanted) - set(budget)  # no memory left for them now: empty at the deadline, like a full pool
     # partitions beyond this fetch's budget have no read and no error: answered empty, read on a later fetch
-    offsets_task = loop.create_task(_broker_offsets(tier, plan, oor))
+    offsets_task = loop.create_task(_broker_offsets(tier, plan, oor + beyond))
     offsets_task.add_done_callback(_consume_exception)
     if reads or rejected:
         stats.purgatory += 1
@@ -284,13 +311,16 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
         offsets = await asyncio.wait_for(asyncio.shield(offsets_task), timeout=max(0.05, deadline - loop.time()))
     except (TimeoutError, OSError, ConnectionError):
         offsets = {}
-    offsets = _last_known(tier, plan, oor, offsets)
+    offsets = _last_known(tier, plan, oor + beyond, offsets)
     broker_entries = {(t["topic_id"] if plan.by_id else t["topic"], p["partition_index"]): p
                       for t in upstream.get("responses", ()) for p in t["partitions"]}
     entries: dict[Key, Data] = dict(broker_entries)
     for key in oor:
         entries[key] = _remote_entry(tier, stats, plan, key, broker_entries.get(key), offsets.get(key), reads.get(key),
                                      errors.get(key), known)
+    for key in beyond:
+        if (entry := await _across_the_gap(tier, stats, plan, key, offsets.get(key), deadline)) is not None:
+            entries[key] = entry
     response = merge_response(plan, upstream, entries)
     rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
     slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
@@ -349,7 +379,7 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
         stats.failed(topic)
         entry["error_code"] = error_for(failure)
         offset = plan.requested[key]["fetch_offset"]
-        if isinstance(failure, ObjectMissing) and pc is not None and pc.segment_for_offset(offset) is not None:
+        if isinstance(failure, ObjectMissing) and pc is not None and _tier_answers(pc, offset):
             # the metadata still says the tier holds it: a lost object, not data gone. OFFSET_OUT_OF_RANGE would
             # reset the client past records that exist; Kafka answers remote storage failures as this
             entry["error_code"] = ErrorCode.UNKNOWN_SERVER_ERROR
@@ -363,6 +393,36 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
                                              for a in res.aborted]
         if broker is not None and broker.log_start > 0:
             known[key] = broker.log_start
+    return entry
+
+
+async def _across_the_gap(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, key: Key,
+                          broker: BrokerOffsets | None, deadline: float) -> Data | None:
+    """A fetch between the tier's end and the broker's log start (records deleted before they were tiered; the
+    tiering job reports the gap): answered with the broker's records from its log start, as a broker answers
+    across a compacted gap. None: the offset is ahead of the log, the broker's OFFSET_OUT_OF_RANGE stands."""
+    pc = _pc(tier, plan.by_id, key)
+    req = plan.requested[key]
+    if pc is None or (broker is not None and broker.log_start <= req["fetch_offset"]):
+        return None
+    entry = partition_entry(key[1], None, broker, pc.earliest_offset())
+    if broker is None:  # cannot tell ahead-of-log from gap: retriable, never a reset
+        entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+        stats.offsets_unknown += 1
+        return entry
+    loop = asyncio.get_running_loop()
+    try:
+        part = await asyncio.wait_for(tier.fetch_from_leader(
+            pc.tp.topic, key[1], broker.log_start, req["partition_max_bytes"], plan.request["isolation_level"]),
+            timeout=max(0.05, deadline - loop.time()))
+    except (KeyError, TimeoutError) as exc:
+        log.warning("%s: records after the gap below the broker's log start unavailable: %s", key, exc)
+        entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+        return entry
+    entry.update(error_code=part["error_code"], high_watermark=part["high_watermark"],
+                 last_stable_offset=part["last_stable_offset"], records=part["records"],
+                 aborted_transactions=part["aborted_transactions"] if plan.read_committed else None)
+    stats.gap_skips += 1
     return entry
 
 

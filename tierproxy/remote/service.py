@@ -13,10 +13,11 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Any
 
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
-from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_offsets
+from protocol.requests import PARTITION_BOUNDS, fetch_request, list_offsets_request, listed_offsets
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
 from tierproxy.identity.sasl import AuthenticationFailed
@@ -130,10 +131,15 @@ class RemoteTier:
                     deadline: float, min_one: bool = True) -> asyncio.Task[ReadResult] | None:
         """Whole batches from `offset` (at least one if `min_one`), up to `max_bytes`, read through the bounded
         pool by `deadline` (loop time); None when no tiered segment holds `offset`. Raises PoolFull when the pool
-        is."""
+        is. Inside a hole between served segments the read starts at the next segment (as a broker answers across a
+        compacted gap: the client moves on to the first offset that exists)."""
         md = pc.segment_for_offset(offset)
         if md is None:
-            return None
+            earliest = pc.earliest_offset()
+            md = pc.next_segment_after(offset) if earliest is not None and offset > earliest else None
+            if md is None:
+                return None
+            offset = md.start_offset
         # a transaction open at this segment's end is looked for in the later segments
         following = [m for m in pc.finished() if m.start_offset > md.end_offset]
 
@@ -197,6 +203,21 @@ class RemoteTier:
                     continue
                 out[key] = self._offsets[key] = offsets
         return out
+
+    async def fetch_from_leader(self, topic: str, partition: int, offset: int, max_bytes: int,
+                                isolation: int) -> dict[str, Any]:
+        """The leader's Fetch answer for one partition at `offset`, asked with tierproxy's own identity — only for
+        a client whose own request the broker has just authorized (it answered OFFSET_OUT_OF_RANGE, which Kafka
+        answers only after authorizing). KeyError when the leader cannot be found or asked."""
+        try:
+            leader = await self.leaders.leader(topic, partition)
+            resp = await self.leaders.client(leader).request(ApiKey.FETCH, 12, fetch_request(
+                {topic: {partition: offset}}, max_bytes=max_bytes, isolation=isolation))
+        except (OSError, TimeoutError, ConnectionError) as exc:
+            raise KeyError(f"{topic}-{partition}: leader not reachable: {exc}") from exc
+        part = dict(resp["responses"][0]["partitions"][0])
+        part["records"] = memoryview(bytes(part["records"] or b""))  # owned: the client's buffer is reused
+        return part
 
     def last_broker_offsets(self, topic: str, partition: int, max_age: float) -> BrokerOffsets | None:
         """The partition's offsets as its leader last answered them, if no older than `max_age` seconds."""

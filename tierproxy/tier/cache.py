@@ -166,6 +166,21 @@ class PartitionCache:
         later = [t for t in lineage if t[0] > e]
         return e, (later[0][1] if later else hi + 1)
 
+    def next_segment_after(self, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The first served segment starting above `offset` (a fetch inside a hole reads on from there)."""
+        return next((md for md in self.finished() if md.start_offset > offset), None)
+
+    def holes(self) -> list[tuple[int, int]]:
+        """[first missing, next start) between served segments, oldest first: what a failed copy left behind while
+        later copies of its pass succeeded. The next tiering pass fills them while the broker still has them."""
+        out: list[tuple[int, int]] = []
+        end = -1
+        for md in self.finished():
+            if end >= 0 and md.start_offset > end + 1:
+                out.append((end + 1, md.start_offset))
+            end = max(end, md.end_offset)
+        return out
+
     def earliest_offset(self) -> int | None:
         starts = [md.start_offset for md in self.finished()]
         return min(starts) if starts else None

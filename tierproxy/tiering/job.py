@@ -3,7 +3,8 @@
 The driver plans, writes COPY_SEGMENT_STARTED for every planned segment (fresh segment ids), runs one Spark
 task per segment (`copy.copy_task`), and writes COPY_SEGMENT_FINISHED with each copied segment's facts as
 results stream back. A failed copy is cleaned (objects deleted, DELETE_SEGMENT_*) and retried with a new segment
-id; what still fails leaves the partition's tiered range contiguous (later copies of that pass are retired).
+id; what still fails is left as a hole that the next pass fills first (the copies after it stay: the broker may
+have deleted their data since), and fetches inside it are answered from the next tiered segment.
 """
 
 from __future__ import annotations
@@ -141,11 +142,11 @@ class TieringJob:
             tiered_end = pc.latest_tiered_offset() if pc else -1
             seg_bytes = s.tier_topic_overrides.get(p.topic, {}).get("segment.bytes", s.tier_segment_bytes)
             try:
-                rs, gap = plan_partition(view, p, o, tiered_end, seg_bytes)
+                rs, gaps = plan_partition(view, p, o, tiered_end, seg_bytes, pc.holes() if pc else [])
             except OSError as exc:  # its leader died since the view was taken: the next pass plans it
                 log.warning("not planning %s-%d this pass: %s", p.topic, p.partition, exc)
                 continue
-            if gap is not None:
+            for gap in gaps:
                 log.error("GAP %s", gap.describe())
                 summary.gaps.append(asdict(gap))
             ranges += rs
@@ -178,8 +179,6 @@ class TieringJob:
     def _copy(self, ranges: list[Range], summary: RunSummary) -> None:
         pending = ranges
         moved: set[tuple[bytes, int, int]] = set()  # (topic id, partition, the leader that failed)
-        unfinished: list[Range] = []
-        failed_by_partition: dict[tuple[bytes, int], int] = {}
         for attempt in range(1, self.settings.tier_task_max_attempts + 1):
             if not pending:
                 return
@@ -188,7 +187,6 @@ class TieringJob:
             tasks = self._start(pending)
             retry: list[Range] = []
             moved = set()
-            gone: list[Range] = []
             for result in self._run_tasks(tasks):
                 r = next(x for x in pending if (x.part.topic_id, x.part.partition, x.start) ==
                          (bytes(result["topic_id"]), result["partition"], result["start"]))
@@ -203,22 +201,14 @@ class TieringJob:
                     log.warning("copy of %s-%d [%d, %d) failed (attempt %d): %s", r.part.topic, r.part.partition,
                                 r.start, r.end, attempt, result["error"])
                     self.run(self._discard(result))
-                    if result.get("gone"):
-                        gone.append(r)
-                    else:
+                    if not result.get("gone"):  # data gone from the broker: the next pass reports the gap
                         retry.append(r)
                         if result.get("leader_moved"):
                             moved.add((r.part.topic_id, r.part.partition, r.part.leader))
             pending = retry
-            unfinished += gone
-        for r in pending + unfinished:  # still failing: keep each partition's tiered range contiguous
-            key = (r.part.topic_id, r.part.partition)
-            failed_by_partition[key] = min(failed_by_partition.get(key, r.start), r.start)
-        for (topic_id, partition), first_failed in failed_by_partition.items():
-            pc = self.rlmm.cache.get(topic_id, partition)
-            for md in list(pc.finished()) if pc else []:
-                if md.start_offset > first_failed:
-                    self.run(housekeeping.delete_segment(self.rlmm, self.rsm, md))
+        for r in pending:  # the segments copied after it stay (the broker may have deleted their data by now)
+            log.warning("%s-%d [%d, %d) not copied after %d attempts: left as a hole for the next pass",
+                        r.part.topic, r.part.partition, r.start, r.end, self.settings.tier_task_max_attempts)
 
     def _start(self, ranges: list[Range]) -> list[dict[str, Any]]:
         tasks, mds = [], []

@@ -2,7 +2,8 @@
 
 Per partition the range runs from (highest tiered offset + 1) — or the broker's log start when nothing is
 tiered yet — up to the last stable offset, cut into ranges of about `segment.bytes` using the partition's bytes
-per offset sampled from one fetch. A gap (log start above the tiered end + 1) is reported, never papered over.
+per offset sampled from one fetch; holes a failed copy left between tiered segments are planned first. A gap
+(log start above the tiered end + 1, or above a hole's start) is reported, never papered over.
 """
 
 from __future__ import annotations
@@ -69,17 +70,25 @@ def bytes_per_offset(leader: str, p: PartitionInfo, start: int, identity: Client
 
 
 def plan_partition(view: ClusterView, p: PartitionInfo, offsets: PartitionOffsets, tiered_end: int,
-                   segment_bytes: int) -> tuple[list[Range], Gap | None]:
-    gap = None
-    if tiered_end >= 0 and offsets.log_start > tiered_end + 1:
-        gap = Gap(p.topic, p.partition, tiered_end + 1, offsets.log_start - 1)
-    start = max(tiered_end + 1, offsets.log_start)
-    if start >= offsets.last_stable:
-        return [], gap
-    per = max(1, int(segment_bytes / bytes_per_offset(view.leader_address(p), p, start, view.identity)))
-    ranges, a = [], start
-    while a < offsets.last_stable:
-        b = min(a + per, offsets.last_stable)
-        ranges.append(Range(p, a, b, first=a == start))
-        a = b
-    return ranges, gap
+                   segment_bytes: int, holes: list[tuple[int, int]] | None = None) -> tuple[list[Range], list[Gap]]:
+    """Ranges to copy: first the `holes` between tiered segments (left by a failed copy), then from the tiered end
+    to the last stable offset. What the broker deleted before it was copied is a gap, reported."""
+    gaps: list[Gap] = []
+    spans: list[tuple[int, int]] = []
+    for a, b in [*(holes or []), (tiered_end + 1, offsets.last_stable)]:
+        if tiered_end >= 0 and a < offsets.log_start:
+            gaps.append(Gap(p.topic, p.partition, a, min(b, offsets.log_start) - 1))
+        lo, hi = max(a, offsets.log_start), min(b, offsets.last_stable)
+        if lo < hi:
+            spans.append((lo, hi))
+    if not spans:
+        return [], gaps
+    per = max(1, int(segment_bytes / bytes_per_offset(view.leader_address(p), p, spans[0][0], view.identity)))
+    ranges = []
+    for start, end in spans:
+        a = start
+        while a < end:
+            b = min(a + per, end)
+            ranges.append(Range(p, a, b, first=a == start))
+            a = b
+    return ranges, gaps

@@ -1,0 +1,116 @@
+"""A copy that keeps failing (its storage refuses it on every attempt) while the copies after it succeed: the
+later segments stay (O item 10: the broker may already have deleted their data), the next pass fills the hole
+first, and while the hole exists a fetch inside it is answered from the next tiered segment (O item 3) instead of
+OFFSET_OUT_OF_RANGE, which would reset the client to before the hole, or past everything."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.kafkahelpers import broker_forgets, create_topic, watermarks
+from tests.realparts import ProxyProcess
+from tests.tiering.helpers import offsets_of, settings, tiered
+from tierproxy.config import TierSettings
+from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tiering.job import TieringJob
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+RECORDS = 3000
+
+
+class _OneCopyRefused(TieringJob):
+    """A real job whose copy of the third planned range goes to a storage location that refuses writes."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.refused: tuple[int, int] | None = None
+
+    def _run_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.refused is None and len(tasks) >= 4:
+            third = sorted(tasks, key=lambda t: t["start"])[2]
+            self.refused = (third["start"], third["end"])
+        for t in tasks:
+            if self.refused is not None and t["start"] == self.refused[0]:
+                t["storage"] = "file:///proc/tierproxy-refused"
+        return super()._run_tasks(tasks)
+
+
+def _topic(kafka: KafkaCluster, tmp: Path, topic: str) -> TierSettings:
+    create_topic(kafka.bootstrap, topic, config={"segment.ms": "300"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    for i in range(RECORDS):
+        p.produce(topic, f"v{i}".encode() * 20, f"k{i}".encode())
+        if i % 20 == 19:
+            p.flush(10)  # small batches: every planned range holds some
+        if i % 1000 == 999:
+            p.flush(10)
+            time.sleep(0.35)
+    p.flush(30)
+    return settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=16 * 1024, tier_task_max_attempts=2)
+
+
+def _pass_with_a_refused_copy(s: TierSettings, topic: str) -> tuple[int, int]:
+    """One pass where one copy is refused twice; → the hole it left, [first missing, next tiered)."""
+    job = _OneCopyRefused(s, progress=False)
+    try:
+        summary = job.run_once()
+    finally:
+        job.close()
+    assert job.refused is not None and summary.failed == 2, summary  # both attempts of that one copy
+    segs = sorted(tiered(s, topic)[0], key=lambda md: md.start_offset)
+    holes = [(x.end_offset + 1, y.start_offset) for x, y in itertools.pairwise(segs)
+             if y.start_offset > x.end_offset + 1]
+    (hole,) = holes  # whole batches: the refused range's, give or take the batch straddling its start
+    assert job.refused[0] <= hole[0] < hole[1] <= job.refused[1] + 20, (hole, job.refused)
+    return hole
+
+
+def test_a_failed_copy_leaves_a_hole_the_next_pass_fills(kafka: KafkaCluster, tmp_path: Path,
+                                                        topic_name: str) -> None:
+    s = _topic(kafka, tmp_path, topic_name)
+    a, b = _pass_with_a_refused_copy(s, topic_name)
+    segs, raw, _ = tiered(s, topic_name)
+    assert offsets_of(raw) == [o for o in range(RECORDS) if not a <= o < b]  # the copies after it stayed
+    assert max(md.end_offset for md in segs) == RECORDS - 1
+    job = TieringJob(s, progress=False)
+    try:
+        again = job.run_once()
+    finally:
+        job.close()
+    assert again.failed == 0 and again.segments >= 1 and not again.gaps, again
+    assert offsets_of(tiered(s, topic_name)[1]) == list(range(RECORDS))
+
+
+def test_a_fetch_inside_a_hole_reads_on_from_the_next_segment(kafka: KafkaCluster, tmp_path: Path, topic_name: str,
+                                                              kcat: str) -> None:
+    s = _topic(kafka, tmp_path, topic_name)
+    a, b = _pass_with_a_refused_copy(s, topic_name)
+    # the hole's records are gone for good, and so are the broker's "tick" records appended to make it delete:
+    # a second gap, between the tier's end and the broker's log start, that only the broker can read on from
+    log_start = broker_forgets(kafka.bootstrap, topic_name, above=RECORDS)
+    hw = watermarks(kafka.bootstrap, topic_name)[1]
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": s.storage,
+                                                           "TIERPROXY_METADATA": str(s.metadata)})
+    try:
+        for start in (0, a + (b - a) // 2):  # from the beginning, and from inside the hole
+            out = subprocess.run([kcat, "-b", proxy.bootstrap, "-C", "-t", topic_name, "-p", "0", "-o", str(start),
+                                  "-e", "-q", "-f", "%o\n"], capture_output=True, text=True, timeout=120)
+            got = [int(x) for x in out.stdout.split()]
+            want = [o for o in range(start, RECORDS) if not a <= o < b] + list(range(log_start, hw))
+            assert got == want, (start, out.stderr[-500:])
+    finally:
+        proxy.stop()
+    job = TieringJob(s, progress=False)
+    try:
+        later = job.run_once()
+    finally:
+        job.close()
+    gaps = [(a, b - 1)] + ([(RECORDS, log_start - 1)] if log_start > RECORDS else [])
+    assert [(g["first_missing"], g["last_missing"]) for g in later.gaps] == gaps  # reported, never copied
