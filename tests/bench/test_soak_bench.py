@@ -165,6 +165,7 @@ def _plot(rows: list[dict[str, float]], windows: list[tuple[float, float, str]],
     plt.close(fig)
 
 
+@pytest.mark.timeout(SECONDS + 900)
 def test_soak(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, kcat: str) -> None:
     topic = f"soak-{os.getpid()}"
     s3.create_bucket("soak")
