@@ -47,6 +47,7 @@ def _tier(args: argparse.Namespace) -> int:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
     from tierproxy.identity.sasl import AuthenticationFailed
+    from tierproxy.tier.rlmm import WriterFenced
     from tierproxy.tiering.job import run_loop
 
     try:
@@ -54,6 +55,9 @@ def _tier(args: argparse.Namespace) -> int:
     except AuthenticationFailed as exc:
         print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
         return 3
+    except WriterFenced as exc:
+        print(f"tierproxy: stopped: {exc}", file=sys.stderr)
+        return 4
     except ssl.SSLError as exc:  # e.g. the broker requires a client certificate (mTLS) and got none
         print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
               file=sys.stderr)

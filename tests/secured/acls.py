@@ -30,6 +30,8 @@ def tierproxy_acls(principal: str, topics: list[str], metadata_topic: str) -> li
                AclOperation.DESCRIBE_CONFIGS):  # the metadata topic
         out.append(_binding(principal, ResourceType.TOPIC, metadata_topic, op))
     out.append(_binding(principal, ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE))
+    for op in (AclOperation.WRITE, AclOperation.DESCRIBE):  # the tier job's fenced (transactional) writes
+        out.append(_binding(principal, ResourceType.TRANSACTIONAL_ID, f"tierproxy-tier-{metadata_topic}", op))
     return out
 
 

@@ -38,6 +38,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class WriterFenced(RuntimeError):
+    """Another tier job writes this metadata now: this one must stop (a second job started on a topic fences the
+    first, Kafka's transactional producer epoch; on a file the first holds a lock and a second refuses)."""
+
+
 class RemoteLogMetadataManager(abc.ABC):
     """Validated lifecycle writes and cache queries; subclasses provide publish/consume."""
 

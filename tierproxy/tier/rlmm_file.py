@@ -12,27 +12,42 @@ import fcntl
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
-from tierproxy.tier.rlmm import RemoteLogMetadataManager
+from tierproxy.tier.rlmm import RemoteLogMetadataManager, WriterFenced
 
 # key_length:int32 value_length:int32 (-1 = tombstone)
 LENGTHS = struct.Struct(">ii")
 
 
 class FileRLMM(RemoteLogMetadataManager):
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, writer: bool = False) -> None:
+        """`writer`: the tier job's view; it holds `writer.lock` in the directory while open, so a second job
+        refuses to start (WriterFenced) instead of copying the same ranges."""
         super().__init__()
         self.path = directory / "remote_log_metadata.records"
+        self.writer = writer
         self._pos = 0
         self._lock = asyncio.Lock()
+        self._writer_lock: Any = None
 
     async def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.touch(exist_ok=True)
+        if self.writer:
+            f = open(self.path.parent / "writer.lock", "a+")  # noqa: SIM115 - held until close()
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                raise WriterFenced(f"another tier job holds {self.path.parent / 'writer.lock'}") from None
+            self._writer_lock = f
         await self.catch_up()
 
     async def close(self) -> None:
-        return None
+        if self._writer_lock is not None:
+            self._writer_lock.close()  # releases the lock
+            self._writer_lock = None
 
     async def publish(self, records: list[tuple[bytes, bytes | None]]) -> None:
         data = b"".join(LENGTHS.pack(len(k), -1 if v is None else len(v)) + k + (v or b"") for k, v in records)

@@ -24,7 +24,7 @@ from typing import Any
 from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer
 from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate
-from tierproxy.tier.rlmm import RemoteLogMetadataManager
+from tierproxy.tier.rlmm import RemoteLogMetadataManager, WriterFenced
 from tierproxy.tier.serde import decode_value, metadata_partition
 
 
@@ -42,8 +42,13 @@ CHECKPOINT_MAGIC = 1
 class TopicRLMM(RemoteLogMetadataManager):
     def __init__(self, bootstrap: str, *, topic: str = DEFAULT_TOPIC, partitions: int = 50,
                  replication: int | None = None, checkpoint_dir: Path | None = None, audit_topic: str | None = None,
-                 topic_config: dict[str, str] | None = None, client_options: dict[str, Any] | None = None) -> None:
+                 topic_config: dict[str, str] | None = None, client_options: dict[str, Any] | None = None,
+                 writer: bool = False) -> None:
+        """`writer`: the tier job's view. Its writes go through a transactional producer whose id is the metadata
+        topic's (`tierproxy-tier-<topic>`): a second job that starts fences the first (its next write fails with
+        WriterFenced), and every reader reads committed writes only."""
         super().__init__()
+        self.writer_id = f"tierproxy-tier-{topic}" if writer else None
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
@@ -65,9 +70,10 @@ class TopicRLMM(RemoteLogMetadataManager):
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
         self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
-                                          **self.client_options)
+                                          transactional_id=self.writer_id, **self.client_options)
         self._consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
-                                          auto_offset_reset="earliest", **self.client_options)
+                                          auto_offset_reset="earliest", isolation_level="read_committed",
+                                          **self.client_options)
         # independent round trips: overlap them (and the checkpoint load) to keep a restart short
         loaded_task = asyncio.get_running_loop().run_in_executor(None, self.load_checkpoint)
         started = await asyncio.gather(self._ensure_topic(), self._producer.start(), self._consumer.start(),
@@ -186,6 +192,10 @@ class TopicRLMM(RemoteLogMetadataManager):
                     self._apply(tp.partition, m.offset, m.key, m.value)
                 if msgs:
                     self.positions[tp.partition] = msgs[-1].offset + 1
+            for tp in self._consumer.assignment():  # past transaction markers and aborted writes too (read_committed)
+                pos = await self._consumer.position(tp)
+                if pos > self.positions.get(tp.partition, 0):
+                    self.positions[tp.partition] = pos
             async with self._progress:
                 self._progress.notify_all()
 
@@ -224,17 +234,30 @@ class TopicRLMM(RemoteLogMetadataManager):
 
     # --- publish -----------------------------------------------------------------------------------------------
     async def publish(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+
+        try:
+            if self.writer_id is None:
+                metas = await self._send(records)
+            else:
+                async with self._producer.transaction():
+                    metas = await self._send(records)
+        except (ProducerFenced, InvalidProducerEpoch) as exc:
+            raise WriterFenced(f"another tier job took over {self.topic} (transactional id {self.writer_id}): "
+                               f"{exc}") from exc
+        targets: dict[int, int] = {}
+        for md in metas:
+            targets[md.partition] = max(targets.get(md.partition, 0), md.offset + 1)
+        await self._wait(targets)
+
+    async def _send(self, records: list[tuple[bytes, bytes | None]]) -> list[Any]:
         futures = []
         for key, value in records:
             partition = self._partition_for(key, value)
             futures.append(await self._producer.send(self.topic, value=value, key=key, partition=partition))
             if self.audit_topic and value is not None:
                 await self._producer.send(self.audit_topic, value=value, key=key, partition=partition)
-        metas = await asyncio.gather(*futures)
-        targets: dict[int, int] = {}
-        for md in metas:
-            targets[md.partition] = max(targets.get(md.partition, 0), md.offset + 1)
-        await self._wait(targets)
+        return list(await asyncio.gather(*futures))
 
     def _partition_for(self, key: bytes, value: bytes | None) -> int:
         if value is not None:

@@ -75,7 +75,8 @@ class TieringJob:
         self._thread = threading.Thread(target=self.loop.run_forever, name="tierproxy-rlmm", daemon=True)
         self._thread.start()
         self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.own_bootstrap,
-                                                            settings.metadata_checkpoint_dir, settings.identity)
+                                                            settings.metadata_checkpoint_dir, settings.identity,
+                                                            writer=True)
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self._spark: Any = None
         self._started = False
