@@ -17,14 +17,15 @@ Data = dict[str, Any]
 
 
 def fetch_request(offsets: Mapping[str, Mapping[int, int]], *, max_bytes: int, partition_max_bytes: int | None = None,
-                  max_wait_ms: int = 0, min_bytes: int = 0,
-                  isolation: int = IsolationLevel.READ_UNCOMMITTED) -> Data:
+                  max_wait_ms: int = 0, min_bytes: int = 0, isolation: int = IsolationLevel.READ_UNCOMMITTED,
+                  topic_ids: Mapping[str, bytes] | None = None) -> Data:
     """A sessionless consumer Fetch of `offsets` ({topic: {partition: fetch_offset}}); each partition may return
-    up to `partition_max_bytes` (default: `max_bytes`)."""
+    up to `partition_max_bytes` (default: `max_bytes`). `topic_ids` name the topics by id (Fetch v13+)."""
     per_partition = max_bytes if partition_max_bytes is None else partition_max_bytes
+    ids = topic_ids or {}
     return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
             "isolation_level": int(isolation), "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": topic, "partitions": [
+            "topics": [{"topic": topic, "topic_id": ids.get(topic, bytes(16)), "partitions": [
                 {"partition": p, "fetch_offset": o, "partition_max_bytes": per_partition} for p, o in parts.items()]}
                 for topic, parts in offsets.items()],
             "forgotten_topics_data": [], "rack_id": ""}

@@ -4,6 +4,7 @@ upstream; see `intercept.fetch`). Every API without a handler is relayed as an o
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
@@ -72,6 +73,8 @@ def metadata_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     data = _decode(session, slot, ev)
     if data is not None:
         session.proxy.brokers.learn(rewrite.rewrite_metadata(data, session.proxy.brokers.proxy_address))
+        if session.proxy.remote is not None:  # v10+: the topics' current ids (a re-created topic has a new one)
+            session.proxy.remote.learn_topic_ids(cast(list[dict[str, Any]], data["topics"]))
         slot.chunks = _encode(ev, data)
 
 

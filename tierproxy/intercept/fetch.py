@@ -231,6 +231,19 @@ def beyond_the_tier(plan: FetchPlan, scan: FetchScan, tier: RemoteTier, oor: lis
     return out
 
 
+async def _under_current_ids(tier: RemoteTier, plan: FetchPlan, oor: list[Key], deadline: float) -> list[Key]:
+    """The partitions the tier still answers once the names' current ids are at most a second old; the others
+    (a topic deleted and created again since it was tiered) keep the broker's answer."""
+    names = {str(k[0]) for k in oor}
+    try:
+        await asyncio.wait_for(tier.refresh_topic_ids(names),
+                               timeout=max(0.05, deadline - asyncio.get_running_loop().time()))
+    except (OSError, TimeoutError, ConnectionError, KeyError) as exc:
+        log.debug("current topic ids of %s not asked: %s", names, exc)  # go with the ids known
+    return [k for k in oor if (pc := _pc(tier, plan.by_id, k)) is not None
+            and _tier_answers(pc, plan.requested[k]["fetch_offset"])]
+
+
 def _tier_answers(pc: PartitionCache, offset: int) -> bool:
     """The tier holds `offset`, or it falls in a hole between tiered segments (answered from the next one)."""
     if pc.segment_for_offset(offset) is not None:
@@ -278,6 +291,9 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
     assert tier is not None
     loop = asyncio.get_running_loop()
     deadline = plan.deadline or loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
+    if not plan.by_id:  # by name: the tier answers only under the topic's current id (never a deleted topic's)
+        oor = await _under_current_ids(tier, plan, oor, deadline)
+        beyond = [k for k in beyond if _pc(tier, plan.by_id, k) is not None]
     known: dict[Key, int] = session.state.setdefault("remote", {})
     stats = session.proxy.fetch_stats
     answered = sum(len(p["records"] or b"") for t in upstream.get("responses", ()) for p in t["partitions"]

@@ -7,6 +7,7 @@ that listener, whatever broker the client's connection happens to be relayed to.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from protocol.constants import ApiKey
@@ -18,9 +19,11 @@ METADATA_VERSION = 12
 
 
 class OwnLeaders:
-    def __init__(self, settings: ProxySettings, ttl: float = 5.0) -> None:
+    def __init__(self, settings: ProxySettings, ttl: float = 5.0,
+                 on_metadata: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.settings = settings
         self.ttl = ttl
+        self.on_metadata = on_metadata  # sees each answer's topics (their current ids)
         # TLS of the relayed listener applies to our own connections only when they go to that same listener
         self._ssl = None if settings.own_listener_apart else upstream_context(settings)
         self._topics: dict[str, tuple[float, dict[int, str]]] = {}  # topic → (when, partition → leader host:port)
@@ -42,14 +45,28 @@ class OwnLeaders:
             self._topics[topic] = hit
         return hit[1][partition]
 
+    async def refresh(self, topics: set[str], max_age: float) -> None:
+        """Ask Metadata again (one request) for the topics last asked more than `max_age` seconds ago."""
+        now = time.monotonic()
+        stale = sorted(t for t in topics if (hit := self._topics.get(t)) is None or now - hit[0] > max_age)
+        if stale:
+            md = await self._metadata(stale)
+            for t in stale:
+                self._topics[t] = (time.monotonic(), _leaders(md, t))
+
     async def _ask(self, topic: str) -> dict[int, str]:
+        return _leaders(await self._metadata([topic]), topic)
+
+    async def _metadata(self, topics: list[str]) -> dict[str, Any]:
         last: BaseException = OSError("no bootstrap servers")
         for host, port in self.settings.own_bootstrap_list:
             try:
                 md = await self.client(f"{host}:{port}").request(ApiKey.METADATA, METADATA_VERSION, {
-                    "topics": [{"topic_id": bytes(16), "name": topic}], "allow_auto_topic_creation": False,
-                    "include_topic_authorized_operations": False})
-                return _leaders(md, topic)
+                    "topics": [{"topic_id": bytes(16), "name": t} for t in topics],
+                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+                if self.on_metadata is not None:
+                    self.on_metadata(md["topics"])
+                return md
             except (OSError, TimeoutError, ConnectionError) as exc:
                 last = exc
                 await self._drop(f"{host}:{port}")

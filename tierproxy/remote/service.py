@@ -56,7 +56,8 @@ class RemoteTier:
                             settings.remote_log_manager_task_retry_backoff_max_ms,
                             settings.remote_log_manager_task_retry_jitter))
         self.pool = ReaderPool(settings.remote_log_reader_threads, settings.remote_log_reader_max_pending_tasks)
-        self.leaders = OwnLeaders(settings)
+        self.current_ids: dict[str, bytes] = {}
+        self.leaders = OwnLeaders(settings, on_metadata=self.learn_topic_ids)
         self.loading_problem: str | None = None  # why the metadata has not loaded yet (readyz says it)
         self.ready = asyncio.Event()
         self._offsets: dict[tuple[str, int], BrokerOffsets] = {}
@@ -116,10 +117,32 @@ class RemoteTier:
         is not, an offset the broker no longer has may still be tiered, so it must not be answered as gone."""
         return self.ready.is_set() and self.rlmm.failure is None
 
+    def learn_topic_ids(self, topics: list[dict[str, Any]]) -> None:
+        """Topic name → current id, from Metadata answers (the clients' as they pass, and tierproxy's own)."""
+        for t in topics:
+            tid = t.get("topic_id")
+            if t.get("error_code", 0) == 0 and t.get("name") and tid and any(tid):
+                if (old := self.current_ids.get(t["name"])) is not None and old != bytes(tid):
+                    log.info("topic %s has a new id %s (was %s): the old id's history is not served",
+                             t["name"], bytes(tid).hex(), old.hex())
+                self.current_ids[t["name"]] = bytes(tid)
+
+    async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> None:
+        """Make sure the current ids of `topics` are at most `max_age` seconds old (asked on tierproxy's own
+        listener): checked before the tier answers a fetch by name."""
+        await self.leaders.refresh(topics, max_age)
+
     def partition(self, topic: str, partition: int) -> PartitionCache | None:
+        """The tiered history of `topic` by name, only under the topic's current id: a topic deleted and created
+        again under the same name never gets the old topic's history (O item 9). Until an id is known for the
+        name (no Metadata v10+ seen yet), the newest tiered id for it."""
         if not self.ready.is_set():
             return None
-        return self.rlmm.cache.find(topic, partition)
+        pc = self.rlmm.cache.find(topic, partition)
+        current = self.current_ids.get(topic)
+        if pc is not None and current is not None and pc.tp.topic_id != current:
+            return self.partition_by_id(current, partition)
+        return pc
 
     def partition_by_id(self, topic_id: bytes, partition: int) -> PartitionCache | None:
         if not self.ready.is_set():

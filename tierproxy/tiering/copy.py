@@ -23,6 +23,7 @@ from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.wireclient import WireClient
 
 FETCH_VERSION = 12
+FETCH_BY_ID_VERSION = 13
 FETCH_MAX_BYTES = 8 << 20
 
 
@@ -47,18 +48,25 @@ class DataGone(CopyError):
 
 def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
                isolation: int = IsolationLevel.READ_COMMITTED, client_id: str = "tierproxy-tier",
-               identity: ClientIdentity | None = None) -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
+               identity: ClientIdentity | None = None, topic_id: bytes | None = None
+               ) -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
     """Raw batches from `start` up to `end` (or the last stable offset / high watermark, by `isolation`), one
     fetch response at a time, with the aborted transactions (producer id, first offset) that response reports.
-    The first batch may begin before `start` (the one holding it)."""
+    The first batch may begin before `start` (the one holding it). With `topic_id` the topic is fetched by id
+    (Fetch v13): a topic deleted and created again under its name answers UNKNOWN_TOPIC_ID, not the new data."""
     offset = start
+    version = FETCH_BY_ID_VERSION if topic_id else FETCH_VERSION
+    ids = {topic: topic_id} if topic_id else None
     with WireClient(leader, client_id=client_id, timeout=60, identity=identity) as w:
         while offset < end:
-            resp = w.request(ApiKey.FETCH, FETCH_VERSION, fetch_request({topic: {partition: offset}},
-                                                                        max_bytes=FETCH_MAX_BYTES, isolation=isolation))
+            resp = w.request(ApiKey.FETCH, version, fetch_request({topic: {partition: offset}}, topic_ids=ids,
+                                                                  max_bytes=FETCH_MAX_BYTES, isolation=isolation))
             part = resp["responses"][0]["partitions"][0]
             if part["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE:
                 raise DataGone(f"{topic}-{partition}: offset {offset} is no longer on the broker")
+            if part["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID:
+                raise DataGone(f"{topic}-{partition}: topic id {topic_id.hex() if topic_id else '?'} is gone "
+                               "(the topic was deleted, or deleted and created again)")
             if part["error_code"] in LEADER_ERRORS:
                 raise LeaderMoved(f"{topic}-{partition}: {leader} answered error {part['error_code']} (not leader)")
             if part["error_code"] != 0:
@@ -77,11 +85,12 @@ def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
 
 
 def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, first: bool,
-                identity: ClientIdentity | None = None) -> tuple[list[memoryview], list[tuple[int, int]]]:
+                identity: ClientIdentity | None = None, topic_id: bytes | None = None
+                ) -> tuple[list[memoryview], list[tuple[int, int]]]:
     """Whole batches for [start, end) and the aborted transactions (producer id, first offset) around them."""
     batches: list[memoryview] = []
     aborted: set[tuple[int, int]] = set()
-    for got, txns in iter_fetch(leader, topic, partition, start, end, identity=identity):
+    for got, txns in iter_fetch(leader, topic, partition, start, end, identity=identity, topic_id=topic_id):
         aborted |= set(txns)
         batches += [b.view() for b in got if b.base_offset >= start or (first and not batches)]
     return batches, sorted(aborted)
@@ -97,7 +106,7 @@ def copy_task(task: dict[str, Any], identity: ClientIdentity | None = None) -> d
         if not task["leader"]:
             raise LeaderMoved(f"{task['topic']}-{task['partition']} has no leader the cluster can name")
         batches, aborted = fetch_range(task["leader"], task["topic"], task["partition"], task["start"], task["end"],
-                                       task["first"], identity)
+                                       task["first"], identity, bytes(task["topic_id"]))  # the id recorded
         if not batches:
             return {**task, "ok": True, "empty": True}
         builder = SegmentBuilder(txn_starts=aborted)
