@@ -28,6 +28,7 @@ from tests.bench.report import report
 from tests.kafkahelpers import create_topic, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tests.remote.s3_faults import fault_relay
+from tests.waiting import wait_until
 from tierproxy.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
@@ -214,7 +215,8 @@ def test_soak(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, kcat: str) -> N
             windows: list[tuple[float, float, str]] = []
             period = max(SAMPLE * 2, SECONDS / 12)
             start = time.monotonic()
-            hist = _histogram(httpx.get(f"http://127.0.0.1:{admin_port}/metrics").text)
+            hist = _histogram(wait_until(lambda: httpx.get(f"http://127.0.0.1:{admin_port}/metrics").text,
+                                         "the admin listener", timeout=30))
             fault_started = 0.0
             while (now := time.monotonic() - start) < SECONDS:
                 time.sleep(SAMPLE)
