@@ -135,6 +135,10 @@ class ProxySettings(CommonSettings):
     remote_log_storage_system_enable: bool = Field(True, description="serve offsets below the broker's log start "
                                                    "from the tier")
     remote_fetch_max_wait_ms: int = Field(500, ge=1, description="purgatory wait for remote partitions (KIP-1018)")
+    remote_log_manager_fetch_max_bytes_per_second: int = Field(
+        -1, ge=-1, description="bytes served from the tier per second, whole process (KIP-956; -1: no limit)")
+    remote_fetch_client_max_bytes_per_second: int = Field(
+        -1, ge=-1, description="bytes served from the tier per second to one client id (-1: no limit)")
     remote_list_offsets_request_timeout_ms: int = Field(30_000, ge=1, description="timestamp lookups in the tier "
                                                         "(KIP-1075; a request's own timeout_ms, v10+, is shorter)")
     remote_log_reader_threads: int = Field(10, ge=1, description="concurrent remote reads")
@@ -143,6 +147,13 @@ class ProxySettings(CommonSettings):
     remote_fetch_cache_bytes: int = Field(256 << 20, ge=0, description="chunk cache size")
     remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")
     remote_log_index_file_cache_total_size_bytes: int = Field(64 << 20, ge=0, description="index cache size")
+
+    @field_validator("remote_log_manager_fetch_max_bytes_per_second", "remote_fetch_client_max_bytes_per_second")
+    @classmethod
+    def _rate(cls, v: int) -> int:
+        if v == 0:
+            raise ValueError("0 would serve nothing from the tier: use -1 for no limit, or a positive rate")
+        return v
 
     @field_validator("listen", "admin_listen")
     @classmethod

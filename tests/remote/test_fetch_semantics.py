@@ -15,7 +15,7 @@ from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tests.kafkahelpers import create_topic, set_retention, watermarks
 from tests.realparts import ProxyProcess
-from tests.tiering.helpers import settings, tier_once
+from tests.tiering.helpers import settings, tier_once, tiered
 from tests.waiting import wait_until
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
@@ -176,5 +176,49 @@ def test_a_failed_timestamp_lookup_is_an_error_not_a_later_offset(kafka: KafkaCl
             elapsed, got = wait_until(answer, "an answer from the tier", timeout=60, interval=0.5)
         assert got == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)] * 3
         assert elapsed < 3 * 3.0  # in parallel: not one timeout per partition
+    finally:
+        proxy.stop()
+
+
+def _read_history(address: str, topic: str, until: int, client_id: str) -> tuple[float, int, list[int]]:
+    """Fetch partition 0 from offset 0 up to `until`, one fetch after another (honouring throttle_time_ms as a
+    client does); → (seconds, largest throttle_time_ms seen, offsets read)."""
+    got: list[int] = []
+    throttled, started = 0, time.monotonic()
+    with WireClient(address, client_id=client_id) as w:
+        for _ in range(2000):
+            offset = got[-1] + 1 if got else 0
+            if offset >= until:
+                break
+            resp = w.request(ApiKey.FETCH, 12, fetch_request({topic: {0: offset}}, max_bytes=1 << 20))
+            part = resp["responses"][0]["partitions"][0]
+            assert part["error_code"] == ErrorCode.NONE, part["error_code"]
+            got += [o for b in iter_batches(part["records"]) for o in range(b.base_offset, b.last_offset + 1)
+                    if o >= offset]
+            throttled = max(throttled, resp["throttle_time_ms"])
+            time.sleep(resp["throttle_time_ms"] / 1000)
+    return time.monotonic() - started, throttled, got
+
+
+def test_a_per_client_remote_byte_rate_throttles_a_backfill_not_the_others(kafka: KafkaCluster, tmp_path: Path,
+                                                                           topic_name: str) -> None:
+    """O item 12: `remote.fetch.client.max.bytes.per.second` (tierproxy's own key; the broker's quotas never see
+    tier bytes): a client reading history gets throttle_time_ms and takes about history / rate; another client id
+    reading at the same time is served at once."""
+    log_starts = _tier_and_forget(kafka, tmp_path, topic_name, 1, 6000, 200)
+    history = sum(md.segment_size_in_bytes for md in tiered(settings(kafka.bootstrap, tmp_path, topic_name),
+                                                                topic_name)[0] if md.start_offset < log_starts[0])
+    rate = history // 4
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+        "TIERPROXY_STORAGE": f"file://{tmp_path}/tier", "TIERPROXY_METADATA": f"file://{tmp_path}/meta",
+        "TIERPROXY_REMOTE_FETCH_CLIENT_MAX_BYTES_PER_SECOND": str(rate)})
+    try:
+        address = f"127.0.0.1:{proxy.base + 1}"
+        wait_until(lambda: "remote tier ready" in proxy.log_text(), "the tier", timeout=30)
+        seconds, throttled, got = _read_history(address, topic_name, log_starts[0], "backfill")
+        assert got[:log_starts[0]] == list(range(log_starts[0]))  # everything, in order, just slower
+        assert throttled > 0 and seconds > 2.0, (seconds, throttled)  # ~4 s of history at the rate, 1 s of burst
+        other_seconds, other_throttled, other = _read_history(address, topic_name, 200, "dashboard")
+        assert other[:200] == list(range(200)) and other_throttled == 0 and other_seconds < 2.0
     finally:
         proxy.stop()

@@ -12,7 +12,7 @@
     tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
     tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total, tierproxy_rlmm_consumer_restarts_total,
     tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total,
-    tierproxy_remote_gap_skips_total
+    tierproxy_remote_gap_skips_total, tierproxy_remote_fetch_throttled_total
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ class ProxyCollector(Collector):
                 ("tierproxy_delayed_remote_fetch_expires", "Remote partitions expired in purgatory", stats.expired),
                 ("tierproxy_remote_answers_while_loading", "Answers made retriable (REPLICA_NOT_AVAILABLE) while the "
                  "segment metadata was not loaded", stats.loading_retriable),
+                ("tierproxy_remote_fetch_throttled", "Remote fetch parts held back by a remote fetch quota "
+                 "(remote.log.manager.fetch.max.bytes.per.second, remote.fetch.client.max.bytes.per.second)",
+                 tier.quota.throttled),
                 ("tierproxy_remote_gap_skips", "Fetches in a gap below the broker's log start (deleted before it "
                  "was tiered) answered from the broker's log start", stats.gap_skips),
                 ("tierproxy_remote_answers_without_broker_offsets", "Remote answers made retriable "

@@ -62,6 +62,7 @@ class FetchPlan:
     errors: dict[Key, int] = field(default_factory=dict)  # early reads that could not start
     deadline: float = 0.0  # loop time: the purgatory's end (remote.fetch.max.wait.ms after arrival)
     reserved: int = 0  # bytes of queued.max.request.bytes held for this response's remote reads
+    client_id: str = ""  # whose remote fetch quota the served bytes count against
     started: float = field(default_factory=time.monotonic)
 
     @cached_property
@@ -94,7 +95,8 @@ def plan_fetch(request: Data, by_id: bool, known: dict[Key, int]) -> FetchPlan:
     return plan
 
 
-def fit_budget(plan: FetchPlan, keys: list[Key], answered: int) -> dict[Key, tuple[int, bool]]:
+def fit_budget(plan: FetchPlan, keys: list[Key], answered: int, cap: int | None = None
+               ) -> dict[Key, tuple[int, bool]]:
     """One byte budget per request, as `ReplicaManager.readFromLog` keeps it: the request's `max_bytes` less the
     bytes the broker already answered, spent on the remote partitions in request order, each taking up to its
     `partition_max_bytes`. Only the response's first non-empty partition may exceed it (at least one batch:
@@ -102,6 +104,10 @@ def fit_budget(plan: FetchPlan, keys: list[Key], answered: int) -> dict[Key, tup
     never starts more reads, nor builds a bigger response, than its budget allows. → {key: (max bytes, min one)}"""
     wanted = set(keys)
     remaining = plan.request.get("max_bytes", 0x7FFFFFFF) - answered
+    if cap is not None:  # a remote fetch quota: what it allows now, and nothing at all when spent
+        if cap <= 0:
+            return {}
+        remaining = min(remaining, cap)
     out: dict[Key, tuple[int, bool]] = {}
     for key, p in plan.requested.items():
         if key not in wanted:
@@ -130,6 +136,7 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
         data["session_id"], data["session_epoch"], data["forgotten_topics_data"] = 0, -1, []
     known: dict[Key, int] = session.state.setdefault("remote", {})
     plan = plan_fetch(data, ev.header.api_version >= 13, known if tier is not None else {})
+    plan.client_id = ev.header.client_id or ""
     if plan.remote and tier is not None:
         loop = asyncio.get_running_loop()
         plan.deadline = loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
@@ -298,7 +305,8 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
     stats = session.proxy.fetch_stats
     answered = sum(len(p["records"] or b"") for t in upstream.get("responses", ()) for p in t["partitions"]
                    if p["error_code"] == 0)
-    wanted = fit_budget(plan, oor, answered)
+    allowed, throttle_ms = tier.quota.allowance(plan.client_id)
+    wanted = fit_budget(plan, oor, answered, allowed)
     session.proxy.request_budget.give_back(plan.reserved)  # the early reads' grant: the final budget takes its own
     plan.reserved = 0
     budget = within_memory(session, plan, wanted)
@@ -337,7 +345,12 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
     for key in beyond:
         if (entry := await _across_the_gap(tier, stats, plan, key, offsets.get(key), deadline)) is not None:
             entries[key] = entry
+    served = sum(len(entries[k]["records"] or b"") for k in oor if k in entries)
+    if served:
+        tier.quota.served(plan.client_id, served)
     response = merge_response(plan, upstream, entries)
+    if throttle_ms:  # a spent remote fetch quota: the client waits before asking again (KIP-219)
+        response["throttle_time_ms"] = max(int(response.get("throttle_time_ms") or 0), throttle_ms)
     rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
     slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
                                            response)

@@ -23,6 +23,7 @@ from tierproxy.config import ProxySettings
 from tierproxy.identity.sasl import AuthenticationFailed
 from tierproxy.remote.leaders import OwnLeaders
 from tierproxy.remote.pool import ReaderPool
+from tierproxy.remote.quota import RemoteFetchQuota
 from tierproxy.remote.reader import Backoff, ReadResult, RemoteReader
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import lookup_time
@@ -56,6 +57,8 @@ class RemoteTier:
                             settings.remote_log_manager_task_retry_backoff_max_ms,
                             settings.remote_log_manager_task_retry_jitter))
         self.pool = ReaderPool(settings.remote_log_reader_threads, settings.remote_log_reader_max_pending_tasks)
+        self.quota = RemoteFetchQuota(settings.remote_log_manager_fetch_max_bytes_per_second,
+                                      settings.remote_fetch_client_max_bytes_per_second)
         self.current_ids: dict[str, bytes] = {}
         self.leaders = OwnLeaders(settings, on_metadata=self.learn_topic_ids)
         self.loading_problem: str | None = None  # why the metadata has not loaded yet (readyz says it)
