@@ -61,7 +61,19 @@ class AsyncWireClient:
         async with self._lock:
             if self._writer is None:
                 await self._connect()
-            return await self._exchange(api_key, version, body)
+            try:
+                return await self._exchange(api_key, version, body)
+            except BaseException:
+                # cancelled (a caller's timeout) or failed mid-exchange: the stream may still bring this
+                # response, which the next request would take for its own. Start that one on a new connection.
+                self._drop()
+                raise
+
+    def _drop(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+        self._client = RequestClient(self.client_id)
 
     async def _exchange(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         assert self._reader is not None and self._writer is not None

@@ -322,11 +322,12 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
     # partitions beyond this fetch's budget have no read and no error: answered empty, read on a later fetch
     offsets_task = loop.create_task(_broker_offsets(tier, plan, oor + beyond))
     offsets_task.add_done_callback(_consume_exception)
-    if reads or rejected:
+    gaps = {k: loop.create_task(_across_the_gap(tier, stats, plan, k, offsets_task)) for k in beyond}
+    if reads or rejected or gaps:
         stats.purgatory += 1
         try:
-            if reads:
-                await asyncio.wait(list(reads.values()), timeout=max(0.0, deadline - loop.time()))
+            if reads or gaps:
+                await asyncio.wait([*reads.values(), *gaps.values()], timeout=max(0.0, deadline - loop.time()))
             else:  # the pool refused every read: answer empty at the deadline (backpressure, no error)
                 await asyncio.sleep(max(0.0, deadline - loop.time()))
         finally:
@@ -342,8 +343,12 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
     for key in oor:
         entries[key] = _remote_entry(tier, stats, plan, key, broker_entries.get(key), offsets.get(key), reads.get(key),
                                      errors.get(key), known)
-    for key in beyond:
-        if (entry := await _across_the_gap(tier, stats, plan, key, offsets.get(key), deadline)) is not None:
+    for key, task in gaps.items():
+        if not task.done():  # the leader did not answer in time: retriable, the client asks again
+            task.cancel()
+            entries[key] = partition_entry(key[1], None, None, None)
+            entries[key]["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+        elif (entry := task.result()) is not None:
             entries[key] = entry
     served = sum(len(entries[k]["records"] or b"") for k in oor if k in entries)
     if served:
@@ -426,25 +431,31 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
 
 
 async def _across_the_gap(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, key: Key,
-                          broker: BrokerOffsets | None, deadline: float) -> Data | None:
+                          offsets_task: asyncio.Task[dict[Key, BrokerOffsets]]) -> Data | None:
     """A fetch between the tier's end and the broker's log start (records deleted before they were tiered; the
     tiering job reports the gap): answered with the broker's records from its log start, as a broker answers
-    across a compacted gap. None: the offset is ahead of the log, the broker's OFFSET_OUT_OF_RANGE stands."""
+    across a compacted gap. None: the offset is ahead of the log, the broker's OFFSET_OUT_OF_RANGE stands. Runs
+    beside the fetch's remote reads, within its deadline."""
     pc = _pc(tier, plan.by_id, key)
     req = plan.requested[key]
-    if pc is None or (broker is not None and broker.log_start <= req["fetch_offset"]):
+    if pc is None:
+        return None
+    try:
+        fresh = await asyncio.shield(offsets_task)
+    except (OSError, TimeoutError, ConnectionError):
+        fresh = {}
+    broker = _last_known(tier, plan, [key], fresh).get(key)
+    if broker is not None and broker.log_start <= req["fetch_offset"]:
         return None
     entry = partition_entry(key[1], None, broker, pc.earliest_offset())
     if broker is None:  # cannot tell ahead-of-log from gap: retriable, never a reset
         entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
         stats.offsets_unknown += 1
         return entry
-    loop = asyncio.get_running_loop()
     try:
-        part = await asyncio.wait_for(tier.fetch_from_leader(
-            pc.tp.topic, key[1], broker.log_start, req["partition_max_bytes"], plan.request["isolation_level"]),
-            timeout=max(0.05, deadline - loop.time()))
-    except (KeyError, TimeoutError) as exc:
+        part = await tier.fetch_from_leader(pc.tp.topic, key[1], broker.log_start, req["partition_max_bytes"],
+                                            plan.request["isolation_level"])
+    except KeyError as exc:
         log.warning("%s: records after the gap below the broker's log start unavailable: %s", key, exc)
         entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
         return entry
