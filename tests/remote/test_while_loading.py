@@ -24,6 +24,7 @@ from tests.kafkahelpers import broker_forgets, create_topic, watermarks
 from tests.realparts import ProxyProcess
 from tests.tiering.helpers import settings, tier_once
 from tests.waiting import wait_until
+from tierproxy.config import TierSettings
 from tierproxy.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
@@ -73,22 +74,37 @@ def gate(target: str) -> Iterator[tuple[int, threading.Event]]:
         t.join(5)
 
 
-def test_readers_from_zero_wait_for_the_tier_instead_of_resetting(kafka: KafkaCluster, kcat: str, tmp_path: Path,
-                                                                  topic_name: str) -> None:
-    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "2000"})
+def _tiered_then_forgotten(kafka: KafkaCluster, tmp: Path, topic: str, metadata: str | None = None
+                           ) -> tuple[TierSettings, int]:
+    """RECORDS records tiered (metadata in `metadata`, default files), then the first half deleted by the broker;
+    → the settings and the broker's new log start."""
+    create_topic(kafka.bootstrap, topic, config={"segment.ms": "2000"})
     p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
     for i in range(RECORDS):
-        p.produce(topic_name, f"r{i}".encode() * 20)
+        p.produce(topic, f"r{i}".encode() * 20)
     p.flush(60)
-    meta = f"topic:__tierproxy_meta_{topic_name}?partitions=2&replication=1"
-    s = settings(kafka.bootstrap, tmp_path, topic_name, metadata=meta)
+    s = settings(kafka.bootstrap, tmp, topic, **({"metadata": metadata} if metadata else {}))
     assert tier_once(s).failed == 0
-    log_start = broker_forgets(kafka.bootstrap, topic_name, above=RECORDS // 2)
+    return s, broker_forgets(kafka.bootstrap, topic, above=RECORDS // 2)
+
+
+@contextmanager
+def _gated_proxy(kafka: KafkaCluster, tmp: Path, s: TierSettings) -> Iterator[tuple[ProxyProcess, threading.Event]]:
+    """A proxy whose own listener (command config's bootstrap.servers) sits behind a closed gate: set the event
+    to open it. The proxy is stopped by the caller."""
     with gate(kafka.bootstrap) as (port, opened):
-        cfg = tmp_path / "own.properties"
+        cfg = tmp / "own.properties"
         cfg.write_text(f"security.protocol=PLAINTEXT\nbootstrap.servers=127.0.0.1:{port}\n")
-        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
-            "TIERPROXY_COMMAND_CONFIG": str(cfg), "TIERPROXY_STORAGE": s.storage, "TIERPROXY_METADATA": meta})
+        yield ProxyProcess(kafka.bootstrap, tmp, extra={"TIERPROXY_COMMAND_CONFIG": str(cfg),
+                                                        "TIERPROXY_STORAGE": s.storage,
+                                                        "TIERPROXY_METADATA": str(s.metadata)}), opened
+
+
+def test_readers_from_zero_wait_for_the_tier_instead_of_resetting(kafka: KafkaCluster, kcat: str, tmp_path: Path,
+                                                                  topic_name: str) -> None:
+    meta = f"topic:__tierproxy_meta_{topic_name}?partitions=2&replication=1"
+    s, log_start = _tiered_then_forgotten(kafka, tmp_path, topic_name, meta)
+    with _gated_proxy(kafka, tmp_path, s) as (proxy, opened):
         try:
             with WireClient(proxy.bootstrap) as w:  # loading: no earliest offset that would skip the tier
                 resp = w.request(ApiKey.LIST_OFFSETS, 9, list_offsets_request({topic_name: {0: OffsetSpec.EARLIEST}}))
@@ -132,19 +148,8 @@ def test_remote_answers_carry_the_leaders_offsets_or_a_retriable_error(kafka: Ka
     tierproxy's own listener), never made up from the tier's end. While the leader cannot be asked (own listener
     behind a closed gate, metadata from files so the tier is ready), the partition gets REPLICA_NOT_AVAILABLE and no
     records; once it can, the records come with the broker's own high watermark."""
-    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "2000"})
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
-    for i in range(RECORDS):
-        p.produce(topic_name, f"r{i}".encode() * 20)
-    p.flush(60)
-    s = settings(kafka.bootstrap, tmp_path, topic_name)
-    assert tier_once(s).failed == 0
-    log_start = broker_forgets(kafka.bootstrap, topic_name, above=RECORDS // 2)
-    with gate(kafka.bootstrap) as (port, opened):
-        cfg = tmp_path / "own.properties"
-        cfg.write_text(f"security.protocol=PLAINTEXT\nbootstrap.servers=127.0.0.1:{port}\n")
-        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
-            "TIERPROXY_COMMAND_CONFIG": str(cfg), "TIERPROXY_STORAGE": s.storage, "TIERPROXY_METADATA": s.metadata})
+    s, log_start = _tiered_then_forgotten(kafka, tmp_path, topic_name)
+    with _gated_proxy(kafka, tmp_path, s) as (proxy, opened):
         try:
             def fetch() -> dict[str, Any]:
                 with WireClient(proxy.bootstrap) as w:  # relayed to the one broker (per-broker ports need the gate)
