@@ -33,12 +33,14 @@ SMALL_FRAME = 64 * 1024  # below this a size prefix and frame go out as one writ
 class Slot:
     """A response position in the client's stream; `chunks` is None until the response is ready."""
 
-    __slots__ = ("chunks", "ctx", "header")
+    __slots__ = ("chunks", "ctx", "header", "on_drop")
 
-    def __init__(self, header: RequestHeader, chunks: Chunks | None = None, ctx: Any = None) -> None:
+    def __init__(self, header: RequestHeader, chunks: Chunks | None = None, ctx: Any = None,
+                 on_drop: Callable[[], None] | None = None) -> None:
         self.header = header
         self.chunks = chunks
         self.ctx = ctx  # what a handler remembers of the request for its response
+        self.on_drop = on_drop  # called if the connection closes before the response is written (frees what it holds)
 
 
 def framed(frame: memoryview | bytes) -> Chunks:
@@ -213,6 +215,9 @@ class Session:
         for t in (self.client, self.upstream):
             if t is not None and not t.is_closing():
                 t.close()
+        for slot in self.slots:  # responses that will never be written: what they hold goes back now
+            if slot.on_drop is not None:
+                slot.on_drop()
         self.writes_drained()
         self.proxy.session_closed(self)
 

@@ -154,13 +154,26 @@ def _ready(proxy: ProxyProcess) -> bool:
         return False
 
 
+def _read_frame(s: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = s.recv(n - len(out))
+            assert chunk, "connection closed mid-frame"
+            out += chunk
+        return bytes(out)
+    return exactly(int.from_bytes(exactly(4), "big"))
+
+
 def test_remote_responses_to_clients_that_do_not_read_are_held_within_queued_max_request_bytes(
         kafka: KafkaCluster, tmp_path: Path, history: tuple[str, Path]) -> None:
     """20 clients each send a Fetch of every partition's history from offset 0 (50 MiB max_bytes, 4 MiB per
     partition: a 10-20 MiB remote response each) and then read nothing. The remote responses count against
     queued.max.request.bytes (8 MiB here) until they have left the process, so the proxy holds about that much for
     them, not 20 x 20 MiB; the others are answered empty (read again later). Once the stalled clients go, a
-    normal client reads every record from the tier."""
+    normal client reads every record from the tier — also after 10 more clients read that Fetch's answer, sent it
+    again and hung up before the second answer (a connection that knows its partitions are remote has reads started
+    with the request: their grant comes back when the connection closes, not only when an answer is written)."""
     topic, tier = history
     bounds = {"TIERPROXY_QUEUED_MAX_REQUEST_BYTES": 8 * MIB, "TIERPROXY_REMOTE_FETCH_CACHE_BYTES": 4 * MIB,
               "TIERPROXY_REMOTE_LOG_INDEX_FILE_CACHE_TOTAL_SIZE_BYTES": 4 * MIB,
@@ -192,6 +205,11 @@ def test_remote_responses_to_clients_that_do_not_read_are_held_within_queued_max
     finally:
         for s in stalled:
             s.close()
+    for _ in range(10):
+        with socket.create_connection(address, timeout=30) as s:
+            s.sendall(frame)
+            _read_frame(s)
+            s.sendall(frame)  # the reads start at once; the connection is gone before the answer comes back
     try:
         nxt = dict.fromkeys(range(PARTITIONS), 0)
         with WireClient(f"{address[0]}:{address[1]}", timeout=60) as w:

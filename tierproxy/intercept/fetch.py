@@ -142,7 +142,8 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
         plan.deadline = loop.time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
         plan.budget = within_memory(session, plan, fit_budget(plan, plan.remote, 0))
         plan.reads, plan.errors, plan.rejected = _submit_reads(tier, plan, plan.budget, plan.deadline, known)
-    session.forward(ev, registry.encode_request(ev.header, data) if changed else None, Slot(ev.header, ctx=plan))
+    session.forward(ev, registry.encode_request(ev.header, data) if changed else None,
+                    Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
 
 
 def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
