@@ -44,6 +44,7 @@ SUPPORTED: dict[int, ApiSchema] = {s.api_key: s for s in (
     ApiSchema(10, "FindCoordinator", discovery.FIND_COORDINATOR_REQUEST, discovery.FIND_COORDINATOR_RESPONSE),
     ApiSchema(17, "SaslHandshake", sasl.SASL_HANDSHAKE_REQUEST, sasl.SASL_HANDSHAKE_RESPONSE),
     ApiSchema(18, "ApiVersions", discovery.API_VERSIONS_REQUEST, discovery.API_VERSIONS_RESPONSE),
+    ApiSchema(21, "DeleteRecords", offsets.DELETE_RECORDS_REQUEST, offsets.DELETE_RECORDS_RESPONSE),
     ApiSchema(23, "OffsetForLeaderEpoch", offsets.OFFSET_FOR_LEADER_EPOCH_REQUEST,
               offsets.OFFSET_FOR_LEADER_EPOCH_RESPONSE),
     ApiSchema(36, "SaslAuthenticate", sasl.SASL_AUTHENTICATE_REQUEST, sasl.SASL_AUTHENTICATE_RESPONSE),

@@ -9,7 +9,7 @@ from typing import Any
 with warnings.catch_warnings():
     # kafka-python loads its schemas with the deprecated importlib.resources.read_text at import time
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.protocol import consumer, metadata
+    from kafka.protocol import admin, consumer, metadata
     from kafka.protocol import producer as kp_producer
 
 from tests.protocol.samples import normalize
@@ -18,6 +18,7 @@ THEIRS: dict[tuple[int, str], Any] = {
     (1, "request"): consumer.FetchRequest, (1, "response"): consumer.FetchResponse,
     (2, "request"): consumer.ListOffsetsRequest, (2, "response"): consumer.ListOffsetsResponse,
     (23, "request"): consumer.OffsetForLeaderEpochRequest, (23, "response"): consumer.OffsetForLeaderEpochResponse,
+    (21, "request"): admin.DeleteRecordsRequest, (21, "response"): admin.DeleteRecordsResponse,
     (3, "request"): metadata.MetadataRequest, (3, "response"): metadata.MetadataResponse,
     (10, "request"): metadata.FindCoordinatorRequest, (10, "response"): metadata.FindCoordinatorResponse,
     (18, "request"): metadata.ApiVersionsRequest, (18, "response"): metadata.ApiVersionsResponse,
