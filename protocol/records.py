@@ -267,6 +267,19 @@ def build_batch(records: list[Record], *, base_offset: int = 0, codec: int = com
     return bytes(out)
 
 
+def build_empty_batch(base_offset: int, last_offset: int, *, partition_leader_epoch: int = -1) -> bytes:
+    """A v2 batch with no records spanning [base_offset, last_offset], as the log cleaner leaves one when it
+    removes every record of a batch: a client moves its position past it to last_offset + 1 (KAFKA-5443; the
+    Java consumer and librdkafka take the next offset from the batch header, not from its records)."""
+    if last_offset < base_offset:
+        raise ValueError(f"an empty batch spans at least one offset: [{base_offset}, {last_offset}]")
+    out = bytearray(HEADER_SIZE)
+    BATCH_HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - LENGTH_OVERHEAD, partition_leader_epoch, 2, 0, 0,
+                           last_offset - base_offset, -1, -1, -1, -1, -1, 0)
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
 def build_control_batch(marker: int, *, offset: int, producer_id: int, producer_epoch: int, timestamp: int,
                         coordinator_epoch: int = 0, partition_leader_epoch: int = 0) -> bytes:
     """A transaction marker batch (COMMIT or ABORT)."""

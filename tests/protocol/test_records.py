@@ -20,6 +20,7 @@ from protocol.records import (
     Record,
     build_batch,
     build_control_batch,
+    build_empty_batch,
     iter_batches,
     whole_batches_size,
 )
@@ -124,3 +125,12 @@ def test_decode_batches_written_by_the_java_producer(kafka: KafkaCluster, topic_
     got = _fetch_all(kafka.bootstrap, topic_name, 500)
     assert len(got) == 500 and [r.offset for r in got] == list(range(500))
     assert all(r.value is not None and len(r.value) == 200 for r in got)
+
+
+def test_an_empty_batch_spans_its_offsets_with_no_records_and_a_valid_crc() -> None:
+    raw = build_empty_batch(1000, 1004)
+    (b,) = list(iter_batches(raw))
+    assert (b.base_offset, b.last_offset, b.size, b.crc_ok()) == (1000, 1004, 61, True)
+    assert list(b.records()) == [] and not b.is_control
+    with pytest.raises(ValueError):
+        build_empty_batch(5, 4)

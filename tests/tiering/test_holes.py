@@ -14,12 +14,17 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafkahelpers import broker_forgets, create_topic, watermarks
+from protocol.constants import ApiKey
+from protocol.records import iter_batches
+from protocol.requests import fetch_request
+from tests.kafkahelpers import broker_forgets, create_topic, set_retention, watermarks
 from tests.realparts import ProxyProcess
 from tests.tiering.helpers import offsets_of, settings, tiered
+from tests.waiting import wait_until
 from tierproxy.config import TierSettings
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.tiering.job import TieringJob
+from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 RECORDS = 3000
@@ -114,3 +119,35 @@ def test_a_fetch_inside_a_hole_reads_on_from_the_next_segment(kafka: KafkaCluste
         job.close()
     gaps = [(a, b - 1)] + ([(RECORDS, log_start - 1)] if log_start > RECORDS else [])
     assert [(g["first_missing"], g["last_missing"]) for g in later.gaps] == gaps  # reported, never copied
+
+    # five more records, never tiered; then the broker deletes everything it has (log start = high watermark):
+    # nothing after that gap to read on from. The answer inside it is a batch with no records up to the log
+    # start, which moves the client there (before: empty answers, the client one short of the HW forever)
+    tiered_end = hw - 1  # the pass above copied the broker's records up to its high watermark
+    assert offsets_of(tiered(s, topic_name)[1])[-1] == tiered_end
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for _ in range(5):
+        p.produce(topic_name, b"late")
+    p.flush(10)
+    set_retention(kafka.bootstrap, topic_name, 1000)
+    try:
+        empty_to = wait_until(lambda: (w := watermarks(kafka.bootstrap, topic_name))[0] == w[1] and w[0],
+                               "the broker deletes all it has", timeout=60, interval=0.5)
+    finally:
+        set_retention(kafka.bootstrap, topic_name, 3_600_000)
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": s.storage,
+                                                           "TIERPROXY_METADATA": str(s.metadata)})
+    try:
+        with WireClient(proxy.bootstrap) as w:
+            resp = w.request(ApiKey.FETCH, 12, fetch_request({topic_name: {0: hw}}, max_bytes=1 << 20))
+        part = resp["responses"][0]["partitions"][0]
+        (empty,) = iter_batches(part["records"])
+        assert (part["error_code"], part["high_watermark"]) == (0, empty_to)
+        assert (empty.base_offset, empty.last_offset, list(empty.records()), empty.crc_ok()) == \
+            (hw, empty_to - 1, [], True)
+        out = subprocess.run([kcat, "-b", proxy.bootstrap, "-C", "-t", topic_name, "-p", "0", "-o", "0", "-e", "-q",
+                              "-f", "%o\n"], capture_output=True, text=True, timeout=120)
+        assert [int(x) for x in out.stdout.split()] == \
+            [o for o in range(RECORDS) if not a <= o < b] + list(range(log_start, hw))
+    finally:
+        proxy.stop()

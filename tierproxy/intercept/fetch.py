@@ -30,6 +30,7 @@ from protocol import registry
 from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
+from protocol.records import build_empty_batch
 from tierproxy import rewrite
 from tierproxy.intercept.errors import error_for
 from tierproxy.metrics import FETCH_LATENCY, RemoteFetchStats
@@ -460,8 +461,14 @@ async def _across_the_gap(tier: RemoteTier, stats: RemoteFetchStats, plan: Fetch
         log.warning("%s: records after the gap below the broker's log start unavailable: %s", key, exc)
         entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
         return entry
+    records = part["records"]
+    if part["error_code"] == ErrorCode.NONE and not records:
+        # nothing after the gap yet (the broker deleted everything it had): a batch with no records over the
+        # gap moves the client to the log start, as over a batch the log cleaner emptied — without it the
+        # client would fetch inside the gap forever, one short of the high watermark
+        records = memoryview(build_empty_batch(req["fetch_offset"], broker.log_start - 1))
     entry.update(error_code=part["error_code"], high_watermark=part["high_watermark"],
-                 last_stable_offset=part["last_stable_offset"], records=part["records"],
+                 last_stable_offset=part["last_stable_offset"], records=records,
                  aborted_transactions=part["aborted_transactions"] if plan.read_committed else None)
     stats.gap_skips += 1
     return entry
