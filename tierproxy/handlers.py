@@ -131,6 +131,7 @@ RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
     ApiKey.DESCRIBE_CLUSTER: describe_cluster_response,
     ApiKey.FETCH: fetch.fetch_response,
     ApiKey.LIST_OFFSETS: offsets.list_offsets_response,
+    ApiKey.DELETE_RECORDS: offsets.delete_records_response,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch_response,
     ApiKey.PRODUCE: rewrite.relay_with_endpoints,
 }

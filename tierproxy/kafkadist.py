@@ -9,6 +9,7 @@ on free loopback ports; `start()` returns once every broker answers ApiVersions 
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import shutil
 import signal
@@ -33,6 +34,8 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId>
       <version>{kafka}</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId>
+      <version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId>
       <version>{kafka}</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-storage</artifactId>
       <version>{kafka}</version><classifier>test</classifier></dependency>
@@ -67,16 +70,19 @@ def cache_dir() -> Path:
 
 
 def ensure_kafka_libs() -> Path:
-    """Return a directory holding the Kafka broker, tools and storage-test jars, resolving them once."""
+    """Return a directory holding the Kafka broker, tools, Streams and storage-test jars, resolving them once (and
+    again when the list of artifacts changes)."""
     root = cache_dir() / f"kafka-{KAFKA_VERSION}"
     libs = root / "libs"
     marker = root / ".complete"
-    if marker.exists():
+    pom = _POM.format(scala=SCALA_VERSION, kafka=KAFKA_VERSION, log4j=LOG4J_VERSION)
+    resolved = hashlib.sha256(pom.encode()).hexdigest()[:16]
+    if marker.exists() and marker.read_text() == resolved:
         return libs
     if shutil.which("mvn") is None:
         raise KafkaUnavailable("mvn not found on PATH: needed to resolve Apache Kafka from Maven Central")
     root.mkdir(parents=True, exist_ok=True)
-    (root / "pom.xml").write_text(_POM.format(scala=SCALA_VERSION, kafka=KAFKA_VERSION, log4j=LOG4J_VERSION))
+    (root / "pom.xml").write_text(pom)
     if libs.exists():
         shutil.rmtree(libs)  # a partial earlier run
     cmd = ["mvn", "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
@@ -88,7 +94,7 @@ def ensure_kafka_libs() -> Path:
     for stray in libs.glob("slf4j-reload4j*.jar"):
         stray.unlink()  # log4j2 is Kafka 4's logging backend
     (root / "log4j2.properties").write_text(_LOG4J2)
-    marker.write_text(KAFKA_VERSION)
+    marker.write_text(resolved)
     return libs
 
 

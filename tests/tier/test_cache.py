@@ -9,6 +9,7 @@ from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import (
     IllegalStateTransition,
     PartitionDeleteState,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
 )
@@ -95,3 +96,21 @@ def test_highest_leader_epoch_wins_whatever_the_order() -> None:
         assert pc.segment_for(50, 3).segment_id == winner.segment_id
         loser = b if winner is a else a
         assert loser.segment_id.id in pc.unreferenced
+
+
+def test_a_purged_log_start_hides_what_is_below_it_and_only_moves_up() -> None:
+    cache, t = MetadataCache(), tp()
+    for start in (0, 100, 200):
+        _finish(cache, seg(t, start, start + 99, {0: start}))
+    pc = cache.get(t.topic_id, 0)
+    assert pc is not None
+    cache.apply(RemoteLogStartOffset(t, 150, 1))
+    assert pc.earliest_offset() == 150  # inside the straddling segment: from the purge point, not its start
+    assert pc.segment_for_offset(149) is None and pc.segment_for(99, 0) is None
+    assert pc.segment_for_offset(150).start_offset == 100  # the batch holding 150 is still served
+    assert [m.start_offset for m in pc.purged()] == [0]
+    cache.apply(RemoteLogStartOffset(t, 120, 2))  # an older record (replayed out of order) never lowers it
+    assert pc.log_start_offset == 150
+    cache.apply(RemoteLogStartOffset(t, 300, 3))  # everything purged: the tier answers nothing
+    assert pc.earliest_offset() is None and pc.segment_for_offset(250) is None
+    assert [m.start_offset for m in pc.purged()] == [0, 100, 200]

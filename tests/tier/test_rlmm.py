@@ -154,6 +154,32 @@ def test_scenario_5_partition_deletion(make: Callable[..., RemoteLogMetadataMana
     run(go())
 
 
+def test_a_purged_log_start_reaches_every_instance_and_is_tombstoned_with_the_partition(
+        make: Callable[..., RemoteLogMetadataManager]) -> None:
+    async def go() -> None:
+        t = tp("repartition", 2)
+        async with opened(make()) as r:
+            md = seg(t, 0, 99)
+            await r.add_segment(md)
+            await r.update_segment(transition(md, S.COPY_SEGMENT_FINISHED))
+            assert await r.put_log_start(t, 40)
+            assert not await r.put_log_start(t, 40)  # not above the current one: nothing written
+            async with opened(make()) as reader:
+                await reader.catch_up()
+                pc = reader.partition(t)
+                assert pc is not None and pc.log_start_offset == 40 and pc.earliest_offset() == 40
+            key = f"{uuid_str(t.topic_id)}:2:logStart".encode()
+            assert key in r.keys[(t.topic_id, 2)]
+            await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_MARKED, 1, -1))
+            await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_STARTED, 2, -1))
+            await r.update_segment(transition(md, S.DELETE_SEGMENT_STARTED))
+            await r.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED))
+            await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_FINISHED, 3, -1))
+            assert key not in r.keys[(t.topic_id, 2)]  # the log start record went with the partition
+
+    run(go())
+
+
 @pytest.mark.kafka
 def test_restart_replays_only_the_tail_after_the_checkpoint(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = f"__rlmm-{uuid.uuid4().hex[:8]}"

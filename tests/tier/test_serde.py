@@ -6,7 +6,13 @@ import pytest
 
 from protocol.errors import ProtocolError
 from tests.tier.helpers import seg, tp
-from tierproxy.tier.model import PartitionDeleteState, RemotePartitionDeleteMetadata, SegmentState, uuid_str
+from tierproxy.tier.model import (
+    PartitionDeleteState,
+    RemoteLogStartOffset,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+    uuid_str,
+)
 from tierproxy.tier.rlmm import transition
 from tierproxy.tier.serde import decode_value, encode_value, metadata_partition, murmur2, record_key
 
@@ -37,6 +43,10 @@ def test_round_trips_and_keys() -> None:
     assert record_key(md) == f"{uuid_str(t.topic_id)}:0:199:4".encode()
     assert record_key(pdm) == f"{uuid_str(t.topic_id)}:0".encode()
     assert encode_value(md)[:2] == b"\x00\x01"  # api key 0, version 1
+    purge = RemoteLogStartOffset(t, 150, 6, 101)
+    assert decode_value(encode_value(purge)) == purge
+    assert record_key(purge) == f"{uuid_str(t.topic_id)}:0:logStart".encode()
+    assert encode_value(purge)[:2] == b"\x40\x01"  # tierproxy's api key 64, version 1
 
 
 def test_v0_records_decode_with_defaults() -> None:
@@ -47,6 +57,8 @@ def test_v0_records_decode_with_defaults() -> None:
 
 
 def test_garbage_values_raise_protocol_error() -> None:
-    for bad in (b"", b"\x09\x00", b"\x00\x01\x00", encode_value(seg(tp(), 0, 9))[:-3]):
+    purge = encode_value(RemoteLogStartOffset(tp(), 1, 2))
+    for bad in (b"", b"\x09\x00", b"\x00\x01\x00", encode_value(seg(tp(), 0, 9))[:-3], purge[:-1],
+                b"\x40\x00" + purge[2:]):
         with pytest.raises(ProtocolError):
             decode_value(bad)

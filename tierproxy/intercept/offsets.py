@@ -4,6 +4,7 @@ ListOffsets: -2 EARLIEST → the tier's start when tiered data exists below the 
 the broker's local start (as it answers); -5 LATEST_TIERED → the last tiered offset (-1 if none); -1 and -3 as
 the broker says; a timestamp ≥ 0 → the tier's time index first (the first record at or after it), then the
 broker. OffsetForLeaderEpoch: an epoch older than the broker still knows is answered from the segments' epochs.
+DeleteRecords: relayed as is; a partition's new low watermark is a purge the tier serves nothing below from then on.
 """
 
 from __future__ import annotations
@@ -139,3 +140,20 @@ def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseE
                 changed = True
     slot.chunks = (registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data) if changed
                    else framed(ev.frame))
+
+
+def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    """A DeleteRecords that succeeded moved the partition's log start by a purge, not by retention: the tier stops
+    serving below it at once (the tier job records it in the metadata for topics without retention; see
+    `housekeeping.record_purges`)."""
+    slot.chunks = framed(ev.frame)
+    tier = session.proxy.remote
+    if tier is None or not registry.supports(ev.api_key, ev.api_version):
+        return
+    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    for t in data["topics"]:
+        for p in t["partitions"]:
+            pc = tier.partition(t["name"], p["partition_index"])
+            if p["error_code"] == 0 and pc is not None and pc.purge_below(p["low_watermark"]):
+                log.info("%s-%d purged below %d (DeleteRecords from %s)", t["name"], p["partition_index"],
+                         p["low_watermark"], session.peer)

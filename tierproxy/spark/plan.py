@@ -45,10 +45,11 @@ class PartitionPlan:
     segments: list[RemoteLogSegmentMetadata]
     live: PartitionOffsets | None
     aborted: list[tuple[int, int, int]] = field(default_factory=list)  # (producer id, first, last) from txn indexes
+    log_start: int = 0  # a purge's (DeleteRecords) log start: nothing below it is read
 
     @property
     def tier_start(self) -> int:
-        return self.segments[0].start_offset if self.segments else -1
+        return max(self.segments[0].start_offset, self.log_start) if self.segments else -1
 
     @property
     def tier_end(self) -> int:
@@ -100,7 +101,9 @@ class Planner:
             plans = []
             for p in parts:
                 pc = rlmm.cache.get(p.topic_id, p.partition)  # by topic id: a re-created topic has no old history
-                plans.append(PartitionPlan(p, list(pc.finished()) if pc else [], live.get((p.topic, p.partition))))
+                served = [md for md in pc.finished() if md.end_offset >= pc.log_start_offset] if pc else []
+                plans.append(PartitionPlan(p, served, live.get((p.topic, p.partition)),
+                                           log_start=pc.log_start_offset if pc else 0))
             slices: list[Slice] = []
             for pp in plans:
                 slices += await self._partition_slices(view, pp, rsm)
@@ -154,6 +157,8 @@ class Planner:
         start = self._spec(o.starting, pp, self._earliest(pp)) if start is None else start
         end = await self._by_time(o.ending_ts, pp, rsm, False)
         end = self._spec(o.ending, pp, self._latest(pp)) if end is None else end
+        if start < pp.log_start < end:  # purged by DeleteRecords: gone, as from the brokers
+            start = self._lost(pp, start, pp.log_start)
         if end <= start:
             return []
         self._check_coverage(pp, start, end)

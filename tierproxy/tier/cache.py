@@ -15,6 +15,7 @@ from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicIdPartition,
@@ -59,6 +60,7 @@ class PartitionCache:
         self.segments: dict[bytes, RemoteLogSegmentMetadata] = {}
         self.epochs: dict[int, _EpochIndex] = {}
         self.unreferenced: set[bytes] = set()
+        self.log_start_offset = 0  # moved by purges only (RemoteLogStartOffset): nothing below it is served
 
     # --- events ------------------------------------------------------------------------------------------------
     def add(self, md: RemoteLogSegmentMetadata) -> None:
@@ -119,6 +121,8 @@ class PartitionCache:
         return [] if idx is None else [self.segments[idx.ids[s]] for s in idx.starts]
 
     def segment_for(self, offset: int, leader_epoch: int) -> RemoteLogSegmentMetadata | None:
+        if offset < self.log_start_offset:
+            return None  # purged
         idx = self.epochs.get(leader_epoch)
         seg_id = idx.floor(offset) if idx is not None else None
         if seg_id is None:
@@ -182,8 +186,20 @@ class PartitionCache:
         return out
 
     def earliest_offset(self) -> int | None:
-        starts = [md.start_offset for md in self.finished()]
-        return min(starts) if starts else None
+        """The first offset the tier serves: its oldest segment's start, or the purged log start inside it."""
+        starts = [md.start_offset for md in self.finished() if md.end_offset >= self.log_start_offset]
+        return max(min(starts), self.log_start_offset) if starts else None
+
+    def purge_below(self, log_start_offset: int) -> bool:
+        """Raise the log start (a purge); False if it is not above the current one (log starts only move up)."""
+        if log_start_offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = log_start_offset
+        return True
+
+    def purged(self) -> list[RemoteLogSegmentMetadata]:
+        """Served segments wholly below the log start: never served again, to be deleted."""
+        return [md for md in self.finished() if md.end_offset < self.log_start_offset]
 
     def latest_tiered_offset(self) -> int:
         ends = [md.end_offset for md in self.finished()]
@@ -233,8 +249,11 @@ class MetadataCache:
         self.events_applied += 1
 
     def apply(self, event: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
-              | RemotePartitionDeleteMetadata) -> None:
-        if isinstance(event, RemoteLogSegmentMetadata):
+              | RemotePartitionDeleteMetadata | RemoteLogStartOffset) -> None:
+        if isinstance(event, RemoteLogStartOffset):
+            if not self.is_deleted(event.tp.topic_id, event.tp.partition):
+                self.partition(event.tp).purge_below(event.log_start_offset)
+        elif isinstance(event, RemoteLogSegmentMetadata):
             self.partition(event.tp).add(event)
         elif isinstance(event, RemoteLogSegmentMetadataUpdate):
             self.partition(event.segment_id.tp).update(event)

@@ -161,3 +161,13 @@ class RemotePartitionDeleteMetadata:
     broker_id: int
     broker_leader_epoch: int = 0
     end_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogStartOffset:
+    """The partition's log start offset moved by a purge (DeleteRecords), not by retention: the tier serves
+    nothing below it and deletes the segments wholly below it (Kafka's `isSegmentBreachByLogStartOffset`)."""
+    tp: TopicIdPartition
+    log_start_offset: int
+    event_timestamp_ms: int
+    broker_id: int = -1

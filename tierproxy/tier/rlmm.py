@@ -23,6 +23,7 @@ from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicIdPartition,
@@ -152,6 +153,16 @@ class RemoteLogMetadataManager(abc.ABC):
             marker = record_key(pdm)
             records += [(k, None) for k in sorted(self.keys.get(key, set())) if k != marker]
         await self.publish(records)
+
+    async def put_log_start(self, tp: TopicIdPartition, log_start_offset: int, broker_id: int = -1) -> bool:
+        """Record a purge: the partition's log start moved to `log_start_offset` (False: it is not above the
+        current one, nothing written)."""
+        pc = self.cache.get(tp.topic_id, tp.partition)
+        if pc is not None and log_start_offset <= pc.log_start_offset:
+            return False
+        event = RemoteLogStartOffset(tp, log_start_offset, now_ms(), broker_id)
+        await self.publish([(record_key(event), encode_value(event))])
+        return True
 
     # --- queries -----------------------------------------------------------------------------------------------
     def partition(self, tp: TopicIdPartition) -> PartitionCache | None:

@@ -5,8 +5,11 @@ Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka p
     0 RemoteLogSegmentMetadataRecord   (v1 adds tag 1 BrokerLeaderEpoch; tag 0 is Kafka's TxnIndexEmpty)
     1 RemoteLogSegmentMetadataUpdateRecord (v1 adds tag 0 BrokerLeaderEpoch, tag 1 EndOffset)
     2 RemotePartitionDeleteMetadataRecord  (v1 adds tag 0 BrokerLeaderEpoch, tag 1 EndOffset)
+   64 RemoteLogStartOffsetRecord (tierproxy's own, v1: a purged partition's log start; Kafka's own RLMM keeps
+      the log start in the broker, which tierproxy's brokers know only as their local start)
 Record key (compacted topic) => "topicId:partition:endOffset:brokerLeaderEpoch" for segment records,
-    "topicId:partition" for partition-deletion records (topic ids in Kafka's base64 form).
+    "topicId:partition" for partition-deletion records, "topicId:partition:logStart" for log start records
+    (topic ids in Kafka's base64 form).
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from tierproxy.tier.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicIdPartition,
     uuid_str,
 )
 
-Event = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+Event = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata | RemoteLogStartOffset
 VERSION = 1
 
 _TIP = [F("name", "string", "0+"), F("id", "uuid", "0+"), F("partition", "int32", "0+")]
@@ -67,7 +71,14 @@ PARTITION_DELETE_RECORD = Message("RemotePartitionDeleteMetadataRecord", api_key
     F("end_offset", "int64", "1+", tag=1, default=-1),
 ])
 
-_BY_KEY = {m.api_key: m for m in (SEGMENT_RECORD, UPDATE_RECORD, PARTITION_DELETE_RECORD)}
+LOG_START_RECORD = Message("RemoteLogStartOffsetRecord", api_key=64, versions="1", flexible="1+", fields=[
+    F("topic_id_partition", "{}", "1+", fields=_TIP),
+    F("broker_id", "int32", "1+"),
+    F("event_timestamp_ms", "int64", "1+"),
+    F("log_start_offset", "int64", "1+"),
+])
+
+_BY_KEY = {m.api_key: m for m in (SEGMENT_RECORD, UPDATE_RECORD, PARTITION_DELETE_RECORD, LOG_START_RECORD)}
 
 
 def _tip(tp: TopicIdPartition) -> dict[str, object]:
@@ -107,6 +118,10 @@ def encode_value(event: Event, version: int = VERSION) -> bytes:
             "event_timestamp_ms": event.event_timestamp_ms, "custom_metadata": event.custom_metadata,
             "remote_log_segment_state": int(event.state), "broker_leader_epoch": event.broker_leader_epoch,
             "end_offset": event.end_offset}
+    elif isinstance(event, RemoteLogStartOffset):
+        msg, data = LOG_START_RECORD, {
+            "topic_id_partition": _tip(event.tp), "broker_id": event.broker_id,
+            "event_timestamp_ms": event.event_timestamp_ms, "log_start_offset": event.log_start_offset}
     else:
         msg, data = PARTITION_DELETE_RECORD, {
             "topic_id_partition": _tip(event.tp), "broker_id": event.broker_id,
@@ -140,6 +155,9 @@ def decode_value(value: bytes | memoryview) -> Event:
                 SegmentState(d["remote_log_segment_state"]), d["broker_id"],
                 None if d["custom_metadata"] is None else bytes(d["custom_metadata"]), d["broker_leader_epoch"],
                 d["end_offset"])
+        if api_key == LOG_START_RECORD.api_key:
+            return RemoteLogStartOffset(_from_tip(d["topic_id_partition"]), d["log_start_offset"],
+                                        d["event_timestamp_ms"], d["broker_id"])
         return RemotePartitionDeleteMetadata(_from_tip(d["topic_id_partition"]),
                                              PartitionDeleteState(d["remote_partition_delete_state"]),
                                              d["event_timestamp_ms"], d["broker_id"], d["broker_leader_epoch"],
@@ -152,6 +170,8 @@ def record_key(event: Event, end_offset: int | None = None) -> bytes:
     """The compacted topic's key: topicId:partition:endOffset:brokerLeaderEpoch (partitions: topicId:partition)."""
     if isinstance(event, RemotePartitionDeleteMetadata):
         return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}".encode()
+    if isinstance(event, RemoteLogStartOffset):
+        return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}:logStart".encode()
     if isinstance(event, RemoteLogSegmentMetadata):
         tp, end = event.tp, event.end_offset
     else:

@@ -56,7 +56,8 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
 
     As Kafka's `deletableSegments`: from the oldest segment onward, stopping at the first one kept, so a newer
     segment with older timestamps is never deleted behind a kept one (that would cut a hole in the history).
-    Only segments wholly below the broker's log start are eligible: the tier never keeps less history than the
+    Segments wholly below a purged log start (`record_purges`) go first, whatever the retention. Otherwise only
+    segments wholly below the broker's log start are eligible: the tier never keeps less history than the
     broker (a remote copy of data the broker still has would only be copied again by the next pass).
     """
     now = int(time.time() * 1000)
@@ -69,6 +70,13 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
         segments = sorted(pc.finished(), key=lambda m: m.start_offset)
         total = sum(md.segment_size_in_bytes for md in segments)
         for md in segments:
+            if md.end_offset < pc.log_start_offset:  # purged (Kafka's isSegmentBreachByLogStartOffset)
+                total -= md.segment_size_in_bytes
+                log.info("purged: deleting %s (offsets %d..%d, below log start %d)", md.segment_id, md.start_offset,
+                         md.end_offset, pc.log_start_offset)
+                await delete_segment(rlmm, rsm, md)
+                n += 1
+                continue
             by_time = ms >= 0 and md.max_timestamp_ms < now - ms
             by_size = max_bytes >= 0 and total > max_bytes
             if not (by_time or by_size) or md.end_offset >= log_start:
@@ -76,6 +84,34 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
             total -= md.segment_size_in_bytes
             log.info("remote retention: deleting %s (offsets %d..%d)", md.segment_id, md.start_offset, md.end_offset)
             await delete_segment(rlmm, rsm, md)
+            n += 1
+    return n
+
+
+def never_deleted_by_retention(config: dict[str, str]) -> bool:
+    """The broker deletes nothing of this topic by retention (`retention.ms` and `retention.bytes` both -1, as
+    Kafka Streams creates its repartition topics, or no `delete` cleanup policy): its log start moves only by
+    DeleteRecords."""
+    if "delete" not in config.get("cleanup.policy", "delete"):
+        return True
+    return int(config.get("retention.ms", "604800000")) < 0 and int(config.get("retention.bytes", "-1")) < 0
+
+
+async def record_purges(rlmm: RemoteLogMetadataManager, log_starts: dict[tuple[bytes, int, str], int],
+                        configs: dict[str, dict[str, str]]) -> int:
+    """Record as purges the broker log starts of tiered partitions whose topic the broker never deletes by
+    retention (so a moved log start can only be DeleteRecords): the tier serves nothing below them again and
+    `enforce_retention` deletes the segments wholly below. Where retention may have deleted, a moved log start
+    is taken as retention (the tier goes on serving below it): only a purge that passes through the proxy is
+    known there. Returns how many partitions' log starts moved."""
+    n = 0
+    for (topic_id, partition, topic), log_start in log_starts.items():
+        pc = rlmm.cache.get(topic_id, partition)
+        if pc is None or log_start <= pc.log_start_offset or not never_deleted_by_retention(configs.get(topic, {})):
+            continue
+        if await rlmm.put_log_start(pc.tp, log_start):
+            log.info("%s-%d: log start %d moved by DeleteRecords (the topic has no retention): nothing below it is "
+                     "served", topic, partition, log_start)
             n += 1
     return n
 

@@ -47,6 +47,7 @@ class RunSummary:
     failed: int = 0
     orphans_cleaned: int = 0
     expired: int = 0
+    purged: int = 0  # partitions whose log start moved by DeleteRecords (recorded, segments below deleted)
     partitions_deleted: int = 0
     gaps: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
@@ -59,7 +60,8 @@ class RunSummary:
     def line(self) -> str:
         return (f"tiered {self.segments} segments, {self.bytes / 1e6:.1f} MB in {self.seconds:.1f}s "
                 f"({self.mb_per_s:.1f} MB/s); lag to LSO {sum(self.lag.values())} offsets; "
-                f"{len(self.gaps)} gaps; {self.expired} expired; {self.orphans_cleaned} orphans cleaned; "
+                f"{len(self.gaps)} gaps; {self.expired} expired; {self.purged} purged; "
+                f"{self.orphans_cleaned} orphans cleaned; "
                 f"{self.partitions_deleted} partitions deleted; {self.failed} failed copies")
 
 
@@ -147,6 +149,8 @@ class TieringJob:
             except OSError as exc:  # its leader died since the view was taken: the next pass plans it
                 log.warning("not planning %s-%d this pass: %s", p.topic, p.partition, exc)
                 continue
+            if housekeeping.never_deleted_by_retention(configs.get(p.topic, {})):
+                gaps = []  # only DeleteRecords moves this log start: what is below was purged, not lost
             for gap in gaps:
                 log.error("GAP %s", gap.describe())
                 summary.gaps.append(asdict(gap))
@@ -165,6 +169,9 @@ class TieringJob:
         parts = [current.get((p.topic_id, p.partition), p) for p in parts]
         after = list_offsets(view, parts)
         log_starts = {k: o.log_start for k, o in after.items()}
+        summary.purged = self.run(housekeeping.record_purges(self.rlmm, {
+            (p.topic_id, p.partition, p.topic): after[(p.topic, p.partition)].log_start for p in parts
+            if (p.topic, p.partition) in after}, configs))
         summary.expired = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention, log_starts))
 
         for p in parts:
