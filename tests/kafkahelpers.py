@@ -42,11 +42,16 @@ def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int
 
 def set_retention(bootstrap: str, topic: str, retention_ms: int) -> None:
     """Shorten (or lengthen) a topic's retention.ms now (incremental AlterConfigs)."""
+    set_topic_config(bootstrap, topic, "retention.ms", str(retention_ms))
+
+
+def set_topic_config(bootstrap: str, topic: str, key: str, value: str) -> None:
+    """Set one topic config now (incremental AlterConfigs)."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     res = ConfigResource("topic", topic, incremental_configs=[
-        ConfigEntry("retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
     for fut in admin.incremental_alter_configs([res]).values():
         fut.result(30)
 

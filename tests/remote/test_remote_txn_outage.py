@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
-from tests.kafkahelpers import broker_forgets, create_topic, read_to_end, watermarks
+from tests.kafkahelpers import broker_forgets, create_topic, read_to_end, set_retention, set_topic_config, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tests.recording_relay import DelayRelay
 from tests.tiering.helpers import settings, tier_once
@@ -140,6 +140,51 @@ def test_an_abort_many_tiered_segments_later_is_found(kafka: KafkaCluster, tmp_p
     got = _forgotten_then_read_committed(kafka, tmp_path, topic_name)
     assert not [v for v in got if v.startswith("abort")]
     assert got == committed
+
+
+def test_an_abort_still_in_the_brokers_log_is_found(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    """T1 writes 100 records and is aborted only after T2 (another producer) has opened a transaction: the tier
+    copies up to the last stable offset (T2's start), so T1's records are tiered and its ABORT marker is not. Once
+    the broker has deleted T1's records but still holds the marker, read_committed through the proxy learns the
+    abort from the broker's log (Kafka's collectAbortedTransactions goes on into the local log): none of T1's
+    records is served (before: all 100 were, as committed)."""
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "300"})
+    t1, t2 = (Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"{n}-{topic_name}",
+                        "linger.ms": 0}) for n in ("t1", "t2"))
+    plain = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
+    t1.init_transactions(30)
+    t2.init_transactions(30)
+    t1.begin_transaction()
+    for i in range(100):
+        t1.produce(topic_name, f"abort-{i}".encode())
+    t1.flush(10)
+    time.sleep(0.5)
+    # rolls the segment (segment.ms has passed); an hour-ahead timestamp keeps the new one from expiring below
+    plain.produce(topic_name, b"plain-0", timestamp=int(time.time() * 1000) + 1_800_000)
+    plain.flush(10)
+    set_topic_config(kafka.bootstrap, topic_name, "segment.ms", "3600000")
+    t2.begin_transaction()
+    t2.produce(topic_name, b"open-0")
+    t2.flush(10)
+    t1.abort_transaction(30)  # its marker lands after T2's first record: LSO = T2's start
+    try:
+        assert tier_once(settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=4 * 1024)).segments
+        set_retention(kafka.bootstrap, topic_name, 1000)
+        try:
+            wait_until(lambda: watermarks(kafka.bootstrap, topic_name)[0] == 100, "the broker deletes T1's records",
+                       timeout=60, interval=0.5)
+        finally:
+            set_retention(kafka.bootstrap, topic_name, 3_600_000)
+        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
+                                                               "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
+        try:
+            assert read_to_end(proxy.bootstrap, topic_name, "read_uncommitted", timeout=60)[:101] == \
+                [f"abort-{i}" for i in range(100)] + ["plain-0"]  # T1's records are served from the tier
+            assert read_to_end(proxy.bootstrap, topic_name, "read_committed", timeout=60) == ["plain-0"]
+        finally:
+            proxy.stop()
+    finally:
+        t2.abort_transaction(30)
 
 
 @pytest.mark.s3

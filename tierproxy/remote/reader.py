@@ -23,10 +23,16 @@ from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.storage import StorageUnavailable
 
 
+class BrokerLogUnavailable(RuntimeError):
+    """What a remote read needs from the broker's log (aborted transactions reaching into it) cannot be asked."""
+
+
 @dataclass
 class ReadResult:
     records: bytes | memoryview
     aborted: list[AbortedTxn] = field(default_factory=list)
+    # READ_COMMITTED: producers whose transaction was open at the end of the tier (decided in the broker's log)
+    unresolved: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -198,7 +204,8 @@ class RemoteReader:
     async def _result(self, md: RemoteLogSegmentMetadata, records: bytes | memoryview, read_committed: bool,
                       deadline: float, following: list[RemoteLogSegmentMetadata] | None) -> ReadResult:
         """For READ_COMMITTED, the aborted transactions overlapping the records: from this segment's txn index,
-        and for transactions still open at its end (its producer snapshot) from the following segments'."""
+        and for transactions still open at its end (its producer snapshot) from the following segments'. Those
+        still open at the tier's end are `unresolved`: their markers are in the broker's log."""
         if not read_committed or not records:
             return ReadResult(records)
         batches = list(iter_batches(records))
@@ -208,14 +215,19 @@ class RemoteReader:
             txns = decode_txn_index(await self.index(md, IndexType.TRANSACTION, deadline))
             found += [a for a in txns if a.last_offset >= lo and a.first_offset <= hi]
         snapshot = decode_producer_snapshot(await self.index(md, IndexType.PRODUCER_SNAPSHOT, deadline))
-        still_open = {pid for pid, e in snapshot.items() if 0 <= e.current_txn_first_offset <= hi}
+        open_at = {pid: e.current_txn_first_offset for pid, e in snapshot.items()
+                   if 0 <= e.current_txn_first_offset <= hi}
+        still_open = set(open_at)
         for nxt in following or []:  # as far as it takes (RemoteLogManager.collectAbortedTransactions)
             if not still_open:
                 break
-            if nxt.txn_index_empty:
-                continue
-            for a in decode_txn_index(await self.index(nxt, IndexType.TRANSACTION, deadline)):
-                if a.producer_id in still_open and a.first_offset <= hi:
-                    found.append(a)
-                    still_open.discard(a.producer_id)
-        return ReadResult(records, found)
+            if not nxt.txn_index_empty:
+                for a in decode_txn_index(await self.index(nxt, IndexType.TRANSACTION, deadline)):
+                    if a.producer_id in still_open and a.first_offset <= hi:
+                        found.append(a)
+                        still_open.discard(a.producer_id)
+            if still_open:  # in another transaction (or none) at nxt's end: decided inside nxt, not aborted: committed
+                later = decode_producer_snapshot(await self.index(nxt, IndexType.PRODUCER_SNAPSHOT, deadline))
+                still_open = {pid for pid in still_open
+                              if (e := later.get(pid)) is None or e.current_txn_first_offset == open_at[pid]}
+        return ReadResult(records, found, still_open)

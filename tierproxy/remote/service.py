@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.constants import ApiKey
+from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.records import iter_batches
 from protocol.requests import PARTITION_BOUNDS, fetch_request, list_offsets_request, listed_offsets
 from tierproxy.asyncclient import AsyncWireClient
@@ -24,9 +23,9 @@ from tierproxy.identity.sasl import AuthenticationFailed
 from tierproxy.remote.leaders import OwnLeaders
 from tierproxy.remote.pool import ReaderPool
 from tierproxy.remote.quota import RemoteFetchQuota
-from tierproxy.remote.reader import Backoff, ReadResult, RemoteReader
+from tierproxy.remote.reader import Backoff, BrokerLogUnavailable, ReadResult, RemoteReader
 from tierproxy.tier.cache import PartitionCache
-from tierproxy.tier.indexes import lookup_time
+from tierproxy.tier.indexes import AbortedTxn, lookup_time
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
@@ -169,10 +168,30 @@ class RemoteTier:
         # a transaction open at this segment's end is looked for in the later segments
         following = [m for m in pc.finished() if m.start_offset > md.end_offset]
 
-        def read() -> Awaitable[ReadResult]:
-            return self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following)
+        async def read() -> ReadResult:
+            res = await self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following)
+            if res.unresolved:
+                res.aborted += await self.aborted_in_broker_log(pc.tp.topic, pc.tp.partition, res.unresolved)
+            return res
 
         return self.pool.submit(read)
+
+    async def aborted_in_broker_log(self, topic: str, partition: int, producers: set[int]) -> list[AbortedTxn]:
+        """Transactions of `producers` open at the tier's end whose ABORT marker is in the broker's log (as
+        `RemoteLogManager.collectAbortedTransactions` goes on into the local log): a READ_COMMITTED Fetch at the
+        broker's log start lists every aborted transaction that reaches it. Raises BrokerLogUnavailable when the
+        leader cannot be asked: records of an undecided transaction are never served as committed."""
+        try:
+            offsets = await self.broker_offsets(topic, partition)
+            part = await self.fetch_from_leader(topic, partition, offsets.log_start, 1, IsolationLevel.READ_COMMITTED)
+        except KeyError as exc:
+            raise BrokerLogUnavailable(f"{topic}-{partition}: aborted transactions in the broker's log: {exc}") \
+                from None
+        if part["error_code"] != ErrorCode.NONE:
+            raise BrokerLogUnavailable(f"{topic}-{partition}: aborted transactions in the broker's log: error "
+                                       f"{part['error_code']}")
+        return [AbortedTxn(a["producer_id"], a["first_offset"], -1, -1) for a in part["aborted_transactions"] or ()
+                if a["producer_id"] in producers]
 
     async def offset_for_timestamp(self, pc: PartitionCache, ts: int, deadline: float | None = None
                                    ) -> tuple[int, int] | None:
