@@ -57,24 +57,23 @@ def decode_batch_into(batch: RecordBatch, cols: Columns, start: int, end: int, w
     if h.magic != 2:
         raise ProtocolError(f"batch at {h.base_offset}: magic {h.magic}, only v2 batches are read")
     ts_type = 1 if h.attributes & TIMESTAMP_TYPE_BIT else 0  # the parser gives LogAppendTime as the batch's
-    keys, values, offsets, timestamps = cols.keys, cols.values, cols.offsets, cols.timestamps
-    headers = cols.headers
     raw = batch.view()  # parsed in place (a bytes copy of each batch measured 30% slower)
-    first = len(values)
     try:
-        for r in _ParsedBatch(raw):
-            offset = r.offset
-            if start <= offset < end:
-                keys.append(r.key)
-                values.append(r.value)
-                offsets.append(offset)
-                timestamps.append(r.timestamp)
-                if want_headers:
-                    headers.append(r.headers)
+        recs = list(_ParsedBatch(raw))
     except (KafkaError, ValueError, IndexError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"batch at {h.base_offset}: {exc!r}") from None
-    cols.ts_types.extend([ts_type] * (len(offsets) - len(cols.ts_types)))
-    cols.nbytes += sum(map(len, filter(None, values[first:]))) + sum(map(len, filter(None, keys[first:])))
+    if recs and (recs[0].offset < start or recs[-1].offset >= end):  # only a slice's first and last batch
+        recs = [r for r in recs if start <= r.offset < end]
+    # one comprehension per column, not a loop of appends (the time goes to allocating the values anyway)
+    keys, values = [r.key for r in recs], [r.value for r in recs]
+    cols.keys += keys
+    cols.values += values
+    cols.offsets += [r.offset for r in recs]
+    cols.timestamps += [r.timestamp for r in recs]
+    if want_headers:
+        cols.headers += [r.headers for r in recs]
+    cols.ts_types += [ts_type] * len(recs)
+    cols.nbytes += sum(map(len, filter(None, values))) + sum(map(len, filter(None, keys)))
 
 
 def visible_batches(batches: Iterable[RecordBatch], read_committed: bool,
