@@ -30,7 +30,12 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(settings, services=[start_admin]))
+    if settings.event_loop == "uvloop":
+        import uvloop
+
+        uvloop.run(serve(settings, services=[start_admin]))
+    else:
+        asyncio.run(serve(settings, services=[start_admin]))
     return 0
 
 

@@ -124,6 +124,8 @@ class ProxySettings(CommonSettings):
     buffer_high_water_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024,
                                          description="pause the other side above this many buffered bytes")
     max_in_flight_requests: int = Field(1000, ge=1, description="per connection, before reading pauses")
+    event_loop: str = Field("asyncio", description="asyncio (the standard loop) or uvloop (libuv; install "
+                            "tierproxy[uvloop])")
     ssl_certfile: Path | None = Field(None, description="TLS certificate chain for the client listener")
     ssl_keyfile: Path | None = None
     ssl_cafile: Path | None = Field(None, description="CA that client certificates must chain to (mTLS)")
@@ -153,6 +155,18 @@ class ProxySettings(CommonSettings):
     def _rate(cls, v: int) -> int:
         if v == 0:
             raise ValueError("0 would serve nothing from the tier: use -1 for no limit, or a positive rate")
+        return v
+
+    @field_validator("event_loop")
+    @classmethod
+    def _check_loop(cls, v: str) -> str:
+        if v not in ("asyncio", "uvloop"):
+            raise ValueError("asyncio or uvloop")
+        if v == "uvloop":
+            try:
+                import uvloop  # noqa: F401
+            except ImportError:
+                raise ValueError("uvloop is not installed (pip install 'tierproxy[uvloop]')") from None
         return v
 
     @field_validator("listen", "admin_listen")

@@ -76,8 +76,9 @@ class Proxy:
         self.listeners[None] = await self.loop.create_server(
             lambda: ClientProtocol(self, None), sock=sock, ssl=self.listener_ssl)
         self.bootstrap_port = self.listeners[None].sockets[0].getsockname()[1]
-        log.info("tierproxy listening on %s:%d (bootstrap) for brokers %s; broker ports from %d",
-                 host, self.bootstrap_port, self.settings.bootstrap_servers, self.settings.port_base)
+        log.info("tierproxy listening on %s:%d (bootstrap) for brokers %s; broker ports from %d; event loop %s",
+                 host, self.bootstrap_port, self.settings.bootstrap_servers, self.settings.port_base,
+                 type(self.loop).__module__.split(".")[0])
         for node_id in list(self.brokers.upstream):
             self._on_new_node(node_id)
         if self.settings.connections_max_idle_ms > 0:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from protocol.connection import ClientConnection, RequestEvent, ResponseEvent, ServerConnection
 from protocol.errors import ProtocolError
@@ -231,7 +231,8 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self.session: Session | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # a stream transport (uvloop's is one without subclassing asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)
         if not self.proxy.accepting(transport):
             transport.abort()
             return

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -37,6 +38,22 @@ def test_kcat_produce_and_consume(proxy: ProxyProcess, kcat: str, topic_name: st
     out = subprocess.run([kcat, "-b", proxy.bootstrap, "-C", "-t", topic_name, "-o", "beginning", "-e", "-q",
                           "-f", "%k:%s\n"], capture_output=True, text=True, check=True, timeout=60).stdout
     assert sorted(out.splitlines()) == sorted(lines)
+
+
+def test_kcat_through_a_proxy_on_uvloop(kafka: KafkaCluster, kcat: str, topic_name: str, tmp_path: Path) -> None:
+    """event.loop=uvloop (an option; asyncio's loop serves every other test): the same relay on libuv."""
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_EVENT_LOOP": "uvloop"})
+    try:
+        create_topic(kafka.bootstrap, topic_name, partitions=2)
+        lines = [f"{i}:value-{i}" for i in range(500)]
+        subprocess.run([kcat, "-b", proxy.bootstrap, "-P", "-t", topic_name, "-K", ":"],
+                       input="\n".join(lines) + "\n", text=True, check=True, timeout=60)
+        out = subprocess.run([kcat, "-b", proxy.bootstrap, "-C", "-t", topic_name, "-o", "beginning", "-e", "-q",
+                              "-f", "%k:%s\n"], capture_output=True, text=True, check=True, timeout=60).stdout
+        assert sorted(out.splitlines()) == sorted(lines)
+        assert "event loop uvloop" in proxy.log_text()
+    finally:
+        proxy.stop()
 
 
 def _drain(c: Consumer, want: int, seen: list[tuple[int, int]], timeout: float = 30) -> None:

@@ -187,6 +187,7 @@ def test_broker_restart_clients_recover(tmp_path: Path, topic_name: str) -> None
     ([], {"TIERPROXY_BROKER_PORT_RANGE": "many"}, "broker.port.range"),
     ([], {"TIERPROXY_SOCKET_REQUEST_MAX_BYTES": "10"}, "socket.request.max.bytes"),
     ([], {"TIERPROXY_SSL_CERTFILE": "/nonexistent.pem", "TIERPROXY_SSL_KEYFILE": "/nonexistent.key"}, "ssl.certfile"),
+    ([], {"TIERPROXY_EVENT_LOOP": "trio"}, "event.loop"),
 ])
 def test_bad_config_fails_at_start_naming_the_key(args: list[str], env: dict[str, str], key: str) -> None:
     cmd = [sys.executable, "-m", "tierproxy.cli", "serve", "--bootstrap-server", "127.0.0.1:1",
