@@ -7,7 +7,6 @@ kafka-consumer-perf-test, and the fetch latency the proxy adds (p50/p99).
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import time
@@ -17,7 +16,7 @@ import pytest
 
 from protocol.requests import fetch_request
 from tests.bench.conftest import BENCH_RECORDS, RECORD_SIZE
-from tests.bench.report import report
+from tests.bench.report import cpu_seconds, report
 from tests.realparts import ProxyProcess
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
@@ -33,12 +32,6 @@ def bench_proxy(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -
     p.stop()
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (/proc/PID/stat utime and stime)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_cpu_cost_per_gb_on_the_tail(kafka: KafkaCluster, bench_proxy: ProxyProcess, bench_topic: str,
                                      kcat: str) -> None:
     """Core-seconds per GB kcat reads: the proxy's, beside the broker's own for the same data (direct and proxied
@@ -47,11 +40,11 @@ def test_cpu_cost_per_gb_on_the_tail(kafka: KafkaCluster, bench_proxy: ProxyProc
     assert broker is not None
     gb = BENCH_RECORDS * RECORD_SIZE / 1e9
     _kcat_seconds(kcat, kafka.bootstrap, bench_topic)  # warm-up: the log in the page cache for both runs
-    b0 = _cpu_seconds(broker.pid)
+    b0 = cpu_seconds(broker.pid)
     _kcat_seconds(kcat, kafka.bootstrap, bench_topic)
-    b1, p1 = _cpu_seconds(broker.pid), _cpu_seconds(bench_proxy.proc.pid)
+    b1, p1 = cpu_seconds(broker.pid), cpu_seconds(bench_proxy.proc.pid)
     _kcat_seconds(kcat, bench_proxy.bootstrap, bench_topic)
-    b2, p2 = _cpu_seconds(broker.pid), _cpu_seconds(bench_proxy.proc.pid)
+    b2, p2 = cpu_seconds(broker.pid), cpu_seconds(bench_proxy.proc.pid)
     report("cpu per GB (kcat, tail)", f"broker {(b1 - b0) / gb:.2f} core-s/GB direct, {(b2 - b1) / gb:.2f} proxied; "
                                       f"proxy {(p2 - p1) / gb:.2f} core-s/GB")
     assert p2 > p1  # the proxy did the relaying

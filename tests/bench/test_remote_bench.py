@@ -16,7 +16,7 @@ import pytest
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tests.bench.report import report
+from tests.bench.report import cpu_seconds, report
 from tests.kafkahelpers import create_topic, set_retention, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tierproxy.config import TierSettings
@@ -113,6 +113,13 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
             figures.append(f"remote from {name} {remote:.0f} MB/s ({remote / direct:.2f}x)")
             if name == "filesystem":
                 half = max(_kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2) for _ in range(2))
+                broker = kafka.nodes[0].proc
+                assert broker is not None
+                c0, b0 = cpu_seconds(proxy.proc.pid), cpu_seconds(broker.pid)
+                _kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2)
+                gb = RECORDS // 2 * 1024 / 1e9
+                figures.append(f"remote path CPU: proxy {(cpu_seconds(proxy.proc.pid) - c0) / gb:.2f} core-s/GB, "
+                               f"broker {(cpu_seconds(broker.pid) - b0) / gb:.2f} core-s/GB")
             if name == "filesystem":
                 base = _hwm_mib(proxy.proc.pid)
                 procs = [subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", topic, "-p", "0", "-o",
