@@ -20,6 +20,7 @@ from protocol.requests import fetch_request
 from tests.kafkahelpers import broker_forgets, create_topic, read_to_end, set_retention, set_topic_config, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tests.recording_relay import DelayRelay
+from tests.spark.parts import local_session
 from tests.tiering.helpers import settings, tier_once
 from tests.waiting import proxy_serves_tier, wait_until
 from tierproxy.kafkadist import KafkaCluster
@@ -147,7 +148,7 @@ def test_an_abort_still_in_the_brokers_log_is_found(kafka: KafkaCluster, tmp_pat
     copies up to the last stable offset (T2's start), so T1's records are tiered and its ABORT marker is not. Once
     the broker has deleted T1's records but still holds the marker, read_committed through the proxy learns the
     abort from the broker's log (Kafka's collectAbortedTransactions goes on into the local log): none of T1's
-    records is served (before: all 100 were, as committed)."""
+    records is served (before: all 100 were, as committed), through the proxy nor in the tier's DataFrame."""
     create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "300"})
     t1, t2 = (Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"{n}-{topic_name}",
                         "linger.ms": 0}) for n in ("t1", "t2"))
@@ -183,6 +184,19 @@ def test_an_abort_still_in_the_brokers_log_is_found(kafka: KafkaCluster, tmp_pat
             assert read_to_end(proxy.bootstrap, topic_name, "read_committed", timeout=60) == ["plain-0"]
         finally:
             proxy.stop()
+        # the tier as a Spark DataFrame: the same abort, learned from the broker when the read is planned
+        spark = local_session()
+        try:
+            def values(isolation: str) -> list[str]:
+                df = spark.read.format("tierproxy").option("kafka.bootstrap.servers", kafka.bootstrap).options(
+                    storage=f"file://{tmp_path}/tier", metadata=f"file://{tmp_path}/meta", subscribe=topic_name,
+                    **{"kafka.isolation.level": isolation}).load()
+                return [bytes(r.value).decode() for r in df.orderBy("offset").collect()]
+
+            assert values("read_uncommitted") == [f"abort-{i}" for i in range(100)] + ["plain-0"]
+            assert values("read_committed") == ["plain-0"]
+        finally:
+            spark.stop()
     finally:
         t2.abort_transaction(30)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from protocol.constants import ApiKey, IsolationLevel
 from protocol.records import RecordBatch
-from protocol.requests import list_offsets_request
+from protocol.requests import fetch_request, list_offsets_request
 from tierproxy.tiering.copy import iter_fetch
 from tierproxy.wireclient import WireClient
 
@@ -31,3 +31,17 @@ def live_offset_for_time(leader: str, topic: str, partition: int, ts: int) -> in
     if p["error_code"] != 0:
         raise RuntimeError(f"ListOffsets by timestamp for {topic}-{partition}: error {p['error_code']}")
     return int(p["offset"]) if p["offset"] >= 0 else None
+
+
+def live_aborted_reaching(leader: str, topic: str, partition: int, log_start: int) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the aborted transactions that reach the leader's log start from below: a
+    READ_COMMITTED Fetch there lists them. A transaction open at the tier's end (the tier copies to the LSO) may
+    have its ABORT marker only in the broker's log."""
+    with WireClient(leader, client_id="tierproxy-spark") as w:
+        resp = w.request(ApiKey.FETCH, 12, fetch_request({topic: {partition: log_start}}, max_bytes=1,
+                                                         isolation=IsolationLevel.READ_COMMITTED))
+    p = resp["responses"][0]["partitions"][0]
+    if p["error_code"] != 0:
+        raise RuntimeError(f"aborted transactions at {topic}-{partition}'s log start: error {p['error_code']}")
+    return [(a["producer_id"], a["first_offset"]) for a in p["aborted_transactions"] or () if
+            a["first_offset"] < log_start]

@@ -166,6 +166,13 @@ class Planner:
             pp.aborted = [(a.producer_id, a.first_offset, a.last_offset)
                           for md in pp.segments if not md.txn_index_empty and md.end_offset >= start
                           for a in decode_txn_index(await rsm.fetch_index(md, IndexType.TRANSACTION))]
+            if pp.segments and pp.live is not None and info in self.leaders:
+                from tierproxy.spark.live import live_aborted_reaching
+
+                # aborts whose markers are still only in the broker's log: they end beyond the tier
+                pp.aborted += [(pid, first, 1 << 62) for pid, first in
+                               live_aborted_reaching(self.leaders[info], info.topic, info.partition,
+                                                     pp.live.log_start) if first <= pp.tier_end]
         out: list[Slice] = []
         for md in pp.segments:
             if md.end_offset < start or md.start_offset >= end:
