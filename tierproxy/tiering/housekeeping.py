@@ -67,16 +67,14 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
             continue
         ms, max_bytes = retention.get(pc.tp.topic, (-1, -1))
         log_start = log_starts.get((pc.tp.topic, pc.tp.partition), 0)
+        for md in pc.purged():  # below a purged log start, whatever the retention (isSegmentBreachByLogStartOffset)
+            log.info("purged: deleting %s (offsets %d..%d, below log start %d)", md.segment_id, md.start_offset,
+                     md.end_offset, pc.log_start_offset)
+            await delete_segment(rlmm, rsm, md)
+            n += 1
         segments = sorted(pc.finished(), key=lambda m: m.start_offset)
         total = sum(md.segment_size_in_bytes for md in segments)
         for md in segments:
-            if md.end_offset < pc.log_start_offset:  # purged (Kafka's isSegmentBreachByLogStartOffset)
-                total -= md.segment_size_in_bytes
-                log.info("purged: deleting %s (offsets %d..%d, below log start %d)", md.segment_id, md.start_offset,
-                         md.end_offset, pc.log_start_offset)
-                await delete_segment(rlmm, rsm, md)
-                n += 1
-                continue
             by_time = ms >= 0 and md.max_timestamp_ms < now - ms
             by_size = max_bytes >= 0 and total > max_bytes
             if not (by_time or by_size) or md.end_offset >= log_start:
