@@ -255,10 +255,7 @@ async def _under_current_ids(tier: RemoteTier, plan: FetchPlan, oor: list[Key], 
 
 def _tier_answers(pc: PartitionCache, offset: int) -> bool:
     """The tier holds `offset`, or it falls in a hole between tiered segments (answered from the next one)."""
-    if pc.segment_for_offset(offset) is not None:
-        return True
-    earliest = pc.earliest_offset()
-    return earliest is not None and offset > earliest and pc.next_segment_after(offset) is not None
+    return pc.answering_segment(offset) is not None
 
 
 def within_memory(session: Session, plan: FetchPlan, budget: dict[Key, tuple[int, bool]]

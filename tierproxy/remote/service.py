@@ -158,13 +158,10 @@ class RemoteTier:
         pool by `deadline` (loop time); None when no tiered segment holds `offset`. Raises PoolFull when the pool
         is. Inside a hole between served segments the read starts at the next segment (as a broker answers across a
         compacted gap: the client moves on to the first offset that exists)."""
-        md = pc.segment_for_offset(offset)
+        md = pc.answering_segment(offset)
         if md is None:
-            earliest = pc.earliest_offset()
-            md = pc.next_segment_after(offset) if earliest is not None and offset > earliest else None
-            if md is None:
-                return None
-            offset = md.start_offset
+            return None
+        offset = max(offset, md.start_offset)  # inside a hole: from the next segment's start
         # a transaction open at this segment's end is looked for in the later segments
         following = [m for m in pc.finished() if m.start_offset > md.end_offset]
 

@@ -174,6 +174,15 @@ class PartitionCache:
         """The first served segment starting above `offset` (a fetch inside a hole reads on from there)."""
         return next((md for md in self.finished() if md.start_offset > offset), None)
 
+    def answering_segment(self, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The segment a fetch at `offset` is answered from: the one holding it, or inside a hole between served
+        segments the next one (as a broker answers across a compacted gap); None below or beyond the tier."""
+        md = self.segment_for_offset(offset)
+        if md is not None:
+            return md
+        earliest = self.earliest_offset()
+        return self.next_segment_after(offset) if earliest is not None and offset > earliest else None
+
     def holes(self) -> list[tuple[int, int]]:
         """[first missing, next start) between served segments, oldest first: what a failed copy left behind while
         later copies of its pass succeeded. The next tiering pass fills them while the broker still has them."""
