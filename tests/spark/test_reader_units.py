@@ -3,15 +3,24 @@
 
 from __future__ import annotations
 
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol import compression
+from protocol.errors import ProtocolError
 from protocol.records import ABORT, COMMIT, Header, Record, build_batch, build_control_batch, iter_batches
+from tierproxy.spark.columns import RecordColumns
 from tierproxy.spark.options import OptionError, parse_options
-from tierproxy.spark.rows import Columns, arrow_batches, decode_batch_into, visible_batches
+from tierproxy.spark.rows import arrow_batches, visible_batches
 from tierproxy.spark.source import byte_range
 from tierproxy.tier.indexes import build_segment
 
+# the Arrow schema Spark asks a Python data source for, with headers
+SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+                    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")), ("timestampType", pa.int32()),
+                    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
 BASE = {"kafka.bootstrap.servers": "b:9092", "storage": "file:///t", "subscribe": "orders"}
 
 
@@ -60,14 +69,36 @@ def test_columns_equal_the_codecs_records(codec: int, log_append: bool) -> None:
                    None if i % 5 == 0 else b"v" * (i * 70), [Header("h", b"x"), Header("n", None)] if i % 2 else [])
             for i in range(300)]
     batch = next(iter_batches(build_batch(recs, base_offset=100, codec=codec, log_append_time=log_append)))
-    cols = Columns()
-    decode_batch_into(batch, cols, 110, 390, True)
+    cols = RecordColumns(want_headers=True)
+    cols.decode(batch, 110, 390)
+    cols.decode(batch, 0, 0)  # nothing in range: nothing appended
+    rows = cols.to_arrow("t", 9, SCHEMA).to_pylist()
     want = [r for r in batch.records() if 110 <= r.offset < 390]
-    assert cols.offsets == [r.offset for r in want] == list(range(110, 390))
-    assert cols.keys == [r.key for r in want] and cols.values == [r.value for r in want]
-    assert cols.timestamps == [r.timestamp for r in want]
-    assert cols.ts_types == [1 if log_append else 0] * 280
-    assert cols.headers == [[(h.key, h.value) for h in r.headers] for r in want]
+    assert [r["offset"] for r in rows] == [r.offset for r in want] == list(range(110, 390))
+    assert [r["key"] for r in rows] == [r.key for r in want] and [r["value"] for r in rows] == [r.value for r in want]
+    stamp = batch.max_timestamp if log_append else None
+    assert [round(r["timestamp"].timestamp() * 1000) for r in rows] == [stamp or r.timestamp for r in want]
+    assert [r["timestampType"] for r in rows] == [1 if log_append else 0] * 280
+    assert {(r["topic"], r["partition"]) for r in rows} == {("t", 9)}
+    assert [r["headers"] for r in rows] == [[{"key": h.key, "value": h.value} for h in r.headers] or None
+                                            for r in want]
+
+
+def test_columns_grow_past_their_first_size_and_keep_what_they_held() -> None:
+    big = [Record(i, i, bytes([i % 256]) * 3000, bytes([i % 7]) * 700_000 if i == 3 else b"v%d" % i,
+                  [Header(f"h{j}", b"x" * 5000) for j in range(3)]) for i in range(2000)]
+    raw = build_batch(big[:1000]) + build_batch(big[1000:], base_offset=1000)
+    cols = RecordColumns(want_headers=True)
+    for b in iter_batches(raw):
+        cols.decode(b, 0, 2000)
+    rows = cols.to_arrow("t", 0, SCHEMA).to_pylist()
+    assert [(r["key"], r["value"]) for r in rows] == [(r.key, r.value) for r in big]
+    assert all(len(r["headers"]) == 3 and r["headers"][2] == {"key": "h2", "value": b"x" * 5000} for r in rows)
+    nxt = RecordColumns(want_headers=True, like=cols)  # sized like the last: decoding the same needs no growth
+    sizes = nxt.value_data.size, nxt.offsets.size
+    for b in iter_batches(raw):
+        nxt.decode(b, 0, 2000)
+    assert (nxt.value_data.size, nxt.offsets.size) == sizes and len(nxt) == 2000
 
 
 def test_read_committed_drops_aborted_batches_and_every_control_batch() -> None:
@@ -85,12 +116,7 @@ def test_read_committed_drops_aborted_batches_and_every_control_batch() -> None:
 
 
 def test_arrow_batches_match_sparks_schema_and_null_headers() -> None:
-    import pyarrow as pa
-
-    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-                        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
-                        ("timestampType", pa.int32()),
-                        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+    schema = SCHEMA
     raw = build_batch([Record(i, 1000 + i, b"k", b"v", [Header("a", b"1")] if i else []) for i in range(5)])
     out = list(arrow_batches(iter_batches(raw), topic="t", partition=3, start=1, end=5, include_headers=True,
                              read_committed=False, aborted=[], schema=schema, rows_per_batch=2))
@@ -117,11 +143,7 @@ def test_byte_range_covers_the_offsets_and_little_else() -> None:
 
 
 def test_arrow_batches_are_bounded_by_bytes_too() -> None:
-    import pyarrow as pa
-
-    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-                        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
-                        ("timestampType", pa.int32())])
+    schema = pa.schema(list(SCHEMA)[:7])
     raw = b"".join(build_batch([Record(b * 10 + i, 0, None, bytes(1000)) for i in range(10)], base_offset=b * 10)
                    for b in range(6))
     out = list(arrow_batches(iter_batches(raw), topic="t", partition=0, start=0, end=60, include_headers=False,
@@ -132,9 +154,44 @@ def test_arrow_batches_are_bounded_by_bytes_too() -> None:
 
 def test_a_corrupt_batch_raises_protocol_error_naming_it() -> None:
     from protocol.errors import ProtocolError
-    from tierproxy.spark.rows import Columns, decode_batch_into
-
     raw = bytearray(build_batch([Record(i, 0, b"k", b"v" * 50) for i in range(3)], base_offset=40))
     raw[57:61] = (5).to_bytes(4, "big")  # records_count says 5 where the batch holds 3
     with pytest.raises(ProtocolError, match="batch at 40"):
-        decode_batch_into(next(iter_batches(bytes(raw))), Columns(), 0, 100, False)
+        RecordColumns(want_headers=False).decode(next(iter_batches(bytes(raw))), 0, 100)
+
+
+_FUZZ_BATCH = build_batch([Record(i, 5 * i, None if i == 2 else b"k%d" % i, b"v" * (40 * i),
+                                  [Header("h", b"x"), Header("n", None)] if i % 2 else []) for i in range(6)])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(61, len(_FUZZ_BATCH) - 1), st.integers(0, 255)), min_size=1, max_size=6),
+       st.integers(-3, 8))
+def test_a_mangled_records_section_decodes_or_raises_protocol_error(edits: list[tuple[int, int]],
+                                                                    count_delta: int) -> None:
+    # the compiled loop does not check bounds itself: every length it is handed must be checked, or this crashes
+    raw = bytearray(_FUZZ_BATCH)
+    for pos, byte in edits:
+        raw[pos] = byte
+    raw[57:61] = (6 + count_delta).to_bytes(4, "big", signed=True)
+    cols = RecordColumns(want_headers=True)
+    try:
+        cols.decode(next(iter_batches(bytes(raw))), 0, 1 << 62)
+    except ProtocolError:
+        assert len(cols) == 0  # a batch that fails adds nothing
+        return
+    assert len(cols) <= 6 + count_delta
+    try:
+        assert cols.to_arrow("t", 0, SCHEMA).num_rows == len(cols)
+    except ProtocolError as exc:
+        assert "not UTF-8" in str(exc)  # the one check left to Arrow
+
+
+def test_a_header_key_that_is_not_utf8_is_a_protocol_error() -> None:
+    raw = build_batch([Record(0, 0, None, b"v", [Header("\u00e9", b"x")])])
+    bad = raw.replace("\u00e9".encode(), b"\xff\xfe")
+    cols = RecordColumns(want_headers=True)
+    cols.decode(next(iter_batches(bad)), 0, 1)
+    with pytest.raises(ProtocolError, match="not UTF-8"):
+        cols.to_arrow("t", 0, SCHEMA)
+
