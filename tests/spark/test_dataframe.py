@@ -21,6 +21,8 @@ from tests.spark.parts import local_session, spark_home, standalone_cluster, tie
 from tests.spark.read_job import digest
 from tests.tiering.helpers import produce_everything
 from tierproxy.kafkadist import KafkaCluster
+from tierproxy.spark.options import parse_options
+from tierproxy.spark.plan import Planner
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -214,8 +216,11 @@ def test_a_narrow_range_reads_only_the_segments_that_hold_it(kafka: KafkaCluster
         nxt = [int(o.name.split("-")[0]) for o in logs if int(o.name.split("-")[0]) > first]
         return first < 6000 and (not nxt or min(nxt) > 5000)
 
-    # one input partition per segment holding the range, none for the others
-    assert parts == len([log for log in logs if holds(log)]) < len(logs) / 4
+    # a slice per segment holding the range, none for the others; small segments share an input partition
+    planned = Planner(parse_options(narrow)).plan()
+    held = sorted(int(log.name.split("-")[0]) for log in logs if holds(log))
+    assert [s.segment.start_offset for s in planned if s.segment] == held and len(held) < len(logs) / 4
+    assert parts == 1
     # prove it: hide every other segment's log; the narrow read still works, a full read no longer does
     hidden = [log for log in logs if not holds(log)]
     for log in hidden:
@@ -232,6 +237,13 @@ def test_a_narrow_range_reads_only_the_segments_that_hold_it(kafka: KafkaCluster
     split = spark.read.format("tierproxy").options(**h.tier(maxBytesPerPartition="8192")).load()
     assert split.rdd.getNumPartitions() > len(logs)
     assert sorted(r.offset for r in split.select("offset").collect()) == list(range(20000))
+    # small segments pack ~31 to an input partition (16 KiB + the 4 MiB open cost each, 128 MiB); minPartitions
+    # asks for more, as in Spark's Kafka source
+    packed = spark.read.format("tierproxy").options(**h.tier()).load().rdd.getNumPartitions()
+    assert 1 <= packed <= len(logs) // 30 + 1
+    spread = spark.read.format("tierproxy").options(**h.tier(minPartitions=str(packed + 5))).load()
+    assert spread.rdd.getNumPartitions() >= packed + 5
+    assert sorted(r.offset for r in spread.select("offset").collect()) == list(range(20000))
 
 
 def test_it_runs_on_a_spark_standalone_cluster(history: dict[str, Any], spark: Any, tmp_path: Path) -> None:

@@ -195,3 +195,24 @@ def test_a_header_key_that_is_not_utf8_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="not UTF-8"):
         cols.to_arrow("t", 0, SCHEMA)
 
+
+def test_slices_pack_into_input_partitions_as_spark_packs_files() -> None:
+    from tierproxy.spark.plan import Slice, pack
+    from tierproxy.tier.model import RemoteLogSegmentMetadata
+
+    def seg(start: int, size: int) -> Slice:
+        md = RemoteLogSegmentMetadata.__new__(RemoteLogSegmentMetadata)
+        object.__setattr__(md, "segment_size_in_bytes", size)
+        return Slice("t", 0, start, start + 10, md)
+
+    mib = 1 << 20
+    small = [seg(i * 10, mib) for i in range(40)]  # 5 MiB each with the open cost
+    groups = pack(small, 128 * mib, None)
+    assert [len(g) for g in groups] == [25, 15] and [s for g in groups for s in g] == small  # order kept
+    assert len(pack(small, 128 * mib, 8)) == 8  # minPartitions: 200 MiB / 8 = 25 MiB each
+    live = Slice("t", 1, 0, 5, leader="b:9092")
+    big = seg(0, 32 * mib)
+    assert pack([big, live, big, big, big, big], 128 * mib, None) == [(live,), (big, big, big), (big, big)]
+    one = seg(0, 1)
+    assert pack([one], 1, None) == [(one,)]  # a slice larger than the target still gets a partition
+    assert len(pack(small, 128 * mib, 1000)) == 40  # never less than the open cost each: one slice each

@@ -1,9 +1,13 @@
 """The driver's half of the DataFrame reader: which topic partitions, which offsets, which segments and bytes.
 
-Each input partition (`Slice`) is one tiered segment (or one byte range of a large one: cut at offset-index
-entries, so every batch belongs to exactly one range), or one partition's live range on the brokers. Offsets and
-timestamps are resolved here, through the segments' metadata and their offset and time indexes, so a narrow range
-reads only the segments and bytes that hold it.
+A `Slice` is one tiered segment (or one byte range of a large one: cut at offset-index entries, so every batch
+belongs to exactly one range, and at most `READ_BYTES` so one read's memory stays bounded), or one partition's live
+range on the brokers. Offsets and timestamps are resolved here, through the segments' metadata and their offset and
+time indexes, so a narrow range reads only the segments and bytes that hold it.
+
+Input partitions are slices packed as Spark's file sources pack files (`FilePartition.getFilePartitions`): in plan
+order, up to `maxBytesPerPartition` counting `OPEN_COST` per slice, or fewer bytes when `minPartitions` asks for more
+partitions. A live range is an input partition of its own (its size is not known before it is read).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_positi
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
+
+READ_BYTES = 32 << 20  # the most bytes one ranged read of a segment fetches into a worker's memory
+OPEN_COST = 4 << 20  # spark.sql.files.openCostInBytes: what one more read costs, in bytes, when packing
 
 
 class DataLoss(RuntimeError):
@@ -37,6 +44,37 @@ class Slice:
     byte_range: tuple[int, int] | None = None  # part of a large segment; None: found from the offset index
     leader: str = ""
     aborted: tuple[tuple[int, int], ...] = ()  # (producer id, first offset), for read_committed
+
+    @property
+    def size(self) -> int:
+        """Bytes the slice reads at most (a live range: unknown, 0)."""
+        if self.byte_range is not None:
+            return self.byte_range[1] - self.byte_range[0]
+        return self.segment.segment_size_in_bytes if self.segment is not None else 0
+
+
+def pack(slices: list[Slice], max_bytes: int, min_partitions: int | None) -> list[tuple[Slice, ...]]:
+    """Slices → input partitions, next fit in plan order (a partition's slices stay in offset order)."""
+    target = max_bytes
+    if min_partitions:
+        total = sum(s.size + OPEN_COST for s in slices if s.segment is not None)
+        target = min(max_bytes, max(OPEN_COST, total // min_partitions))
+    out: list[tuple[Slice, ...]] = []
+    group: list[Slice] = []
+    used = 0
+    for s in slices:
+        if s.segment is None:
+            out.append((s,))
+            continue
+        cost = s.size + OPEN_COST
+        if group and used + cost > target:
+            out.append(tuple(group))
+            group, used = [], 0
+        group.append(s)
+        used += cost
+    if group:
+        out.append(tuple(group))
+    return out
 
 
 @dataclass
@@ -83,6 +121,9 @@ class Planner:
 
     def plan(self) -> list[Slice]:
         return asyncio.run(self._plan())
+
+    def input_partitions(self) -> list[tuple[Slice, ...]]:
+        return pack(self.plan(), self.o.max_bytes_per_partition, self.o.min_partitions)
 
     async def _plan(self) -> list[Slice]:
         # the planner's imports stay out of the executors' read path (each read task unpickles this module)
@@ -209,7 +250,7 @@ class Planner:
 
     async def _byte_ranges(self, md: RemoteLogSegmentMetadata,
                            rsm: RemoteStorageManager) -> list[tuple[int, int] | None]:
-        limit = self.o.max_bytes_per_partition
+        limit = min(READ_BYTES, self.o.max_bytes_per_partition)
         if md.segment_size_in_bytes <= limit:
             return [None]
         index = await rsm.fetch_index(md, IndexType.OFFSET)

@@ -1,9 +1,9 @@
 """`spark.read.format("tierproxy")`: a Python Data Source (PySpark ≥ 4.0) over the tiered history.
 
-The driver plans (`plan.Planner`: one input partition per segment or byte range, plus the live range); each
-executor reads its slice straight from storage — offset index → byte range → one ranged read — or from the
-partition leader for the live range, and turns the batches into Arrow record batches in the schema of Spark's
-own Kafka source.
+The driver plans (`plan.Planner`: a slice per segment or byte range, packed into input partitions as Spark packs
+files, plus the live range); each executor reads its slices straight from storage — offset index → byte range →
+one ranged read — or from the partition leader for the live range, and turns the batches into Arrow record batches
+in the schema of Spark's own Kafka source.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from tierproxy.tier.storage import FileStore
 
 
 class SliceInput(InputPartition):
-    def __init__(self, value: Slice) -> None:
+    """One Spark input partition: slices read one after the other."""
+
+    def __init__(self, value: tuple[Slice, ...]) -> None:
         super().__init__(value)
 
 
@@ -51,12 +53,16 @@ class TierReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         from tierproxy.spark.plan import Planner
 
-        return [SliceInput(s) for s in Planner(self.options).plan()]
+        return [SliceInput(group) for group in Planner(self.options).input_partitions()]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        s: Slice = partition.value
+        schema = to_arrow_schema(self.schema, timezone="UTC")
+        for s in partition.value:
+            yield from self._read_slice(s, schema)
+
+    def _read_slice(self, s: Slice, schema: Any) -> Iterator[Any]:
         o = self.options
         aborted = list(s.aborted)
         if s.segment is not None:
@@ -67,7 +73,7 @@ class TierReader(DataSourceReader):
             batches = live_batches(s.leader, s.topic, s.partition, s.start, s.end, o.read_committed, aborted)
         yield from arrow_batches(batches, topic=s.topic, partition=s.partition, start=s.start, end=s.end,
                                  include_headers=o.include_headers, read_committed=o.read_committed,
-                                 aborted=aborted, schema=to_arrow_schema(self.schema, timezone="UTC"))
+                                 aborted=aborted, schema=schema)
 
 
 def byte_range(offset_index: bytes, segment_start: int, size: int, start: int, end: int) -> tuple[int, int]:
