@@ -46,6 +46,7 @@ def test_options_as_sparks_kafka_source_names_them() -> None:
     ({"assign": '{"a": [0]}'}, "exactly one of"),
     ({"startingTimestamp": "1", "startingOffsetsByTimestamp": '{"a": {"0": 1}}'}, "exclude each other"),
     ({"maxBytesPerPartition": "0"}, "maxBytesPerPartition"),
+    ({"minPartitions": "many"}, "minPartitions"),
     ({"startingOffsets": '{"orders": {"0": -7}}'}, "startingOffsets"),
 ])
 def test_bad_options_name_the_option(extra: dict[str, str], named: str) -> None:
