@@ -7,6 +7,7 @@ kafka-consumer-perf-test, and the fetch latency the proxy adds (p50/p99).
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import time
@@ -16,7 +17,7 @@ import pytest
 
 from protocol.requests import fetch_request
 from tests.bench.conftest import BENCH_RECORDS, RECORD_SIZE
-from tests.bench.report import cpu_seconds, report
+from tests.bench.report import busy_share, cpu_seconds, machine_ticks, report
 from tests.realparts import ProxyProcess
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
@@ -71,12 +72,17 @@ def _perf_test_seconds(kafka: KafkaCluster, bootstrap: str, topic: str) -> float
 
 def _compare(name: str, run: object) -> float:
     direct, proxied = [], []
+    busy: dict[str, list[float]] = {"direct": [], "proxy": []}
     for _ in range(ROUNDS):  # alternate so drift hits both sides alike
-        direct.append(run("direct"))  # type: ignore[operator]
-        proxied.append(run("proxy"))  # type: ignore[operator]
+        for side, times in (("direct", direct), ("proxy", proxied)):
+            t0 = machine_ticks()
+            times.append(run(side))  # type: ignore[operator]
+            busy[side].append(busy_share(t0, machine_ticks()))
     mb = BENCH_RECORDS * RECORD_SIZE / 1e6
     d, p = mb / min(direct), mb / min(proxied)
-    report(name, f"direct {d:.0f} MB/s, through tierproxy {p:.0f} MB/s, ratio {p / d:.2f}x (best of {ROUNDS})")
+    report(name, f"direct {d:.0f} MB/s, through tierproxy {p:.0f} MB/s, ratio {p / d:.2f}x (best of {ROUNDS}); "
+                 f"all {os.cpu_count()} cores busy {max(busy['direct']):.0%} direct, {max(busy['proxy']):.0%} "
+                 "through tierproxy")
     return p / d
 
 

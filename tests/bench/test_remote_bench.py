@@ -8,6 +8,7 @@ while it was still local; and the proxy's peak RSS with 100 concurrent remote co
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import time
 from pathlib import Path
@@ -28,13 +29,17 @@ pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.ma
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_REMOTE_RECORDS", str(1 << 18)))
 
 
+CLIENT_BUSY: dict[str, float] = {}  # the last kcat run's CPU, in cores (1.0: the client itself was the limit)
+
+
 def _kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None) -> float:
     args = [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
             "-X", "fetch.message.max.bytes=4194304"]
     args += ["-c", str(count)] if count else ["-e"]
-    start = time.perf_counter()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(args, capture_output=True, timeout=900, check=True)
-    elapsed = time.perf_counter() - start
+    elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    CLIENT_BUSY["last"] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / elapsed
     n = out.stdout.count(b"\n")
     assert n >= (count or RECORDS)
     return n * 1024 / 1e6 / elapsed
@@ -113,6 +118,7 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
             figures.append(f"remote from {name} {remote:.0f} MB/s ({remote / direct:.2f}x)")
             if name == "filesystem":
                 half = max(_kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2) for _ in range(2))
+                half_busy = CLIENT_BUSY["last"]
                 broker = kafka.nodes[0].proc
                 assert broker is not None
                 c0, b0 = cpu_seconds(proxy.proc.pid), cpu_seconds(broker.pid)
@@ -134,5 +140,6 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
             proxy.stop()
     native = _native_remote_mbps(kcat, tmp_path, RECORDS // 2)
     figures.append(f"first {RECORDS // 2} records: tierproxy {half:.0f} MB/s vs Kafka's native tiered storage "
-                   f"(LocalTieredStorage) {native:.0f} MB/s = {half / native:.1f}x")
+                   f"(LocalTieredStorage) {native:.0f} MB/s = {half / native:.1f}x; kcat itself busy "
+                   f"{half_busy:.2f} cores through tierproxy, {CLIENT_BUSY['last']:.2f} with native")
     report("remote catch-up", "; ".join(figures) + f" ({RECORDS} x 1 KiB)")
