@@ -100,9 +100,10 @@ def test_consumer_perf_test_throughput(kafka: KafkaCluster, bench_proxy: ProxyPr
     assert ratio > 0.3
 
 
-def _fetch_latencies(direct: str, proxied: str, topic: str, n: int) -> tuple[list[float], list[float]]:
+def _fetch_latencies(direct: str, proxied: str, topic: str, n: int, offset: int = BENCH_RECORDS - 100,
+                     max_bytes: int = 16384) -> tuple[list[float], list[float]]:
     """Alternate one fetch direct, one through the proxy, so both see the same machine noise."""
-    body = fetch_request({topic: {0: BENCH_RECORDS - 100}}, max_bytes=16384)
+    body = fetch_request({topic: {0: offset}}, max_bytes=max_bytes)
     out: tuple[list[float], list[float]] = ([], [])
     with WireClient(direct) as d, WireClient(proxied) as p:
         for _ in range(n):
@@ -126,3 +127,16 @@ def test_added_fetch_latency(kafka: KafkaCluster, bench_proxy: ProxyProcess, ben
     report("fetch latency (16 KiB tail fetch)", f"direct p50 {d50:.3f} ms p99 {d99:.3f} ms; through tierproxy "
            f"p50 {p50:.3f} ms p99 {p99:.3f} ms; added p50 {p50 - d50:.3f} ms p99 {p99 - d99:.3f} ms")
     assert p50 > 0
+
+
+def test_added_latency_of_a_4_mib_fetch(kafka: KafkaCluster, bench_proxy: ProxyProcess, bench_topic: str) -> None:
+    """What a full 4 MiB answer (kcat's fetch.message.max.bytes in the throughput bench) costs through the proxy:
+    the time its two copies of the bytes (broker socket → proxy → client socket) take, beside the direct path's
+    zero-copy sendfile; the added time over 4 MiB is the proxy's relay rate."""
+    broker_port = f"127.0.0.1:{bench_proxy.base + 1}"
+    _fetch_latencies(kafka.bootstrap, broker_port, bench_topic, 30, offset=0, max_bytes=4 << 20)
+    direct, proxied = _fetch_latencies(kafka.bootstrap, broker_port, bench_topic, 300, offset=0, max_bytes=4 << 20)
+    d50, p50 = _pct(direct, 50), _pct(proxied, 50)
+    report("fetch latency (4 MiB fetch)", f"direct p50 {d50:.2f} ms, through tierproxy p50 {p50:.2f} ms: added "
+           f"{p50 - d50:.2f} ms per 4 MiB = relayed at {4 * 1.048576 / (p50 - d50):.2f} GB/s")
+    assert p50 > d50 > 0
