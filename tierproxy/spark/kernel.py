@@ -25,6 +25,7 @@ OK, CORRUPT, FULL = 0, -1, -2  # decode_records' results: done; malformed input;
 ROWS, KEY_BYTES, VALUE_BYTES, HEADERS, HEADER_KEY_BYTES, HEADER_VALUE_BYTES = range(6)
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+_inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")  # small helpers of the loop
 
 
 @_jit
@@ -61,6 +62,16 @@ def _copy_typing(typingctx: Any, src: Any, start: Any, n: Any, dst: Any, at: Any
 _copy: Any = intrinsic(_copy_typing)
 
 
+@_inline
+def _bytes_field(buf: Any, pos: int, end: int) -> tuple[Any, int, int]:
+    """A varint length and that many bytes at `pos` (none when negative: null): (length, start, next position),
+    the next position -1 when they run past `end`."""
+    n, pos = _varint(buf, pos, end)
+    if pos < 0 or n > end - pos:
+        return 0, 0, -1
+    return n, pos, pos + max(n, 0)
+
+
 @_jit
 def decode_records(buf: Any, pos: int, stop: int, count: int, base_offset: int, base_ts: int, log_append_ts: int,
                    ts_type: int, lo: int, hi: int, want_headers: bool, counts: Any,
@@ -89,18 +100,12 @@ def decode_records(buf: Any, pos: int, stop: int, count: int, base_offset: int, 
         offset_delta, pos = _varint(buf, pos, end)
         if pos < 0:
             return CORRUPT
-        klen, pos = _varint(buf, pos, end)
-        if pos < 0 or klen > end - pos:
+        klen, kstart, pos = _bytes_field(buf, pos, end)
+        if pos < 0:
             return CORRUPT
-        kstart = pos
-        if klen > 0:
-            pos += klen
-        vlen, pos = _varint(buf, pos, end)
-        if pos < 0 or vlen > end - pos:
+        vlen, vstart, pos = _bytes_field(buf, pos, end)
+        if pos < 0:
             return CORRUPT
-        vstart = pos
-        if vlen > 0:
-            pos += vlen
         nheaders, pos = _varint(buf, pos, end)
         if pos < 0 or nheaders < 0 or nheaders > end - pos:
             return CORRUPT
@@ -110,17 +115,12 @@ def decode_records(buf: Any, pos: int, stop: int, count: int, base_offset: int, 
                      or vb + max(vlen, 0) > value_data.shape[0]):
             return FULL
         for _h in range(nheaders):
-            hk, pos = _varint(buf, pos, end)
-            if pos < 0 or hk < 0 or hk > end - pos:
+            hk, hkstart, pos = _bytes_field(buf, pos, end)
+            if pos < 0 or hk < 0:  # a header key is never null
                 return CORRUPT
-            hkstart = pos
-            pos += hk
-            hv, pos = _varint(buf, pos, end)
-            if pos < 0 or hv > end - pos:
+            hv, hvstart, pos = _bytes_field(buf, pos, end)
+            if pos < 0:
                 return CORRUPT
-            hvstart = pos
-            if hv > 0:
-                pos += hv
             if keep and want_headers:
                 if (nh >= hkey_ends.shape[0] or hkb + hk > hkey_data.shape[0]
                         or hvb + max(hv, 0) > hvalue_data.shape[0]):
@@ -137,6 +137,8 @@ def decode_records(buf: Any, pos: int, stop: int, count: int, base_offset: int, 
         if pos != end:  # the record's length must be exactly what its fields used
             return CORRUPT
         if keep:
+            # the nullable appends are spelled out here and for header values: as a helper (even inline="always")
+            # the loop measured 40% slower (31 vs 22 ms per 100k 1 KiB records)
             offsets[row] = offset
             timestamps[row] = log_append_ts if log_append_ts >= 0 else base_ts + ts_delta
             ts_types[row] = ts_type
