@@ -148,6 +148,8 @@ class ProxySettings(CommonSettings):
     remote_fetch_chunk_bytes: int = Field(4 << 20, ge=64 * 1024, description="read-ahead chunk size")
     remote_fetch_cache_bytes: int = Field(256 << 20, ge=0, description="chunk cache size")
     remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")
+    remote_fetch_prefetch_max_chunks: int = Field(8, ge=0, description="how deep the read-ahead may grow while "
+                                                  "storage is slower than a sequential reader")
     remote_log_index_file_cache_total_size_bytes: int = Field(64 << 20, ge=0, description="index cache size")
 
     @field_validator("remote_log_manager_fetch_max_bytes_per_second", "remote_fetch_client_max_bytes_per_second")

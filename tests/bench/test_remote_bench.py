@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,7 @@ from protocol.requests import list_offsets_request
 from tests.bench.report import cpu_seconds, report
 from tests.kafkahelpers import create_topic, set_retention, watermarks
 from tests.realparts import ProxyProcess, S3Server
+from tests.recording_relay import DelayRelay
 from tierproxy.config import TierSettings
 from tierproxy.kafkadist import KafkaCluster
 from tierproxy.tiering.job import run_loop
@@ -143,3 +146,64 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
                    f"(LocalTieredStorage) {native:.0f} MB/s = {half / native:.1f}x; kcat itself busy "
                    f"{half_busy:.2f} cores through tierproxy, {CLIENT_BUSY['last']:.2f} with native")
     report("remote catch-up", "; ".join(figures) + f" ({RECORDS} x 1 KiB)")
+
+
+class _CountingDelayRelay(DelayRelay):
+    """The latency relay in front of moto, counting the GETs it carries."""
+
+    def __init__(self, upstream_port: int, delay: float) -> None:
+        self.gets = 0
+        self._count = threading.Lock()
+        super().__init__(upstream_port, delay)
+
+    def _chunk(self, state: Any, data: bytes, toward_server: bool) -> None:
+        if toward_server and data.startswith(b"GET "):
+            with self._count:
+                self.gets += 1
+        super()._chunk(state, data, toward_server)
+
+
+def test_catch_up_when_s3_is_slow(kafka: KafkaCluster, kcat: str, s3: S3Server, tmp_path: Path) -> None:
+    """P8: catch-up through tierproxy from an S3 tier with 0, 25 and 100 ms added to every S3 request (a loopback
+    relay in front of moto), each with a freshly started proxy (cold caches); and the S3 GETs per GiB served."""
+    topic, records = "bench-s3-latency", RECORDS // 2
+    create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
+    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+                    "--topic", topic, "--num-records", str(records), "--record-size", "1024", "--throughput", "-1",
+                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
+                    "batch.size=262144"], check=True, capture_output=True, timeout=900)
+    s3.create_bucket("slow")
+    storage = "s3://slow/b?endpoint={}&region=" + s3.region
+    s = TierSettings(bootstrap_servers=kafka.bootstrap, storage=storage.format(s3.endpoint),
+                     metadata=f"file://{tmp_path}/meta-slow", tier_topics=topic, tier_segment_bytes=32 << 20,
+                     spark_master="local[2]", tier_state_dir=tmp_path / "state-slow")
+    assert run_loop(s, once=True, progress=False)[-1].failed == 0
+    set_retention(kafka.bootstrap, topic, 1000)  # the broker deletes every closed segment, all of them tiered
+    deadline = time.monotonic() + 120
+    while watermarks(kafka.bootstrap, topic)[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    set_retention(kafka.bootstrap, topic, 3_600_000)
+    tiered = watermarks(kafka.bootstrap, topic)[0]  # what only the tier holds now
+    assert tiered >= records // 2
+    relay = _CountingDelayRelay(int(s3.endpoint.rsplit(":", 1)[1]), 0.0)
+    figures, rates = [], {}
+    try:
+        for delay in (0.0, 0.025, 0.1):
+            relay.delay, relay.gets = delay, 0
+            proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+                "TIERPROXY_STORAGE": storage.format(f"http://127.0.0.1:{relay.port}"),
+                "TIERPROXY_METADATA": f"file://{tmp_path}/meta-slow",
+                "AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
+            try:
+                time.sleep(2)
+                relay.gets = 0
+                rates[delay] = _kcat_mbps(kcat, proxy.bootstrap, topic, tiered)
+                gib = tiered * 1024 / (1 << 30)
+                figures.append(f"+{delay * 1e3:.0f} ms: {rates[delay]:.0f} MB/s ({rates[delay] / rates[0.0]:.2f}x), "
+                               f"{relay.gets / gib:.0f} GETs per GiB")
+            finally:
+                proxy.stop()
+    finally:
+        relay.close()
+    report("remote catch-up with slow S3", "; ".join(figures) + f" ({tiered} x 1 KiB tiered, kcat, cold proxy)")
+    assert rates[0.1] > 0

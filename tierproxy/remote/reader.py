@@ -1,7 +1,10 @@
 """Reading a remote partition: offset → segment → offset index → byte position → whole batches.
 
 Segment bytes come through a chunk cache (`remote.fetch.chunk.bytes` chunks, LRU bounded by bytes) that reads
-ahead `remote.fetch.prefetch.chunks` chunks for sequential readers; offset indexes and transaction indexes sit
+ahead `remote.fetch.prefetch.chunks` chunks for sequential readers, on into the next segment (its first chunks and
+offset index) near a segment's end. The read-ahead deepens by a chunk, up to `remote.fetch.prefetch.max.chunks`,
+each time a reader catches up with a chunk still being read ahead (storage slower than the reader: S3 latency),
+and all read-ahead in flight stays within the chunk cache's size. Offset indexes and transaction indexes sit
 in a bytes-bounded cache. Transient storage errors are retried with exponential backoff and jitter until the
 caller's deadline. Records are returned exactly as stored: never decoded or re-encoded.
 """
@@ -61,12 +64,28 @@ def _checked_batches(mv: memoryview, md: RemoteLogSegmentMetadata, pos: int, rea
                           f"cached chunks dropped") from None
 
 
+def _chunks_in(md: RemoteLogSegmentMetadata, chunk: int) -> int:
+    return -(-md.segment_size_in_bytes // chunk)
+
+
+def _retrieved(task: asyncio.Task[bytes]) -> None:
+    """Read-ahead nobody ends up waiting for may fail (it is retried by the read that needs it): no warning."""
+    if not task.cancelled():
+        task.exception()
+
+
 class RemoteReader:
     def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int = 4 << 20, cache_bytes: int = 256 << 20,
-                 prefetch_chunks: int = 2, index_cache_bytes: int = 64 << 20, backoff: Backoff | None = None) -> None:
+                 prefetch_chunks: int = 2, max_prefetch_chunks: int = 8, index_cache_bytes: int = 64 << 20,
+                 backoff: Backoff | None = None) -> None:
         self.rsm = rsm
         self.chunk = chunk_bytes
         self.prefetch = prefetch_chunks
+        self.max_prefetch = max(prefetch_chunks, max_prefetch_chunks)
+        self.depth: LRUCache[bytes, int] = LRUCache(maxsize=4096)  # learned read-ahead per segment id
+        self._ahead: set[tuple[bytes, int]] = set()  # chunks being read ahead (no reader waits for them yet)
+        self.ahead_peak = 0  # most chunks read ahead at once
+        self._index_tasks: dict[tuple[bytes, str], asyncio.Task[bytes]] = {}
         self.backoff = backoff or Backoff()
         self.chunks: LRUCache[tuple[bytes, int], bytes] = LRUCache(maxsize=max(1, cache_bytes), getsizeof=len)
         self.indexes: LRUCache[tuple[bytes, str], bytes] = LRUCache(maxsize=max(1, index_cache_bytes),
@@ -93,13 +112,31 @@ class RemoteReader:
     async def index(self, md: RemoteLogSegmentMetadata, kind: IndexType, deadline: float) -> bytes:
         key = (md.segment_id.id, kind.value)
         data = self.indexes.get(key)
-        if data is None:
-            data = await self._retrying(kind.value, lambda: self.rsm.fetch_index(md, kind), deadline)
-            if len(data) <= self.indexes.maxsize:  # bigger than the whole cache: serve it uncached
-                self.indexes[key] = data
-        return data
+        if data is not None:
+            return data
+        return await asyncio.shield(self._index_task(md, kind, deadline))
 
-    def _chunk_task(self, md: RemoteLogSegmentMetadata, n: int, deadline: float) -> asyncio.Task[bytes]:
+    def _index_task(self, md: RemoteLogSegmentMetadata, kind: IndexType, deadline: float) -> asyncio.Task[bytes]:
+        """One read of an index at a time, whoever asks (a reader, or the read-ahead of the segment before)."""
+        key = (md.segment_id.id, kind.value)
+        task = self._index_tasks.get(key)
+        if task is None:
+            async def load() -> bytes:
+                try:
+                    data: bytes = await self._retrying(kind.value, lambda: self.rsm.fetch_index(md, kind), deadline)
+                    if len(data) <= self.indexes.maxsize:  # bigger than the whole cache: serve it uncached
+                        self.indexes[key] = data
+                    return data
+                finally:
+                    self._index_tasks.pop(key, None)
+
+            task = asyncio.get_running_loop().create_task(load())
+            task.add_done_callback(_retrieved)
+            self._index_tasks[key] = task
+        return task
+
+    def _chunk_task(self, md: RemoteLogSegmentMetadata, n: int, deadline: float,
+                    ahead: bool = False) -> asyncio.Task[bytes]:
         key = (md.segment_id.id, n)
         task = self._inflight.get(key)
         if task is None:
@@ -122,9 +159,14 @@ class RemoteReader:
                     return data
                 finally:
                     self._inflight.pop(key, None)
+                    self._ahead.discard(key)
 
             task = asyncio.get_running_loop().create_task(load())
+            task.add_done_callback(_retrieved)
             self._inflight[key] = task
+            if ahead:
+                self._ahead.add(key)
+                self.ahead_peak = max(self.ahead_peak, len(self._ahead))
         return task
 
     def _corrupt(self, md: RemoteLogSegmentMetadata) -> None:
@@ -139,21 +181,40 @@ class RemoteReader:
             self.hits += 1
             return data
         self.misses += 1
+        key = (md.segment_id.id, n)
+        if key in self._ahead:  # read ahead, and still not here: storage is slower than this reader
+            self._ahead.discard(key)
+            seg = md.segment_id.id
+            self.depth[seg] = min(self.depth.get(seg, self.prefetch) + 1, self.max_prefetch)
         return await asyncio.shield(self._chunk_task(md, n, deadline))
 
-    async def read_bytes(self, md: RemoteLogSegmentMetadata, start: int, end: int,
-                         deadline: float) -> memoryview:
-        """Bytes [start, end) of the segment: a view of one cached chunk, or of the chunks joined once."""
+    async def read_bytes(self, md: RemoteLogSegmentMetadata, start: int, end: int, deadline: float,
+                         nxt: RemoteLogSegmentMetadata | None = None) -> memoryview:
+        """Bytes [start, end) of the segment: a view of one cached chunk, or of the chunks joined once. `nxt`, the
+        segment after it, is read ahead into when this one ends within the read-ahead."""
         end = min(end, md.segment_size_in_bytes)
         first, last = start // self.chunk, max(start, end - 1) // self.chunk
         parts = await asyncio.gather(*(self._chunk(md, n, deadline) for n in range(first, last + 1)))
-        readahead_deadline = deadline + 30  # read-ahead outlives this fetch: it warms the cache for the next one
-        for n in range(last + 1, min(last + 1 + self.prefetch, -(-md.segment_size_in_bytes // self.chunk))):
-            if (md.segment_id.id, n) not in self.chunks:
-                self._chunk_task(md, n, readahead_deadline)
+        self._read_ahead(md, last, deadline + 30, nxt)  # it outlives this fetch: it warms the cache for the next
         data = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
         base = first * self.chunk
         return data[start - base:end - base]
+
+    def _read_ahead(self, md: RemoteLogSegmentMetadata, last: int, deadline: float,
+                    nxt: RemoteLogSegmentMetadata | None) -> None:
+        depth = self.depth.get(md.segment_id.id, self.prefetch)
+        wanted = [(md, n) for n in range(last + 1, min(last + 1 + depth, _chunks_in(md, self.chunk)))]
+        beyond = last + 1 + depth - _chunks_in(md, self.chunk)
+        if nxt is not None and beyond > 0:
+            self.depth[nxt.segment_id.id] = max(depth, self.depth.get(nxt.segment_id.id, 0))  # the reader goes on
+            wanted += [(nxt, n) for n in range(min(beyond, _chunks_in(nxt, self.chunk)))]
+            if (nxt.segment_id.id, IndexType.OFFSET.value) not in self.indexes:
+                self._index_task(nxt, IndexType.OFFSET, deadline)
+        for seg, n in wanted:
+            if (len(self._ahead) + 1) * self.chunk > self.chunks.maxsize:
+                return  # read-ahead in flight stays within the cache's size, however many readers there are
+            if (seg.segment_id.id, n) not in self.chunks:
+                self._chunk_task(seg, n, deadline, ahead=True)
 
     async def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one: bool,
                    read_committed: bool, deadline: float,
@@ -166,8 +227,9 @@ class RemoteReader:
         window = max_bytes + 256 * 1024  # the offset index is sparse: the wanted batch may start a bit later
         pieces: list[memoryview] = []
         total = 0
+        nxt = following[0] if following else None
         while pos < md.segment_size_in_bytes and total < max_bytes:
-            mv = await self.read_bytes(md, pos, pos + window, deadline)
+            mv = await self.read_bytes(md, pos, pos + window, deadline, nxt)
             consumed, first, end, full = 0, -1, -1, False
             for b in _checked_batches(mv, md, pos, self):
                 consumed = b.pos + b.size

@@ -51,6 +51,7 @@ class RemoteTier:
         self.reader = RemoteReader(
             self.rsm, chunk_bytes=settings.remote_fetch_chunk_bytes, cache_bytes=settings.remote_fetch_cache_bytes,
             prefetch_chunks=settings.remote_fetch_prefetch_chunks,
+            max_prefetch_chunks=settings.remote_fetch_prefetch_max_chunks,
             index_cache_bytes=settings.remote_log_index_file_cache_total_size_bytes,
             backoff=Backoff(settings.remote_log_manager_task_retry_backoff_ms,
                             settings.remote_log_manager_task_retry_backoff_max_ms,
