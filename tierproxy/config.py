@@ -145,7 +145,7 @@ class ProxySettings(CommonSettings):
                                                         "(KIP-1075; a request's own timeout_ms, v10+, is shorter)")
     remote_log_reader_threads: int = Field(10, ge=1, description="concurrent remote reads")
     remote_log_reader_max_pending_tasks: int = Field(100, ge=0, description="queued remote reads before rejecting")
-    remote_fetch_chunk_bytes: int = Field(4 << 20, ge=64 * 1024, description="read-ahead chunk size")
+    remote_fetch_chunk_bytes: int = Field(8 << 20, ge=64 * 1024, description="read-ahead chunk size (one S3 GET)")
     remote_fetch_cache_bytes: int = Field(256 << 20, ge=0, description="chunk cache size")
     remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")
     remote_fetch_prefetch_max_chunks: int = Field(8, ge=0, description="how deep the read-ahead may grow while "

@@ -2,8 +2,8 @@
 
 Segment bytes come through a chunk cache (`remote.fetch.chunk.bytes` chunks, LRU bounded by bytes) that reads
 ahead `remote.fetch.prefetch.chunks` chunks for sequential readers, on into the next segment (its first chunks and
-offset index) near a segment's end. The read-ahead deepens by a chunk, up to `remote.fetch.prefetch.max.chunks`,
-each time a reader catches up with a chunk still being read ahead (storage slower than the reader: S3 latency),
+offset index) near a segment's end. The read-ahead doubles, up to `remote.fetch.prefetch.max.chunks`, each time
+a reader catches up with a chunk still being read ahead (storage slower than the reader: S3 latency),
 and all read-ahead in flight stays within the chunk cache's size. Offset indexes and transaction indexes sit
 in a bytes-bounded cache. Transient storage errors are retried with exponential backoff and jitter until the
 caller's deadline. Records are returned exactly as stored: never decoded or re-encoded.
@@ -75,7 +75,7 @@ def _retrieved(task: asyncio.Task[bytes]) -> None:
 
 
 class RemoteReader:
-    def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int = 4 << 20, cache_bytes: int = 256 << 20,
+    def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int = 8 << 20, cache_bytes: int = 256 << 20,
                  prefetch_chunks: int = 2, max_prefetch_chunks: int = 8, index_cache_bytes: int = 64 << 20,
                  backoff: Backoff | None = None) -> None:
         self.rsm = rsm
@@ -185,7 +185,7 @@ class RemoteReader:
         if key in self._ahead:  # read ahead, and still not here: storage is slower than this reader
             self._ahead.discard(key)
             seg = md.segment_id.id
-            self.depth[seg] = min(self.depth.get(seg, self.prefetch) + 1, self.max_prefetch)
+            self.depth[seg] = min(max(2 * self.depth.get(seg, self.prefetch), 1), self.max_prefetch)
         return await asyncio.shield(self._chunk_task(md, n, deadline))
 
     async def read_bytes(self, md: RemoteLogSegmentMetadata, start: int, end: int, deadline: float,
