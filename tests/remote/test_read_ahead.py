@@ -80,6 +80,7 @@ def test_read_ahead_deepens_while_storage_is_slower_than_the_reader(
         assert reader.depth[first] == 5  # deepened, up to the bound, not beyond
         assert reader.depth[second] == 5  # and carried on into the next segment
         assert 1 < reader.ahead_peak <= 5 + 1
+        await reader.close()
         await rsm.close()
 
     asyncio.run(run())
@@ -104,6 +105,7 @@ def test_read_ahead_runs_on_into_the_next_segment_and_its_index(
         hits = reader.hits
         await reader.read(b, b.start_offset, 1024, True, False, loop.time() + 30, [])
         assert reader.hits > hits  # the next segment's first chunk came from the cache
+        await reader.close()
         await rsm.close()
 
     asyncio.run(run())
@@ -120,6 +122,30 @@ def test_read_ahead_in_flight_stays_within_the_chunk_cache(slow_s3: tuple[Remote
         raws = await asyncio.gather(*(read_all(reader, [s]) for s in segs))  # six readers at once
         assert raws == [raw for _, raw in segs]
         assert reader.ahead_peak <= 4  # never more read ahead than the cache holds
+        await reader.close()
+        await rsm.close()
+
+    asyncio.run(run())
+
+
+def test_read_ahead_reaches_as_many_small_segments_as_its_depth(
+        slow_s3: tuple[RemoteStorageManager, DelayRelay]) -> None:
+    rsm, _relay = slow_s3
+
+    async def run() -> None:
+        segs = [md for md, _ in await tiered(rsm, 5, 4)]  # ~40 KB segments: less than a chunk each
+        reader = RemoteReader(rsm, chunk_bytes=CHUNK, prefetch_chunks=3)
+        loop = asyncio.get_running_loop()
+        await reader.read(segs[0], segs[0].start_offset, 1024, True, False, loop.time() + 30, segs[1:])
+        ahead = [(md.segment_id.id, 0) for md in segs[1:4]]  # three chunks ahead: three segments
+        for _ in range(200):
+            if all(k in reader.chunks for k in ahead):
+                break
+            await asyncio.sleep(0.02)
+        assert all(k in reader.chunks for k in ahead)
+        assert all((md.segment_id.id, IndexType.OFFSET.value) in reader.indexes for md in segs[1:4])
+        assert (segs[4].segment_id.id, 0) not in reader.chunks  # not beyond the depth
+        await reader.close()
         await rsm.close()
 
     asyncio.run(run())

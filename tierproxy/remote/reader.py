@@ -1,9 +1,9 @@
 """Reading a remote partition: offset → segment → offset index → byte position → whole batches.
 
 Segment bytes come through a chunk cache (`remote.fetch.chunk.bytes` chunks, LRU bounded by bytes) that reads
-ahead `remote.fetch.prefetch.chunks` chunks for sequential readers, on into the next segment (its first chunks and
-offset index) near a segment's end. The read-ahead doubles, up to `remote.fetch.prefetch.max.chunks`, each time
-a reader catches up with a chunk still being read ahead (storage slower than the reader: S3 latency),
+ahead `remote.fetch.prefetch.chunks` chunks for sequential readers, on into the following segments (their first
+chunks and offset indexes) near a segment's end. The read-ahead doubles, up to `remote.fetch.prefetch.max.chunks`,
+each time a reader catches up with a chunk still being read ahead (storage slower than the reader: S3 latency),
 and all read-ahead in flight stays within the chunk cache's size. Offset indexes and transaction indexes sit
 in a bytes-bounded cache. Transient storage errors are retried with exponential backoff and jitter until the
 caller's deadline. Records are returned exactly as stored: never decoded or re-encoded.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from cachetools import LRUCache
@@ -95,6 +95,13 @@ class RemoteReader:
         self.short_reads = 0  # chunks storage returned shorter than asked (retried)
         self.corrupt_batches = 0  # batches that failed their CRC (answered KAFKA_STORAGE_ERROR, chunks dropped)
         self.bytes_read = 0
+
+    async def close(self) -> None:
+        """Stop the reads in flight (read-ahead nobody waits for), before the storage they use is closed."""
+        tasks = [*self._inflight.values(), *self._index_tasks.values()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _retrying(self, what: str, fn, deadline: float):  # type: ignore[no-untyped-def]
         loop = asyncio.get_running_loop()
@@ -189,25 +196,28 @@ class RemoteReader:
         return await asyncio.shield(self._chunk_task(md, n, deadline))
 
     async def read_bytes(self, md: RemoteLogSegmentMetadata, start: int, end: int, deadline: float,
-                         nxt: RemoteLogSegmentMetadata | None = None) -> memoryview:
-        """Bytes [start, end) of the segment: a view of one cached chunk, or of the chunks joined once. `nxt`, the
-        segment after it, is read ahead into when this one ends within the read-ahead."""
+                         following: Sequence[RemoteLogSegmentMetadata] = ()) -> memoryview:
+        """Bytes [start, end) of the segment: a view of one cached chunk, or of the chunks joined once. The
+        read-ahead runs on into the `following` segments when this one ends within it."""
         end = min(end, md.segment_size_in_bytes)
         first, last = start // self.chunk, max(start, end - 1) // self.chunk
         parts = await asyncio.gather(*(self._chunk(md, n, deadline) for n in range(first, last + 1)))
-        self._read_ahead(md, last, deadline + 30, nxt)  # it outlives this fetch: it warms the cache for the next
+        self._read_ahead(md, last, deadline + 30, following)  # it outlives this fetch: it warms the cache
         data = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
         base = first * self.chunk
         return data[start - base:end - base]
 
     def _read_ahead(self, md: RemoteLogSegmentMetadata, last: int, deadline: float,
-                    nxt: RemoteLogSegmentMetadata | None) -> None:
+                    following: Sequence[RemoteLogSegmentMetadata]) -> None:
+        """`depth` chunks after chunk `last` of `md`, on through as many following segments as it takes (each with
+        its offset index, and the depth learned so far: the reader goes on there)."""
         depth = self.depth.get(md.segment_id.id, self.prefetch)
         wanted = [(md, n) for n in range(last + 1, min(last + 1 + depth, _chunks_in(md, self.chunk)))]
-        beyond = last + 1 + depth - _chunks_in(md, self.chunk)
-        if nxt is not None and beyond > 0:
-            self.depth[nxt.segment_id.id] = max(depth, self.depth.get(nxt.segment_id.id, 0))  # the reader goes on
-            wanted += [(nxt, n) for n in range(min(beyond, _chunks_in(nxt, self.chunk)))]
+        for nxt in following:
+            if len(wanted) >= depth:
+                break
+            self.depth[nxt.segment_id.id] = max(depth, self.depth.get(nxt.segment_id.id, 0))
+            wanted += [(nxt, n) for n in range(min(depth - len(wanted), _chunks_in(nxt, self.chunk)))]
             if (nxt.segment_id.id, IndexType.OFFSET.value) not in self.indexes:
                 self._index_task(nxt, IndexType.OFFSET, deadline)
         for seg, n in wanted:
@@ -227,9 +237,8 @@ class RemoteReader:
         window = max_bytes + 256 * 1024  # the offset index is sparse: the wanted batch may start a bit later
         pieces: list[memoryview] = []
         total = 0
-        nxt = following[0] if following else None
         while pos < md.segment_size_in_bytes and total < max_bytes:
-            mv = await self.read_bytes(md, pos, pos + window, deadline, nxt)
+            mv = await self.read_bytes(md, pos, pos + window, deadline, following or ())
             consumed, first, end, full = 0, -1, -1, False
             for b in _checked_batches(mv, md, pos, self):
                 consumed = b.pos + b.size

@@ -112,6 +112,7 @@ class RemoteTier:
         if self.ready.is_set():
             await self.rlmm.close()
         await self.leaders.close()
+        await self.reader.close()
         await self.rsm.close()
 
     @property
