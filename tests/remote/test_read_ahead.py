@@ -66,6 +66,20 @@ async def read_all(reader: RemoteReader, segs: list[tuple[RemoteLogSegmentMetada
     return bytes(got)
 
 
+async def read_ahead_cached(reader: RemoteReader, segments: list[RemoteLogSegmentMetadata]) -> bool:
+    """Whether each segment's first chunk and offset index reach the caches (the read-ahead finishes in the
+    background), waiting up to 4 s."""
+    def cached() -> bool:
+        return all((md.segment_id.id, 0) in reader.chunks
+                   and (md.segment_id.id, IndexType.OFFSET.value) in reader.indexes for md in segments)
+
+    for _ in range(200):
+        if cached():
+            return True
+        await asyncio.sleep(0.02)
+    return cached()
+
+
 def test_read_ahead_deepens_while_storage_is_slower_than_the_reader(
         slow_s3: tuple[RemoteStorageManager, DelayRelay]) -> None:
     rsm, relay = slow_s3
@@ -96,12 +110,7 @@ def test_read_ahead_runs_on_into_the_next_segment_and_its_index(
         loop = asyncio.get_running_loop()
         last = a.end_offset - 5
         await reader.read(a, last, 1024, True, False, loop.time() + 30, [b])
-        for _ in range(200):  # the read-ahead finishes in the background
-            if (b.segment_id.id, 0) in reader.chunks and (b.segment_id.id, IndexType.OFFSET.value) in reader.indexes:
-                break
-            await asyncio.sleep(0.02)
-        assert (b.segment_id.id, 0) in reader.chunks
-        assert (b.segment_id.id, IndexType.OFFSET.value) in reader.indexes
+        assert await read_ahead_cached(reader, [b])
         hits = reader.hits
         await reader.read(b, b.start_offset, 1024, True, False, loop.time() + 30, [])
         assert reader.hits > hits  # the next segment's first chunk came from the cache
@@ -137,13 +146,7 @@ def test_read_ahead_reaches_as_many_small_segments_as_its_depth(
         reader = RemoteReader(rsm, chunk_bytes=CHUNK, prefetch_chunks=3)
         loop = asyncio.get_running_loop()
         await reader.read(segs[0], segs[0].start_offset, 1024, True, False, loop.time() + 30, segs[1:])
-        ahead = [(md.segment_id.id, 0) for md in segs[1:4]]  # three chunks ahead: three segments
-        for _ in range(200):
-            if all(k in reader.chunks for k in ahead):
-                break
-            await asyncio.sleep(0.02)
-        assert all(k in reader.chunks for k in ahead)
-        assert all((md.segment_id.id, IndexType.OFFSET.value) in reader.indexes for md in segs[1:4])
+        assert await read_ahead_cached(reader, segs[1:4])  # three chunks ahead: three segments
         assert (segs[4].segment_id.id, 0) not in reader.chunks  # not beyond the depth
         await reader.close()
         await rsm.close()
