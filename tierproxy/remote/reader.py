@@ -276,10 +276,16 @@ class RemoteReader:
                       deadline: float, following: list[RemoteLogSegmentMetadata] | None) -> ReadResult:
         """For READ_COMMITTED, the aborted transactions overlapping the records: from this segment's txn index,
         and for transactions still open at its end (its producer snapshot) from the following segments'. Those
-        still open at the tier's end are `unresolved`: their markers are in the broker's log."""
+        still open at the tier's end are `unresolved`: their markers are in the broker's log.
+
+        Records with no transactional batch need none of it: a client applies the aborted list only to
+        transactional batches (Java `CompletedFetch.isBatchAborted`, librdkafka likewise), so the indexes are not
+        read (for a segment's first fetch, one storage round trip less)."""
         if not read_committed or not records:
             return ReadResult(records)
         batches = list(iter_batches(records))
+        if not any(b.is_transactional for b in batches):
+            return ReadResult(records)
         lo, hi = batches[0].base_offset, batches[-1].last_offset
         found: list[AbortedTxn] = []
         if not md.txn_index_empty:
