@@ -1,12 +1,13 @@
 """Reading a remote partition: offset → segment → offset index → byte position → whole batches.
 
 Segment bytes come through a chunk cache (`remote.fetch.chunk.bytes` chunks, LRU bounded by bytes) that reads
-ahead `remote.fetch.prefetch.chunks` chunks for sequential readers, on into the following segments (their first
-chunks and offset indexes) near a segment's end. The read-ahead doubles, up to `remote.fetch.prefetch.max.chunks`,
-each time a reader catches up with a chunk still being read ahead (storage slower than the reader: S3 latency),
-and all read-ahead in flight stays within the chunk cache's size. Offset indexes and transaction indexes sit
-in a bytes-bounded cache. Transient storage errors are retried with exponential backoff and jitter until the
-caller's deadline. Records are returned exactly as stored: never decoded or re-encoded.
+ahead `remote.fetch.prefetch.chunks` chunks for sequential readers, on into the following segments' first chunks
+near a segment's end. The read-ahead doubles, up to `remote.fetch.prefetch.max.chunks`, each time a reader catches
+up with a chunk still being read ahead (storage slower than the reader: S3 latency), and all read-ahead in flight
+stays within the chunk cache's size. A sequential reader needs no offset index: it goes on at the byte where its
+last read ended. Offset indexes and transaction indexes sit in a bytes-bounded cache. Transient storage errors
+are retried with exponential backoff and jitter until the caller's deadline. Records are returned exactly as
+stored: never decoded or re-encoded.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class RemoteReader:
         self.prefetch = prefetch_chunks
         self.max_prefetch = max(prefetch_chunks, max_prefetch_chunks)
         self.depth: LRUCache[bytes, int] = LRUCache(maxsize=4096)  # learned read-ahead per segment id
+        # (segment id, next offset) → byte position where a read ended: where its reader's next fetch starts
+        self.resume: LRUCache[tuple[bytes, int], int] = LRUCache(maxsize=16384)
         self._ahead: set[tuple[bytes, int]] = set()  # chunks being read ahead (no reader waits for them yet)
         self.ahead_peak = 0  # most chunks read ahead at once
         self._index_tasks: dict[tuple[bytes, str], asyncio.Task[bytes]] = {}
@@ -181,6 +184,8 @@ class RemoteReader:
         seg = md.segment_id.id
         for key in [k for k in self.chunks if k[0] == seg]:
             self.chunks.pop(key, None)
+        for rkey in [k for k in self.resume if k[0] == seg]:  # positions found in bad bytes are not trusted
+            self.resume.pop(rkey, None)
 
     async def _chunk(self, md: RemoteLogSegmentMetadata, n: int, deadline: float) -> bytes:
         data = self.chunks.get((md.segment_id.id, n))
@@ -210,7 +215,7 @@ class RemoteReader:
     def _read_ahead(self, md: RemoteLogSegmentMetadata, last: int, deadline: float,
                     following: Sequence[RemoteLogSegmentMetadata]) -> None:
         """`depth` chunks after chunk `last` of `md`, on through as many following segments as it takes (each with
-        its offset index, and the depth learned so far: the reader goes on there)."""
+        the depth learned so far: the reader goes on there, from its start, which needs no offset index)."""
         depth = self.depth.get(md.segment_id.id, self.prefetch)
         wanted = [(md, n) for n in range(last + 1, min(last + 1 + depth, _chunks_in(md, self.chunk)))]
         for nxt in following:
@@ -218,8 +223,6 @@ class RemoteReader:
                 break
             self.depth[nxt.segment_id.id] = max(depth, self.depth.get(nxt.segment_id.id, 0))
             wanted += [(nxt, n) for n in range(min(depth - len(wanted), _chunks_in(nxt, self.chunk)))]
-            if (nxt.segment_id.id, IndexType.OFFSET.value) not in self.indexes:
-                self._index_task(nxt, IndexType.OFFSET, deadline)
         for seg, n in wanted:
             if (len(self._ahead) + 1) * self.chunk > self.chunks.maxsize:
                 return  # read-ahead in flight stays within the cache's size, however many readers there are
@@ -232,8 +235,12 @@ class RemoteReader:
         """Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch if `min_one`).
 
         The batches are contiguous in the segment, so the answer is one slice of what storage returned."""
-        index = await self.index(md, IndexType.OFFSET, deadline)
-        pos = lookup_position(index, md.start_offset, offset)
+        seg = md.segment_id.id
+        # a sequential reader needs no offset index (a storage round trip before its first byte): from the
+        # segment's start the position is 0, and where an earlier read ended its position is known
+        pos = 0 if offset <= md.start_offset else self.resume.get((seg, offset))
+        if pos is None:
+            pos = lookup_position(await self.index(md, IndexType.OFFSET, deadline), md.start_offset, offset)
         window = max_bytes + 256 * 1024  # the offset index is sparse: the wanted batch may start a bit later
         pieces: list[memoryview] = []
         total = 0
@@ -254,10 +261,11 @@ class RemoteReader:
                     break
                 if first < 0:
                     first = b.pos
-                end = consumed
+                end, last = consumed, b.last_offset
             if first >= 0:
                 pieces.append(mv[first:end])
                 total += end - first
+                self.resume[(seg, last + 1)] = pos + end
             if full:
                 break
             if consumed == 0 and pos + window >= md.segment_size_in_bytes:
