@@ -77,9 +77,23 @@ def _hwm_mib(pid: int) -> float:
     return -1.0
 
 
-def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> float:
+def _java_consumer_mbps(libs: Path, bootstrap: str, topic: str, count: int) -> float:
+    """The Java consumer (kafka-consumer-perf-test) reading `count` records from offset 0: its fetch MB/s, the
+    time after it joined its group (JVM start and the group join left out, alike on both sides)."""
+    cmd = ["java", "-Xmx512m", "-cp", f"{libs}/*", "org.apache.kafka.tools.ConsumerPerformance",
+           "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(count), "--timeout", "120000"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line.split(", ") for line in out.stdout.splitlines() if ", " in line]
+    header = next(i for i, fields in enumerate(lines) if "fetch.MB.sec" in fields)
+    values = dict(zip(lines[header], lines[header + 1], strict=True))
+    assert int(values["data.consumed.in.nMsg"]) >= count
+    return float(values["fetch.MB.sec"]) * 1.048576  # it counts MiB: MB/s like the kcat figures
+
+
+def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]:
     """Kafka's own tiered storage (LocalTieredStorage from the kafka-storage test jar): the same data, read from
-    offset 0 once the broker keeps only the tail locally."""
+    offset 0 once the broker keeps only the tail locally, by kcat and by the Java consumer (MB/s each)."""
     cfg = {"remote.log.storage.system.enable": "true",
            "remote.log.storage.manager.class.name": "org.apache.kafka.server.log.remote.storage.LocalTieredStorage",
            "rsm.config.dir": str(tmp / "native-remote"), "remote.log.metadata.manager.listener.name": "PLAINTEXT",
@@ -101,7 +115,8 @@ def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> float:
             if r["topics"][0]["partitions"][0]["offset"] >= count:
                 break
             time.sleep(2)
-        return max(_kcat_mbps(kcat, native.bootstrap, topic, count) for _ in range(2))
+        return (max(_kcat_mbps(kcat, native.bootstrap, topic, count) for _ in range(2)),
+                max(_java_consumer_mbps(native.libs, native.bootstrap, topic, count) for _ in range(2)))
     finally:
         native.stop()
 
@@ -144,6 +159,8 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
             if name == "filesystem":
                 half = max(_kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2) for _ in range(2))
                 half_busy = CLIENT_BUSY["last"]
+                java_half = max(_java_consumer_mbps(kafka.libs, proxy.bootstrap, topic, RECORDS // 2)
+                                for _ in range(2))
                 broker = kafka.nodes[0].proc
                 assert broker is not None
                 c0, b0 = cpu_seconds(proxy.proc.pid), cpu_seconds(broker.pid)
@@ -163,10 +180,11 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
                                f"MiB (before {base:.0f} MiB)")
         finally:
             proxy.stop()
-    native = _native_remote_mbps(kcat, tmp_path, RECORDS // 2)
-    figures.append(f"first {RECORDS // 2} records: tierproxy {half:.0f} MB/s vs Kafka's native tiered storage "
-                   f"(LocalTieredStorage) {native:.0f} MB/s = {half / native:.1f}x; kcat itself busy "
-                   f"{half_busy:.2f} cores through tierproxy, {CLIENT_BUSY['last']:.2f} with native")
+    native, java_native = _native_remote_mbps(kcat, tmp_path, RECORDS // 2)
+    figures.append(f"first {RECORDS // 2} records vs Kafka's native tiered storage (LocalTieredStorage): kcat "
+                   f"{half:.0f} vs {native:.0f} MB/s = {half / native:.1f}x (kcat itself busy {half_busy:.2f} "
+                   f"cores through tierproxy, {CLIENT_BUSY['last']:.2f} with native); Java consumer "
+                   f"{java_half:.0f} vs {java_native:.0f} MB/s = {java_half / java_native:.1f}x")
     report("remote catch-up", "; ".join(figures) + f" ({RECORDS} x 1 KiB)")
 
 
