@@ -39,7 +39,14 @@ S3_LATENCY_RECORDS = int(os.environ.get("TIERPROXY_BENCH_S3_LATENCY_RECORDS", st
 CLIENT_BUSY: dict[str, float] = {}  # the last kcat run's CPU, in cores (1.0: the client itself was the limit)
 
 
-def _kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None) -> float:
+def _produce(kafka: KafkaCluster, topic: str, records: int, size: int = 1024) -> None:
+    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+                    "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
+                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
+                    "batch.size=262144"], check=True, capture_output=True, timeout=900)
+
+
+def _kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None, size: int = 1024) -> float:
     args = [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
             "-X", "fetch.message.max.bytes=4194304"]
     args += ["-c", str(count)] if count else ["-e"]
@@ -49,7 +56,7 @@ def _kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None) 
     CLIENT_BUSY["last"] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / elapsed
     n = out.stdout.count(b"\n")
     assert n >= (count or RECORDS)
-    return n * 1024 / 1e6 / elapsed
+    return n * size / 1e6 / elapsed
 
 
 def _kcat_first_and_mbps(kcat: str, bootstrap: str, topic: str, count: int) -> tuple[float, float]:
@@ -104,10 +111,7 @@ def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]
         topic = "bench-native"
         create_topic(native.bootstrap, topic, config={"remote.storage.enable": "true", "local.retention.ms": "1000",
                                                       "segment.bytes": str(32 << 20)})
-        subprocess.run(["java", "-Xmx512m", "-cp", f"{native.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
-                        "--topic", topic, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput", "-1",
-                        "--producer-props", f"bootstrap.servers={native.bootstrap}", "acks=1", "linger.ms=20",
-                        "batch.size=262144"], check=True, capture_output=True, timeout=900)
+        _produce(native, topic, RECORDS)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with WireClient(native.bootstrap) as w:
@@ -124,10 +128,7 @@ def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]
 def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Server, tmp_path: Path) -> None:
     topic = "bench-remote"
     create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
-    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
-                    "--topic", topic, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput", "-1",
-                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
-                    "batch.size=262144"], check=True, capture_output=True, timeout=900)
+    _produce(kafka, topic, RECORDS)
     direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic) for _ in range(2))
 
     s3.create_bucket("tier")
@@ -188,6 +189,47 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
     report("remote catch-up", "; ".join(figures) + f" ({RECORDS} x 1 KiB)")
 
 
+def _forget_tiered(kafka: KafkaCluster, topic: str) -> int:
+    """The broker deletes every closed segment (all of them tiered); its log start after that."""
+    set_retention(kafka.bootstrap, topic, 1000)
+    deadline = time.monotonic() + 120
+    while watermarks(kafka.bootstrap, topic)[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    set_retention(kafka.bootstrap, topic, 3_600_000)
+    return watermarks(kafka.bootstrap, topic)[0]
+
+
+def test_remote_catch_up_of_300_byte_records(kafka: KafkaCluster, kcat: str, tmp_path: Path) -> None:
+    """P2 with small records: the same bytes as the 1 KiB runs in 300-byte records, read from offset 0 directly
+    while the broker has them, then through tierproxy from the filesystem tier once the broker deleted them."""
+    topic, size = "bench-remote-300", 300
+    records = RECORDS * 1024 // size
+    create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
+    _produce(kafka, topic, records, size)
+    direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic, records, size) for _ in range(2))
+    direct_busy = CLIENT_BUSY["last"]
+    s = TierSettings(bootstrap_servers=kafka.bootstrap, storage=f"file://{tmp_path}/tier-300",
+                     metadata=f"file://{tmp_path}/meta-300", tier_topics=topic, tier_segment_bytes=32 << 20,
+                     spark_master="local[2]", tier_state_dir=tmp_path / "state-300")
+    assert run_loop(s, once=True, progress=False)[-1].failed == 0
+    tiered = _forget_tiered(kafka, topic)
+    assert tiered >= records // 2
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier-300",
+                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta-300"})
+    try:
+        time.sleep(2)
+        c0, t0 = cpu_seconds(proxy.proc.pid), time.perf_counter()
+        remote = max(_kcat_mbps(kcat, proxy.bootstrap, topic, records, size) for _ in range(2))
+        proxy_busy = (cpu_seconds(proxy.proc.pid) - c0) / (time.perf_counter() - t0)
+    finally:
+        proxy.stop()
+    report("remote catch-up, 300-byte records", f"direct {direct:.0f} MB/s, from the filesystem tier through "
+           f"tierproxy {remote:.0f} MB/s = {remote / direct:.2f}x ({records} x {size} B, {tiered} of them only in "
+           f"the tier, kcat); kcat busy {direct_busy:.2f} cores direct, {CLIENT_BUSY['last']:.2f} through "
+           f"tierproxy; tierproxy busy {proxy_busy:.2f} cores")
+    assert remote > 0
+
+
 class _CountingDelayRelay(DelayRelay):
     """The latency relay in front of moto, counting the GETs it carries."""
 
@@ -208,22 +250,14 @@ def test_catch_up_when_s3_is_slow(kafka: KafkaCluster, kcat: str, s3: S3Server, 
     relay in front of moto), each with a freshly started proxy (cold caches); and the S3 GETs per GiB served."""
     topic, records = "bench-s3-latency", S3_LATENCY_RECORDS
     create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
-    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
-                    "--topic", topic, "--num-records", str(records), "--record-size", "1024", "--throughput", "-1",
-                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
-                    "batch.size=262144"], check=True, capture_output=True, timeout=900)
+    _produce(kafka, topic, records)
     s3.create_bucket("slow")
     storage = "s3://slow/b?endpoint={}&region=" + s3.region
     s = TierSettings(bootstrap_servers=kafka.bootstrap, storage=storage.format(s3.endpoint),
                      metadata=f"file://{tmp_path}/meta-slow", tier_topics=topic, tier_segment_bytes=32 << 20,
                      spark_master="local[2]", tier_state_dir=tmp_path / "state-slow")
     assert run_loop(s, once=True, progress=False)[-1].failed == 0
-    set_retention(kafka.bootstrap, topic, 1000)  # the broker deletes every closed segment, all of them tiered
-    deadline = time.monotonic() + 120
-    while watermarks(kafka.bootstrap, topic)[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    set_retention(kafka.bootstrap, topic, 3_600_000)
-    tiered = watermarks(kafka.bootstrap, topic)[0]  # what only the tier holds now
+    tiered = _forget_tiered(kafka, topic)  # what only the tier holds now
     assert tiered >= records // 2
     relay = _CountingDelayRelay(int(s3.endpoint.rsplit(":", 1)[1]), 0.0)
     runs: dict[float, list[tuple[float, float, float]]] = {}  # delay → (MB/s, first record s, GETs per GiB)

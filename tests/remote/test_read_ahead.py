@@ -179,3 +179,20 @@ def test_a_sequential_reader_reads_no_offset_index(slow_s3: tuple[RemoteStorageM
         await rsm.close()
 
     asyncio.run(run())
+
+
+def test_byte_ranges_across_chunks_are_the_stored_bytes(slow_s3: tuple[RemoteStorageManager, DelayRelay]) -> None:
+    rsm, _relay = slow_s3
+
+    async def run() -> None:
+        ((md, raw),) = await tiered(rsm, 1, 30)  # ~300 KB: five 64 KiB chunks
+        reader = RemoteReader(rsm, chunk_bytes=CHUNK)
+        deadline = asyncio.get_running_loop().time() + 30
+        for start, end in [(0, 1), (5, CHUNK), (CHUNK - 1, CHUNK + 1), (CHUNK, 2 * CHUNK), (100, 3 * CHUNK + 7),
+                           (CHUNK + 3, len(raw)), (0, len(raw) + 1000), (len(raw) - 1, len(raw))]:
+            got = await reader.read_bytes(md, start, end, deadline)
+            assert bytes(got) == raw[start:end], (start, end)
+        await reader.close()
+        await rsm.close()
+
+    asyncio.run(run())

@@ -202,15 +202,20 @@ class RemoteReader:
 
     async def read_bytes(self, md: RemoteLogSegmentMetadata, start: int, end: int, deadline: float,
                          following: Sequence[RemoteLogSegmentMetadata] = ()) -> memoryview:
-        """Bytes [start, end) of the segment: a view of one cached chunk, or of the chunks joined once. The
-        read-ahead runs on into the `following` segments when this one ends within it."""
+        """Bytes [start, end) of the segment: a view of one cached chunk, or the wanted parts of several joined
+        once (only those: joining whole chunks copied up to 16 MiB for a 4 MiB answer). The read-ahead runs on
+        into the `following` segments when this one ends within it."""
         end = min(end, md.segment_size_in_bytes)
         first, last = start // self.chunk, max(start, end - 1) // self.chunk
         parts = await asyncio.gather(*(self._chunk(md, n, deadline) for n in range(first, last + 1)))
         self._read_ahead(md, last, deadline + 30, following)  # it outlives this fetch: it warms the cache
-        data = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
         base = first * self.chunk
-        return data[start - base:end - base]
+        if len(parts) == 1:
+            return memoryview(parts[0])[start - base:end - base]
+        views = [memoryview(p) for p in parts]
+        views[-1] = views[-1][:end - last * self.chunk]
+        views[0] = views[0][start - base:]
+        return memoryview(b"".join(views))
 
     def _read_ahead(self, md: RemoteLogSegmentMetadata, last: int, deadline: float,
                     following: Sequence[RemoteLogSegmentMetadata]) -> None:
