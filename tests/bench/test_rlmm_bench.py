@@ -81,7 +81,10 @@ def _partition(key: bytes, value: bytes | None, where: dict[bytes, int]) -> int:
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None, int]], compact: bool) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    cfg = {"cleanup.policy": "compact" if compact else "delete", "retention.ms": "-1"}
+    # the full log is a compacted topic whose cleaner never runs (the RLMM refuses a topic that is not compacted)
+    cfg = {"cleanup.policy": "compact", "retention.ms": "-1"}
+    if not compact:
+        cfg["min.compaction.lag.ms"] = str(2**63 - 1)
     admin.create_topics([NewTopic(topic, 50, 1, config=cfg)])[topic].result(30)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "enable.idempotence": True,
                   "queue.buffering.max.messages": 2_000_000})
@@ -95,7 +98,8 @@ def _bootstrap(bootstrap: str, topic: str, checkpoint: Path | None = None) -> di
     args = [sys.executable, "-m", "tests.bench.rlmm_bootstrap", bootstrap, topic]
     if checkpoint is not None:
         args.append(str(checkpoint))
-    out = subprocess.run(args, capture_output=True, text=True, timeout=1800, check=True)
+    out = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
