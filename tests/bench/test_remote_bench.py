@@ -46,10 +46,14 @@ def _produce(kafka: KafkaCluster, topic: str, records: int, size: int = 1024) ->
                     "batch.size=262144"], check=True, capture_output=True, timeout=900)
 
 
+def _kcat_args(kcat: str, bootstrap: str, topic: str, count: int | None) -> list[str]:
+    """kcat reading partition 0 from offset 0, one line per record: `count` records, or to the end."""
+    return [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
+            "-X", "fetch.message.max.bytes=4194304", *(["-c", str(count)] if count else ["-e"])]
+
+
 def _kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None, size: int = 1024) -> float:
-    args = [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
-            "-X", "fetch.message.max.bytes=4194304"]
-    args += ["-c", str(count)] if count else ["-e"]
+    args = _kcat_args(kcat, bootstrap, topic, count)
     start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(args, capture_output=True, timeout=900, check=True)
     elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -61,10 +65,9 @@ def _kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None, 
 
 def _kcat_first_and_mbps(kcat: str, bootstrap: str, topic: str, count: int) -> tuple[float, float]:
     """(seconds to the first record, MB/s over the whole run) of a kcat reading `count` records from offset 0."""
-    args = [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
-            "-X", "fetch.message.max.bytes=4194304", "-c", str(count)]
     start = time.perf_counter()
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+    with subprocess.Popen(_kcat_args(kcat, bootstrap, topic, count), stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL) as proc:
         assert proc.stdout is not None
         first = proc.stdout.readline()
         first_s = time.perf_counter() - start
