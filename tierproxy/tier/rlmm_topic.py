@@ -73,7 +73,9 @@ class TopicRLMM(RemoteLogMetadataManager):
                                           transactional_id=self.writer_id, **self.client_options)
         self._consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
                                           auto_offset_reset="earliest", isolation_level="read_committed",
-                                          **self.client_options)
+                                          # a fetch's long poll holds the connection's other requests (the
+                                          # end offsets of every catch-up): 0.1 s, not 0.5 s, per catch-up
+                                          fetch_max_wait_ms=100, **self.client_options)
         # independent round trips: overlap them (and the checkpoint load) to keep a restart short
         loaded_task = asyncio.get_running_loop().run_in_executor(None, self.load_checkpoint)
         started = await asyncio.gather(self._ensure_topic(), self._producer.start(), self._consumer.start(),
@@ -84,13 +86,16 @@ class TopicRLMM(RemoteLogMetadataManager):
                 raise outcome
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         self._consumer.assign(tps)
+        from_beginning = []
         for tp in tps:
             start = loaded.get(tp.partition, 0)
             self.positions[tp.partition] = start
             if start:
                 self._consumer.seek(tp, start)
             else:
-                await self._consumer.seek_to_beginning(tp)
+                from_beginning.append(tp)
+        if from_beginning:  # one reset for all: each call waits for the fetcher's next round (~0.5 s)
+            await self._consumer.seek_to_beginning(*from_beginning)
         self._task = asyncio.get_running_loop().create_task(self._consume())
         await self.catch_up()
 
