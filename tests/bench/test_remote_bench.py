@@ -24,9 +24,8 @@ from tests.bench.report import cpu_seconds, report
 from tests.kafkahelpers import create_topic, set_retention, watermarks
 from tests.realparts import ProxyProcess, S3Server
 from tests.recording_relay import DelayRelay
-from tierproxy.config import TierSettings
+from tests.tiering.helpers import settings, tier_once
 from tierproxy.kafkadist import KafkaCluster
-from tierproxy.tiering.job import run_loop
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
@@ -138,9 +137,8 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
     tiers = {"filesystem": (f"file://{tmp_path}/tier", f"file://{tmp_path}/meta-fs"),
              "s3": (f"s3://tier/b?endpoint={s3.endpoint}&region={s3.region}", f"file://{tmp_path}/meta-s3")}
     for storage, metadata in tiers.values():
-        s = TierSettings(bootstrap_servers=kafka.bootstrap, storage=storage, metadata=metadata, tier_topics=topic,
-                         tier_segment_bytes=32 << 20, spark_master="local[2]", tier_state_dir=tmp_path / "state")
-        assert run_loop(s, once=True, progress=False)[-1].failed == 0
+        assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=storage, metadata=metadata,
+                                  tier_segment_bytes=32 << 20)).failed == 0
     set_retention(kafka.bootstrap, topic, 1000)
     from confluent_kafka import Producer
 
@@ -211,10 +209,9 @@ def test_remote_catch_up_of_300_byte_records(kafka: KafkaCluster, kcat: str, tmp
     _produce(kafka, topic, records, size)
     direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic, records, size) for _ in range(2))
     direct_busy = CLIENT_BUSY["last"]
-    s = TierSettings(bootstrap_servers=kafka.bootstrap, storage=f"file://{tmp_path}/tier-300",
-                     metadata=f"file://{tmp_path}/meta-300", tier_topics=topic, tier_segment_bytes=32 << 20,
-                     spark_master="local[2]", tier_state_dir=tmp_path / "state-300")
-    assert run_loop(s, once=True, progress=False)[-1].failed == 0
+    assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=f"file://{tmp_path}/tier-300",
+                              metadata=f"file://{tmp_path}/meta-300", tier_segment_bytes=32 << 20,
+                              tier_state_dir=tmp_path / "state-300")).failed == 0
     tiered = _forget_tiered(kafka, topic)
     assert tiered >= records // 2
     proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier-300",
@@ -256,10 +253,9 @@ def test_catch_up_when_s3_is_slow(kafka: KafkaCluster, kcat: str, s3: S3Server, 
     _produce(kafka, topic, records)
     s3.create_bucket("slow")
     storage = "s3://slow/b?endpoint={}&region=" + s3.region
-    s = TierSettings(bootstrap_servers=kafka.bootstrap, storage=storage.format(s3.endpoint),
-                     metadata=f"file://{tmp_path}/meta-slow", tier_topics=topic, tier_segment_bytes=32 << 20,
-                     spark_master="local[2]", tier_state_dir=tmp_path / "state-slow")
-    assert run_loop(s, once=True, progress=False)[-1].failed == 0
+    assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=storage.format(s3.endpoint),
+                              metadata=f"file://{tmp_path}/meta-slow", tier_segment_bytes=32 << 20,
+                              tier_state_dir=tmp_path / "state-slow")).failed == 0
     tiered = _forget_tiered(kafka, topic)  # what only the tier holds now
     assert tiered >= records // 2
     relay = _CountingDelayRelay(int(s3.endpoint.rsplit(":", 1)[1]), 0.0)
