@@ -127,7 +127,7 @@ class RemoteReader:
         return await asyncio.shield(self._index_task(md, kind, deadline))
 
     def _index_task(self, md: RemoteLogSegmentMetadata, kind: IndexType, deadline: float) -> asyncio.Task[bytes]:
-        """One read of an index at a time, whoever asks (a reader, or the read-ahead of the segment before)."""
+        """One read of an index at a time, however many readers ask for it at once."""
         key = (md.segment_id.id, kind.value)
         task = self._index_tasks.get(key)
         if task is None:
@@ -248,7 +248,7 @@ class RemoteReader:
             pos = lookup_position(await self.index(md, IndexType.OFFSET, deadline), md.start_offset, offset)
         window = max_bytes + 256 * 1024  # the offset index is sparse: the wanted batch may start a bit later
         pieces: list[memoryview] = []
-        total = 0
+        total, resume_at = 0, -1
         while pos < md.segment_size_in_bytes and total < max_bytes:
             mv = await self.read_bytes(md, pos, pos + window, deadline, following or ())
             consumed, first, end, full = 0, -1, -1, False
@@ -270,7 +270,7 @@ class RemoteReader:
             if first >= 0:
                 pieces.append(mv[first:end])
                 total += end - first
-                self.resume[(seg, last + 1)] = pos + end
+                resume_at = pos + end
             if full:
                 break
             if consumed == 0 and pos + window >= md.segment_size_in_bytes:
@@ -282,6 +282,8 @@ class RemoteReader:
                 window *= 2
                 continue
             pos += consumed
+        if resume_at >= 0:  # where this reader's next fetch (at the offset after the last batch) starts
+            self.resume[(seg, last + 1)] = resume_at
         records: bytes | memoryview = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         return await self._result(md, records, read_committed, deadline, following)
 
