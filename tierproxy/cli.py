@@ -44,7 +44,7 @@ def _tier(args: argparse.Namespace) -> int:
 
     cli = {"bootstrap_servers": args.bootstrap_server, "storage": args.storage, "metadata": args.metadata,
            "tier_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval,
-           "command_config": args.command_config}
+           "command_config": args.command_config, "confirm_retention": True if args.confirm_retention else None}
     try:
         settings = load_settings(TierSettings, config_file=args.config, cli=cli)
         spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
@@ -67,7 +67,9 @@ def _tier(args: argparse.Namespace) -> int:
         print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
               file=sys.stderr)
         return 3
-    return 1 if summaries and summaries[-1].failed and summaries[-1].segments == 0 else 0
+    if summaries and summaries[-1].failed and summaries[-1].segments == 0:
+        return 1
+    return 5 if summaries and summaries[-1].retention_refused else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--once", action="store_true", help="one pass, then exit")
     mode.add_argument("--interval", help="pause between passes, e.g. 30s (tier.interval.ms)")
     tier.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    tier.add_argument("--confirm-retention", action="store_true",
+                      help="apply tier retention even where one pass deletes more than "
+                      "tier.retention.max.delete.fraction of a partition (confirm.retention)")
     tier.set_defaults(func=_tier)
     from tierproxy.admin.cli import add_admin_parser
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from tierproxy.identity import ClientIdentity, load_command_config
 
 ENV_PREFIX = "TIERPROXY_"
+OVERRIDE_KEYS = {"retention.ms", "retention.bytes", "segment.bytes"}  # per topic in tier.topic.overrides
 S = TypeVar("S", bound="CommonSettings")
 
 
@@ -49,6 +50,45 @@ class CommonSettings(BaseModel):
     remote_log_manager_task_retry_jitter: float = Field(0.2, ge=0, le=1)
     command_config: Path | None = Field(None, description="Kafka client properties: tierproxy's own identity "
                                         "(security.protocol, sasl.*, ssl.*), as Kafka's --command-config")
+    # the tier's own retention (Kafka's retention.* for the whole log; the broker topic's retention.* is the local
+    # retention, Kafka's local.retention.*, and never deletes tier data): read by `tier`, shown by `serve`
+    tier_retention_ms: int = Field(-1, ge=-1, description="delete tiered segments older than this (-1: never)")
+    tier_retention_bytes: int = Field(-1, ge=-1, description="delete the oldest tiered segments beyond this many "
+                                      "bytes per partition (-1: never)")
+    tier_topic_overrides: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="JSON {topic: {retention.ms|retention.bytes|segment.bytes: N}}: the "
+        "tier's retention and segment size for one topic")
+
+    @field_validator("tier_retention_ms", mode="before")
+    @classmethod
+    def _retention_ms(cls, v: Any) -> Any:
+        return v if isinstance(v, int) or str(v).strip().lstrip("-").isdigit() else parse_duration_ms(v)
+
+    @field_validator("tier_topic_overrides", mode="before")
+    @classmethod
+    def _overrides(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not JSON: {exc}") from None
+        if not isinstance(v, dict) or not all(isinstance(o, dict) for o in v.values()):
+            raise ValueError('must be a JSON object {"topic": {"retention.ms": N, ...}}')
+        for topic, over in v.items():
+            unknown = set(over) - OVERRIDE_KEYS
+            if unknown:
+                raise ValueError(f"{topic}: unknown key(s) {sorted(unknown)} (known: {sorted(OVERRIDE_KEYS)})")
+            for key, n in over.items():
+                if not isinstance(n, int) or n < (1024 if key == "segment.bytes" else -1):
+                    raise ValueError(f"{topic}: {key}={n!r} is not a whole number "
+                                     f"{'>= 1024' if key == 'segment.bytes' else '>= -1'}")
+        return v
+
+    def tier_retention(self, topic: str) -> tuple[int, int]:
+        """The tier's (retention.ms, retention.bytes) for `topic`: its override, else the global setting."""
+        over = self.tier_topic_overrides.get(topic, {})
+        return (int(over.get("retention.ms", self.tier_retention_ms)),
+                int(over.get("retention.bytes", self.tier_retention_bytes)))
 
     @field_validator("command_config")
     @classmethod
@@ -150,6 +190,8 @@ class ProxySettings(CommonSettings):
     remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")
     remote_fetch_prefetch_max_chunks: int = Field(8, ge=0, description="how deep the read-ahead may grow while "
                                                   "storage is slower than a sequential reader")
+    metadata_max_lag_records: int = Field(1000, ge=0, description="readyz fails while this replica's view of the "
+                                          "remote log metadata is further behind than this many records")
     remote_log_index_file_cache_total_size_bytes: int = Field(64 << 20, ge=0, description="index cache size")
 
     @field_validator("remote_log_manager_fetch_max_bytes_per_second", "remote_fetch_client_max_bytes_per_second")
@@ -235,13 +277,18 @@ class TierSettings(CommonSettings):
     """Everything `tierproxy tier` reads (shares the cluster, storage and metadata keys with `serve`)."""
 
     tier_topics: str = Field(r"^(?!__).*", description="regex of topics to tier (internal topics never)")
+    tier_topics_exclude: str = Field(r".*-repartition$", description="regex of topics never tiered (default: "
+                                     "Kafka Streams repartition topics, which Streams purges as it consumes)")
+    tier_retention_max_delete_fraction: float = Field(
+        0.5, gt=0, le=1, description="a pass refuses to delete more than this share of a partition's tiered bytes "
+        "by retention at once, unless confirm.retention (--confirm-retention)")
+    confirm_retention: bool = Field(False, description="apply tier retention even where it deletes more than "
+                                    "tier.retention.max.delete.fraction at once (--confirm-retention)")
     tier_segment_bytes: int = Field(16 << 20, ge=1024, description="target size of a remote segment")
     tier_interval_ms: int = Field(30_000, ge=100, description="pause between tiering passes (--interval)")
     tier_orphan_timeout_ms: int = Field(600_000, ge=0,
                                         description="STARTED without FINISHED for this long = orphan")
     tier_task_max_attempts: int = Field(3, ge=1, description="copy attempts per segment (each with a new id)")
-    tier_topic_overrides: dict[str, dict[str, int]] = Field(
-        default_factory=dict, description="JSON {topic: {segment.bytes|retention.ms|retention.bytes: N}}")
     spark_master: str = Field("local[*]", description="Spark master (local[*] by default)")
     tier_state_dir: Path = Field(Path("tierproxy-data/state"), description="run summaries (gaps, last run)")
 
@@ -250,17 +297,13 @@ class TierSettings(CommonSettings):
     def _durations(cls, v: Any) -> int:
         return parse_duration_ms(v)
 
-    @field_validator("tier_topic_overrides", mode="before")
-    @classmethod
-    def _overrides(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            return json.loads(v)
-        return v
-
-    @field_validator("tier_topics")
+    @field_validator("tier_topics", "tier_topics_exclude")
     @classmethod
     def _regex(cls, v: str) -> str:
-        re.compile(v)
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
         return v
 
 

@@ -122,6 +122,7 @@ REQUEST_HANDLERS: dict[int, RequestHandler] = {
     ApiKey.FETCH: fetch.fetch_request,
     ApiKey.LIST_OFFSETS: offsets.forward_remembering_request,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.forward_remembering_request,
+    ApiKey.DELETE_RECORDS: offsets.forward_remembering_request,
 }
 RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
     ApiKey.API_VERSIONS: api_versions_response,

@@ -21,6 +21,7 @@ from tierproxy.kafkadist import KafkaCluster
 from tierproxy.tier.model import (
     IllegalStateTransition,
     PartitionDeleteState,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     uuid_str,
@@ -28,6 +29,7 @@ from tierproxy.tier.model import (
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, transition
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rlmm_topic import TopicRLMM
+from tierproxy.tier.serde import encode_value
 
 S = SegmentState
 P = PartitionDeleteState
@@ -168,8 +170,19 @@ def test_a_purged_log_start_reaches_every_instance_and_is_tombstoned_with_the_pa
                 await reader.catch_up()
                 pc = reader.partition(t)
                 assert pc is not None and pc.log_start_offset == 40 and pc.earliest_offset() == 40
-            key = f"{uuid_str(t.topic_id)}:2:logStart".encode()
+            key = f"{uuid_str(t.topic_id)}:2:logStart:40".encode()
             assert key in r.keys[(t.topic_id, 2)]
+            # a higher log start retires the lower key; a lower one recorded by a replica that had not seen it yet
+            # (a race) stands beside it, and the highest wins wherever they are applied, in any order
+            assert await r.put_log_start(t, 60)
+            higher = f"{uuid_str(t.topic_id)}:2:logStart:60".encode()
+            assert key not in r.keys[(t.topic_id, 2)] and higher in r.keys[(t.topic_id, 2)]
+            async with opened(make()) as late:
+                await late.publish([(key, encode_value(RemoteLogStartOffset(t, 40, 5)))])
+            async with opened(make()) as reader:
+                pc = reader.partition(t)
+                assert pc is not None and pc.log_start_offset == 60
+            key = higher
             await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_MARKED, 1, -1))
             await r.put_partition_delete(RemotePartitionDeleteMetadata(t, P.DELETE_PARTITION_STARTED, 2, -1))
             await r.update_segment(transition(md, S.DELETE_SEGMENT_STARTED))

@@ -45,7 +45,7 @@ def test_round_trips_and_keys() -> None:
     assert encode_value(md)[:2] == b"\x00\x01"  # api key 0, version 1
     purge = RemoteLogStartOffset(t, 150, 6, 101)
     assert decode_value(encode_value(purge)) == purge
-    assert record_key(purge) == f"{uuid_str(t.topic_id)}:0:logStart".encode()
+    assert record_key(purge) == f"{uuid_str(t.topic_id)}:0:logStart:150".encode()
     assert encode_value(purge)[:2] == b"\x40\x01"  # tierproxy's api key 64, version 1
 
 

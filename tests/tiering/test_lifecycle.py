@@ -76,12 +76,13 @@ def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: 
     first = tier_once(s)
     assert first.segments >= 2 and _objects(tmp_path / "tier")
     segs = tiered(s, topic_name)[0]
-    keep = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": 0}})
+    keep = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": 0}},
+                    confirm_retention=True)
     assert tier_once(keep).expired == 0  # the broker still has it all: nothing is removed from the tier
     broker_forgets(kafka.bootstrap, topic_name, above=segs[-1].end_offset, retention_ms=500, restore_ms=None)
     sized = settings(kafka.bootstrap, tmp_path, topic_name,
                      tier_topic_overrides={topic_name: {"retention.bytes": segs[-1].segment_size_in_bytes,
-                                                        "retention.ms": -1}})
+                                                        "retention.ms": -1}}, confirm_retention=True)
     assert tier_once(sized).expired == len(segs) - 1  # by size: only the newest segment fits
     assert [m.segment_id for m in tiered(s, topic_name)[0]] == [segs[-1].segment_id]
     assert tier_once(keep).expired == 1  # by time: everything is older than 0 ms
@@ -153,7 +154,8 @@ def test_remote_retention_stops_at_the_first_segment_it_keeps(kafka: KafkaCluste
                    tier_topic_overrides={topic_name: {"retention.ms": 86_400_000}})
     assert tier_once(day).expired == 0  # (this pass may tier the broker's ticks too: newer segments)
     assert [m.segment_id for m in tiered(s, topic_name)[0]][:len(segs)] == [m.segment_id for m in segs]
-    zero = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": 0}})
+    zero = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": 0}},
+                    confirm_retention=True)
     assert tier_once(zero).expired >= len(segs)
     left = {m.segment_id for m in tiered(s, topic_name)[0]}
     assert not left & {m.segment_id for m in segs}

@@ -38,6 +38,7 @@ class PartitionStatus(BaseModel):
     high_watermark: int | None
     last_stable_offset: int | None
     tier_start: int | None
+    purged_below: int  # the recorded log start (DeleteRecords through a proxy): nothing below it is served
     tier_end: int
     segments: int
     tier_bytes: int
@@ -61,6 +62,8 @@ class TopicSummary(BaseModel):
     partitions: int
     tiered_segments: int
     tiered_bytes: int
+    tier_retention_ms: int  # the tier's own retention for this topic (-1: keep forever)
+    tier_retention_bytes: int
 
 
 class RemoteFetchStatus(BaseModel):
@@ -129,6 +132,10 @@ def create_app(proxy: Proxy) -> FastAPI:
                                                                    if proxy.remote.loading_problem else ""))
         elif proxy.remote is not None and proxy.remote.rlmm.failure is not None:
             problems.append(f"remote log metadata consumer failed, restarting: {proxy.remote.rlmm.failure}")
+        elif proxy.remote is not None and (lag := proxy.remote.rlmm.lag_records()) > \
+                proxy.settings.metadata_max_lag_records:
+            problems.append(f"remote log metadata {lag} records behind (metadata.max.lag.records="
+                            f"{proxy.settings.metadata_max_lag_records})")
         return JSONResponse({"ready": not problems, "problems": problems}, status_code=503 if problems else 200)
 
     @app.get("/metrics", dependencies=guarded, response_class=PlainTextResponse)
@@ -153,8 +160,10 @@ def create_app(proxy: Proxy) -> FastAPI:
                     finished = list(pc.finished())
                     segs += len(finished)
                     nbytes += sum(m.segment_size_in_bytes for m in finished)
+            ms, max_bytes = proxy.settings.tier_retention(name)
             out.append(TopicSummary(topic=name, topic_id=uuid_str(t["topic_id"]), partitions=len(t["partitions"]),
-                                    tiered_segments=segs, tiered_bytes=nbytes))
+                                    tiered_segments=segs, tiered_bytes=nbytes, tier_retention_ms=ms,
+                                    tier_retention_bytes=max_bytes))
         return out
 
     async def topic_or_404(topic: str) -> dict[str, Any]:
@@ -237,8 +246,9 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
     lag = None
     if offsets is not None:
         lag = max(0, offsets.last_stable - max(tier_end + 1, offsets.log_start))
-        if tier_end >= 0 and offsets.log_start > tier_end + 1:
-            gap = [tier_end + 1, offsets.log_start - 1]
+        first_missing = max(tier_end + 1, pc.log_start_offset if pc else 0)  # below a purge: deleted on purpose
+        if tier_end >= 0 and offsets.log_start > first_missing:
+            gap = [first_missing, offsets.log_start - 1]
         if proxy.remote is not None:
             proxy.fetch_stats.lag[topic] = lag
             proxy.fetch_stats.gaps[topic] = 1 if gap else 0
@@ -246,7 +256,8 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
                            broker_log_start=offsets.log_start if offsets else None,
                            high_watermark=offsets.high_watermark if offsets else None,
                            last_stable_offset=offsets.last_stable if offsets else None,
-                           tier_start=pc.earliest_offset() if pc else None, tier_end=tier_end,
+                           tier_start=pc.earliest_offset() if pc else None,
+                           purged_below=pc.log_start_offset if pc else 0, tier_end=tier_end,
                            segments=len(finished), tier_bytes=sum(m.segment_size_in_bytes for m in finished),
                            tiering_lag=lag, gap=gap)
 

@@ -30,6 +30,10 @@ def add_admin_parser(sub: Any) -> None:
     admin.set_defaults(func=run_admin)
 
 
+def _forever(n: int) -> str:
+    return "-1 (forever)" if n < 0 else str(n)
+
+
 def _get(client: httpx.Client, path: str) -> Any:
     r = client.get(path)
     if r.status_code >= 400:
@@ -50,19 +54,22 @@ def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
                           f"purgatory={rf['purgatory']} pool={rf['pool_running']}/{rf['pool_threads']} busy, "
                           f"{rf['pool_queued']} queued, {rf['rejected']} rejected, {rf['expired']} expired, "
                           f"cache hit ratio {ratio}")
-            table = Table("topic", "partitions", "tiered segments", "tiered MB")
+            table = Table("topic", "partitions", "tiered segments", "tiered MB", "tier retention.ms",
+                          "tier retention.bytes")
             for t in _get(client, "/v1/topics"):
                 table.add_row(t["topic"], str(t["partitions"]), str(t["tiered_segments"]),
-                              f"{t['tiered_bytes'] / 1e6:.1f}")
+                              f"{t['tiered_bytes'] / 1e6:.1f}", _forever(t["tier_retention_ms"]),
+                              _forever(t["tier_retention_bytes"]))
             console.print(table)
         elif args.admin_command == "partitions":
-            table = Table("partition", "leader", "broker log start", "high watermark", "tier start", "tier end",
-                          "segments", "tier MB", "lag", "gap", title=args.topic)
+            table = Table("partition", "leader", "broker log start", "high watermark", "tier start", "purged below",
+                          "tier end", "segments", "tier MB", "lag", "gap", title=args.topic)
             for p in _get(client, f"/v1/topics/{args.topic}/partitions"):
                 gap = f"{p['gap'][0]}..{p['gap'][1]}" if p["gap"] else ""
                 table.add_row(*(str(x) if x is not None else "-" for x in (
                     p["partition"], p["leader"], p["broker_log_start"], p["high_watermark"], p["tier_start"],
-                    p["tier_end"], p["segments"], f"{p['tier_bytes'] / 1e6:.1f}", p["tiering_lag"])), gap)
+                    p["purged_below"], p["tier_end"], p["segments"], f"{p['tier_bytes'] / 1e6:.1f}",
+                    p["tiering_lag"])), gap)
             console.print(table)
         elif args.admin_command == "segments":
             table = Table("segment id", "start", "end", "max timestamp", "bytes", "state", "epochs",

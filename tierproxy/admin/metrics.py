@@ -11,6 +11,7 @@
     tierproxy_remote_response_reserved_bytes, tierproxy_request_memory_pauses_total,
     tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
     tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total, tierproxy_rlmm_consumer_restarts_total,
+    tierproxy_rlmm_lag_records,
     tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total,
     tierproxy_remote_gap_skips_total, tierproxy_remote_fetch_throttled_total
 """
@@ -109,6 +110,10 @@ class ProxyCollector(Collector):
             c = CounterMetricFamily(name, help_)
             c.add_metric([], value)
             yield c
+        rlmm_lag = GaugeMetricFamily("tierproxy_rlmm_lag_records", "Remote log metadata records written but not "
+                                     "applied by this replica yet (purges and segments it does not know of)")
+        rlmm_lag.add_metric([], tier.rlmm.lag_records() if tier.ready.is_set() else 0)
+        yield rlmm_lag
         cache = GaugeMetricFamily("tierproxy_remote_cache_bytes", "Bytes held by the chunk cache")
         cache.add_metric([], tier.reader.chunks.currsize)
         yield cache

@@ -4,7 +4,8 @@ ListOffsets: -2 EARLIEST → the tier's start when tiered data exists below the 
 the broker's local start (as it answers); -5 LATEST_TIERED → the last tiered offset (-1 if none); -1 and -3 as
 the broker says; a timestamp ≥ 0 → the tier's time index first (the first record at or after it), then the
 broker. OffsetForLeaderEpoch: an epoch older than the broker still knows is answered from the segments' epochs.
-DeleteRecords: relayed as is; a partition's new low watermark is a purge the tier serves nothing below from then on.
+DeleteRecords: forwarded; an offset inside the tiered range below the broker's log start becomes the low watermark, and
+every log start it moves is recorded in the metadata before the answer (`delete_records_response`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ErrorCode, OffsetSpec
 from tierproxy.remote.service import RemoteTier
 from tierproxy.session import Session, Slot, framed
+from tierproxy.tier.cache import PartitionCache
+from tierproxy.tier.logstart import delete_records_outcome
 
 log = logging.getLogger("tierproxy.intercept.offsets")
 UNDEFINED = -1
@@ -143,17 +146,51 @@ def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseE
 
 
 def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    """A DeleteRecords that succeeded moved the partition's log start by a purge, not by retention: the tier stops
-    serving below it at once (the tier job records it in the metadata for topics without retention; see
-    `housekeeping.record_purges`)."""
-    slot.chunks = framed(ev.frame)
-    tier = session.proxy.remote
-    if tier is None or not registry.supports(ev.api_key, ev.api_version):
+    """DeleteRecords as Kafka with tiered storage answers it (`tier.logstart.delete_records_outcome`): the broker
+    authorizes and answers every partition; an offset inside the tiered range below the broker's log start becomes
+    the low watermark. Every log start it moves on a tiered partition (the broker's part included) is recorded in
+    the metadata, every replica's view, before the answer goes back; a partition whose record cannot be written
+    is answered KAFKA_STORAGE_ERROR (retriable: the client's retry records it)."""
+    if (got := _remembered(session, slot, ev)) is None:
         return
-    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    tier, data = got
+    asked = {(t["name"], p["partition_index"]): p["offset"] for t in slot.ctx["topics"] for p in t["partitions"]}
+    moves: list[tuple[Data, PartitionCache, int]] = []
     for t in data["topics"]:
         for p in t["partitions"]:
+            requested = asked.get((t["name"], p["partition_index"]))
+            if requested is None or p["error_code"] != ErrorCode.NONE:
+                continue  # refused by the broker (authorization, unknown partition, beyond the high watermark)
+            if not tier.serving:  # what the tier holds is not known yet: never answer as if it held nothing
+                p.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, low_watermark=-1)
+                continue
             pc = tier.partition(t["name"], p["partition_index"])
-            if p["error_code"] == 0 and pc is not None and pc.purge_below(p["low_watermark"]):
-                log.info("%s-%d purged below %d (DeleteRecords from %s)", t["name"], p["partition_index"],
-                         p["low_watermark"], session.peer)
+            if pc is None:
+                continue
+            outcome = delete_records_outcome(requested, p["low_watermark"], pc.earliest_offset())
+            p["low_watermark"] = outcome.low_watermark
+            if outcome.record is not None and outcome.record > pc.log_start_offset:
+                moves.append((p, pc, outcome.record))
+    if not moves:
+        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
+        return
+    timeout = min(max(int(slot.ctx.get("timeout_ms") or 0), 1000), 60_000) / 1000
+
+    async def record(p: Data, pc: PartitionCache, log_start: int) -> None:
+        try:
+            await asyncio.wait_for(tier.rlmm.put_log_start(pc.tp, log_start), timeout)
+        except Exception as exc:
+            log.error("%s-%d: the purge below %d could not be recorded in the remote log metadata (%s: %s); answered "
+                      "KAFKA_STORAGE_ERROR. tierproxy's own principal needs WRITE on the metadata topic (README "
+                      "'Secured clusters')", pc.tp.topic, pc.tp.partition, log_start, type(exc).__name__, exc)
+            p.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, low_watermark=-1)
+            return
+        log.info("%s-%d purged below %d (DeleteRecords from %s), recorded", pc.tp.topic, pc.tp.partition, log_start,
+                 session.peer)
+
+    async def finish() -> None:
+        await asyncio.gather(*(record(*m) for m in moves))
+        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
+        session.flush()
+
+    session.complete_later(slot, finish())

@@ -69,6 +69,10 @@ class RemoteLogMetadataManager(abc.ABC):
     async def catch_up(self) -> None:
         """Apply everything published so far (by any writer)."""
 
+    def lag_records(self) -> int:
+        """Metadata records written (by any writer) that this view has not applied yet, as last seen."""
+        return 0
+
     def apply_record(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one stored record (value None = tombstone, which only retires its key)."""
         pk = _partition_of_key(key) if key else None
@@ -161,7 +165,12 @@ class RemoteLogMetadataManager(abc.ABC):
         if pc is not None and log_start_offset <= pc.log_start_offset:
             return False
         event = RemoteLogStartOffset(tp, log_start_offset, now_ms(), broker_id)
-        await self.publish([(record_key(event), encode_value(event))])
+        key = record_key(event)
+        prefix = key.rsplit(b":", 1)[0]  # topicId:partition:logStart
+        known = self.keys.get((tp.topic_id, tp.partition), set())
+        lower = sorted(k for k in known if k == prefix or (k.startswith(prefix + b":") and
+                                                           _offset_of(k) < log_start_offset))
+        await self.publish([(key, encode_value(event)), *((k, None) for k in lower)])
         return True
 
     # --- queries -----------------------------------------------------------------------------------------------
@@ -175,6 +184,13 @@ class RemoteLogMetadataManager(abc.ABC):
     def segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         pc = self.partition(tp)
         return pc.all_segments() if pc else []
+
+
+def _offset_of(log_start_key: bytes) -> int:
+    try:
+        return int(log_start_key.rsplit(b":", 1)[1])
+    except ValueError:
+        return -1
 
 
 def _partition_of_key(key: bytes) -> tuple[bytes, int] | None:

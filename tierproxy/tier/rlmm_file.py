@@ -62,6 +62,18 @@ class FileRLMM(RemoteLogMetadataManager):
                     fcntl.flock(f, fcntl.LOCK_UN)
             self._read_new()
 
+    def lag_records(self) -> int:
+        """Whole records appended to the file since this view last read it."""
+        with open(self.path, "rb") as f:
+            f.seek(self._pos)
+            data = f.read()
+        n = pos = 0
+        while len(data) - pos >= LENGTHS.size:
+            klen, vlen = LENGTHS.unpack_from(data, pos)
+            pos += LENGTHS.size + klen + max(vlen, 0)
+            n += pos <= len(data)
+        return n
+
     async def catch_up(self) -> None:
         async with self._lock:
             self._read_new()

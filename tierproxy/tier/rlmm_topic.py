@@ -222,6 +222,20 @@ class TopicRLMM(RemoteLogMetadataManager):
             else:
                 latest[key] = (offset, value)
 
+    def lag_records(self) -> int:
+        """Per metadata partition, its last stable offset as the latest fetch saw it minus the position applied."""
+        from aiokafka import TopicPartition
+
+        if self._consumer is None:
+            return 0
+        lag = 0
+        for p, pos in self.positions.items():
+            tp = TopicPartition(self.topic, p)
+            end = self._consumer.last_stable_offset(tp)
+            end = self._consumer.highwater(tp) if end is None else end
+            lag += max(0, (end or 0) - pos)
+        return lag
+
     async def _wait(self, targets: dict[int, int], timeout: float = 60.0) -> None:
         async def reached() -> None:
             async with self._progress:

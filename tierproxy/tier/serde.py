@@ -8,8 +8,10 @@ Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka p
    64 RemoteLogStartOffsetRecord (tierproxy's own, v1: a purged partition's log start; Kafka's own RLMM keeps
       the log start in the broker, which tierproxy's brokers know only as their local start)
 Record key (compacted topic) => "topicId:partition:endOffset:brokerLeaderEpoch" for segment records,
-    "topicId:partition" for partition-deletion records, "topicId:partition:logStart" for log start records
-    (topic ids in Kafka's base64 form).
+    "topicId:partition" for partition-deletion records, "topicId:partition:logStart:offset" for log start
+    records (topic ids in Kafka's base64 form). A log start's key names its offset, so compaction can never leave
+    a lower one standing after a higher one: two replicas recording purges at once each write their own key, the
+    cache keeps the highest, and the writer of a higher one tombstones the lower keys it knows.
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ def record_key(event: Event, end_offset: int | None = None) -> bytes:
     if isinstance(event, RemotePartitionDeleteMetadata):
         return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}".encode()
     if isinstance(event, RemoteLogStartOffset):
-        return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}:logStart".encode()
+        return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}:logStart:{event.log_start_offset}".encode()
     if isinstance(event, RemoteLogSegmentMetadata):
         tp, end = event.tp, event.end_offset
     else:

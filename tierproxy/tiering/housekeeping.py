@@ -1,4 +1,5 @@
-"""The driver's lifecycle work besides copying: orphans, remote retention, deleted topics.
+"""The driver's lifecycle work besides copying: orphans, purges and the tier's retention (the rules are
+`tier.logstart`'s), deleted topics.
 
 Each deletion follows KIP-405: DELETE_SEGMENT_STARTED → delete the objects → DELETE_SEGMENT_FINISHED (the RLMM
 then tombstones the segment's keys); a topic id gone from the cluster goes DELETE_PARTITION_MARKED → STARTED →
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
+from tierproxy.tier.logstart import expired_segments, retention_guard
 from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
@@ -50,68 +53,46 @@ async def clean_orphans(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManage
     return n
 
 
-async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
-                            retention: dict[str, tuple[int, int]], log_starts: dict[tuple[str, int], int]) -> int:
-    """Per topic (retention.ms, retention.bytes), -1 = unlimited: delete the oldest segments beyond them.
+@dataclass
+class RetentionResult:
+    expired: int = 0  # segments deleted by the tier's retention
+    purged: int = 0  # segments deleted wholly below a recorded purge
+    refused: list[str] = field(default_factory=list)  # partitions where retention would delete too much at once
 
-    As Kafka's `deletableSegments`: from the oldest segment onward, stopping at the first one kept, so a newer
-    segment with older timestamps is never deleted behind a kept one (that would cut a hole in the history).
-    Segments wholly below a purged log start (`record_purges`) go first, whatever the retention. Otherwise only
-    segments wholly below the broker's log start are eligible: the tier never keeps less history than the
-    broker (a remote copy of data the broker still has would only be copied again by the next pass).
-    """
+
+async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                            retention: dict[str, tuple[int, int]], log_starts: dict[tuple[str, int], int],
+                            max_delete_fraction: float = 1.0, confirmed: bool = False) -> RetentionResult:
+    """Delete what the rules of `tier.logstart` say goes: segments wholly below a recorded purge, then, per topic
+    (tier retention.ms, retention.bytes; -1 = unlimited), the oldest segments beyond them that lie wholly below
+    the broker's log start (`log_starts`; a partition the broker did not answer for deletes nothing by
+    retention). More than `max_delete_fraction` of a partition's bytes at once is refused unless `confirmed`."""
+    out = RetentionResult()
     now = int(time.time() * 1000)
-    n = 0
     for pc in list(rlmm.cache.partitions.values()):
         if rlmm.cache.is_deleted(pc.tp.topic_id, pc.tp.partition):
             continue
-        ms, max_bytes = retention.get(pc.tp.topic, (-1, -1))
-        log_start = log_starts.get((pc.tp.topic, pc.tp.partition), 0)
         for md in pc.purged():  # below a purged log start, whatever the retention (isSegmentBreachByLogStartOffset)
             log.info("purged: deleting %s (offsets %d..%d, below log start %d)", md.segment_id, md.start_offset,
                      md.end_offset, pc.log_start_offset)
             await delete_segment(rlmm, rsm, md)
-            n += 1
-        segments = sorted(pc.finished(), key=lambda m: m.start_offset)
-        total = sum(md.segment_size_in_bytes for md in segments)
-        for md in segments:
-            by_time = ms >= 0 and md.max_timestamp_ms < now - ms
-            by_size = max_bytes >= 0 and total > max_bytes
-            if not (by_time or by_size) or md.end_offset >= log_start:
-                break  # the first segment kept ends the deletion
-            total -= md.segment_size_in_bytes
-            log.info("remote retention: deleting %s (offsets %d..%d)", md.segment_id, md.start_offset, md.end_offset)
-            await delete_segment(rlmm, rsm, md)
-            n += 1
-    return n
-
-
-def never_deleted_by_retention(config: dict[str, str]) -> bool:
-    """The broker deletes nothing of this topic by retention (`retention.ms` and `retention.bytes` both -1, as
-    Kafka Streams creates its repartition topics, or no `delete` cleanup policy): its log start moves only by
-    DeleteRecords."""
-    if "delete" not in config.get("cleanup.policy", "delete"):
-        return True
-    return int(config.get("retention.ms", "604800000")) < 0 and int(config.get("retention.bytes", "-1")) < 0
-
-
-async def record_purges(rlmm: RemoteLogMetadataManager, log_starts: dict[tuple[bytes, int, str], int],
-                        configs: dict[str, dict[str, str]]) -> int:
-    """Record as purges the broker log starts of tiered partitions whose topic the broker never deletes by
-    retention (so a moved log start can only be DeleteRecords): the tier serves nothing below them again and
-    `enforce_retention` deletes the segments wholly below. Where retention may have deleted, a moved log start
-    is taken as retention (the tier goes on serving below it): only a purge that passes through the proxy is
-    known there. Returns how many partitions' log starts moved."""
-    n = 0
-    for (topic_id, partition, topic), log_start in log_starts.items():
-        pc = rlmm.cache.get(topic_id, partition)
-        if pc is None or log_start <= pc.log_start_offset or not never_deleted_by_retention(configs.get(topic, {})):
+            out.purged += 1
+        ms, max_bytes = retention.get(pc.tp.topic, (-1, -1))
+        broker_start = log_starts.get((pc.tp.topic, pc.tp.partition))
+        if (ms < 0 and max_bytes < 0) or broker_start is None:
             continue
-        if await rlmm.put_log_start(pc.tp, log_start):
-            log.info("%s-%d: log start %d moved by DeleteRecords (the topic has no retention): nothing below it is "
-                     "served", topic, partition, log_start)
-            n += 1
-    return n
+        served = list(pc.finished())
+        expiring = expired_segments(served, ms, max_bytes, now, broker_start)
+        refusal = retention_guard(expiring, served, max_delete_fraction) if not confirmed else None
+        if refusal is not None:
+            log.error("%s-%d: %s", pc.tp.topic, pc.tp.partition, refusal)
+            out.refused.append(f"{pc.tp.topic}-{pc.tp.partition}: {refusal}")
+            continue
+        for md in expiring:
+            log.info("tier retention: deleting %s (offsets %d..%d)", md.segment_id, md.start_offset, md.end_offset)
+            await delete_segment(rlmm, rsm, md)
+            out.expired += 1
+    return out
 
 
 async def delete_gone_topics(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,

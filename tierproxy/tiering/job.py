@@ -47,7 +47,8 @@ class RunSummary:
     failed: int = 0
     orphans_cleaned: int = 0
     expired: int = 0
-    purged: int = 0  # partitions whose log start moved by DeleteRecords (recorded, segments below deleted)
+    purged: int = 0  # segments deleted wholly below a recorded purge (DeleteRecords through a proxy)
+    retention_refused: list[str] = field(default_factory=list)  # tier retention that would delete too much at once
     partitions_deleted: int = 0
     gaps: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
@@ -61,7 +62,7 @@ class RunSummary:
         return (f"tiered {self.segments} segments, {self.bytes / 1e6:.1f} MB in {self.seconds:.1f}s "
                 f"({self.mb_per_s:.1f} MB/s); lag to LSO {sum(self.lag.values())} offsets; "
                 f"{len(self.gaps)} gaps; {self.expired} expired; {self.purged} purged; "
-                f"{self.orphans_cleaned} orphans cleaned; "
+                f"{len(self.retention_refused)} retention refused; {self.orphans_cleaned} orphans cleaned; "
                 f"{self.partitions_deleted} partitions deleted; {self.failed} failed copies")
 
 
@@ -129,7 +130,7 @@ class TieringJob:
         self.run(self.rlmm.catch_up())
         topics = sorted({p.topic for p in view.partitions})
         configs = topic_configs(s.own_bootstrap, topics, s.identity) if topics else {}
-        parts = select_topics(view, configs, s.tier_topics)
+        parts = select_topics(view, configs, s.tier_topics, s.tier_topics_exclude)
 
         summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
         summary.partitions_deleted = self.run(housekeeping.delete_gone_topics(
@@ -145,12 +146,11 @@ class TieringJob:
             tiered_end = pc.latest_tiered_offset() if pc else -1
             seg_bytes = s.tier_topic_overrides.get(p.topic, {}).get("segment.bytes", s.tier_segment_bytes)
             try:
-                rs, gaps = plan_partition(view, p, o, tiered_end, seg_bytes, pc.holes() if pc else [])
+                rs, gaps = plan_partition(view, p, o, tiered_end, seg_bytes, pc.holes() if pc else [],
+                                          pc.log_start_offset if pc else 0)
             except OSError as exc:  # its leader died since the view was taken: the next pass plans it
                 log.warning("not planning %s-%d this pass: %s", p.topic, p.partition, exc)
                 continue
-            if housekeeping.never_deleted_by_retention(configs.get(p.topic, {})):
-                gaps = []  # only DeleteRecords moves this log start: what is below was purged, not lost
             for gap in gaps:
                 log.error("GAP %s", gap.describe())
                 summary.gaps.append(asdict(gap))
@@ -158,21 +158,16 @@ class TieringJob:
 
         self._copy(ranges, summary)
 
-        retention = {}
-        for t in topics:
-            over = s.tier_topic_overrides.get(t, {})
-            cfg = configs.get(t, {})
-            retention[t] = (int(over.get("retention.ms", cfg.get("retention.ms", -1))),
-                            int(over.get("retention.bytes", cfg.get("retention.bytes", -1))))
+        # the tier's own retention, never the broker topic's (that is the local retention: tier.logstart)
+        retention = {t: s.tier_retention(t) for t in topics}
         view = self._view or view  # leaders may have moved during the copies
         current = {(p.topic_id, p.partition): p for p in view.partitions}
         parts = [current.get((p.topic_id, p.partition), p) for p in parts]
         after = list_offsets(view, parts)
         log_starts = {k: o.log_start for k, o in after.items()}
-        summary.purged = self.run(housekeeping.record_purges(self.rlmm, {
-            (p.topic_id, p.partition, p.topic): after[(p.topic, p.partition)].log_start for p in parts
-            if (p.topic, p.partition) in after}, configs))
-        summary.expired = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention, log_starts))
+        kept = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention, log_starts,
+                                                       s.tier_retention_max_delete_fraction, s.confirm_retention))
+        summary.expired, summary.purged, summary.retention_refused = kept.expired, kept.purged, kept.refused
 
         for p in parts:
             o = after.get((p.topic, p.partition))
@@ -336,6 +331,8 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
             out.append(summary)
             log.info("run %s: %s", summary.run_id, summary.line())
             print(summary.line(), flush=True)
+            for refusal in summary.retention_refused:
+                print(f"RETENTION REFUSED {refusal}", flush=True)
             for g in summary.gaps:
                 print(f"GAP {g['topic']}-{g['partition']}: offsets {g['first_missing']}..{g['last_missing']} "
                       "were deleted by the broker before they were tiered", flush=True)

@@ -43,11 +43,15 @@ class Range:
     first: bool  # the partition's first range in this pass: takes the batch straddling `start`
 
 
-def select_topics(view: ClusterView, configs: dict[str, dict[str, str]], pattern: str) -> list[PartitionInfo]:
-    regex = re.compile(pattern)
+def select_topics(view: ClusterView, configs: dict[str, dict[str, str]], pattern: str,
+                  exclude: str = "") -> list[PartitionInfo]:
+    """Partitions of the topics `pattern` matches and `exclude` does not (internal topics never)."""
+    regex, excluded = re.compile(pattern), re.compile(exclude) if exclude else None
     chosen, skipped = [], set()
     for p in view.partitions:
         if p.topic in view.internal or p.topic.startswith("__") or not regex.fullmatch(p.topic):
+            continue
+        if excluded is not None and excluded.fullmatch(p.topic):
             continue
         if "compact" in configs.get(p.topic, {}).get("cleanup.policy", "delete"):
             if p.topic not in skipped:
@@ -70,13 +74,16 @@ def bytes_per_offset(leader: str, p: PartitionInfo, start: int, identity: Client
 
 
 def plan_partition(view: ClusterView, p: PartitionInfo, offsets: PartitionOffsets, tiered_end: int,
-                   segment_bytes: int, holes: list[tuple[int, int]] | None = None) -> tuple[list[Range], list[Gap]]:
+                   segment_bytes: int, holes: list[tuple[int, int]] | None = None,
+                   purged_below: int = 0) -> tuple[list[Range], list[Gap]]:
     """Ranges to copy: first the `holes` between tiered segments (left by a failed copy), then from the tiered end
-    to the last stable offset. What the broker deleted before it was copied is a gap, reported."""
+    to the last stable offset. What the broker deleted before it was copied is a gap, reported; what lies below
+    a recorded purge (`purged_below`) was deleted on purpose and is neither copied nor a gap."""
     gaps: list[Gap] = []
     spans: list[tuple[int, int]] = []
     for a, b in [*(holes or []), (tiered_end + 1, offsets.last_stable)]:
-        if tiered_end >= 0 and a < offsets.log_start:
+        a = max(a, purged_below)
+        if tiered_end >= 0 and a < offsets.log_start and a < b:
             gaps.append(Gap(p.topic, p.partition, a, min(b, offsets.log_start) - 1))
         lo, hi = max(a, offsets.log_start), min(b, offsets.last_stable)
         if lo < hi:

@@ -1,0 +1,79 @@
+"""The log-start and tier-retention rules (`tier.logstart`), whole tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tier.helpers import seg, tp
+from tierproxy.tier.logstart import (
+    DeleteRecordsOutcome,
+    delete_records_outcome,
+    expired_segments,
+    retention_guard,
+)
+from tierproxy.tier.model import RemoteLogSegmentMetadata
+
+# requested, the broker's low watermark, the tier's first served offset → answer, log start to record
+DELETE_RECORDS = [
+    # the broker keeps from 5, the tier holds 0..4 (Kafka's DeleteSegmentsDueToLogStartOffsetBreachTest)
+    (3, 5, 0, DeleteRecordsOutcome(3, 3)),
+    (0, 5, 0, DeleteRecordsOutcome(0, None)),  # at the current start: nothing moves
+    (5, 5, 0, DeleteRecordsOutcome(5, 5)),  # at the broker's start: applied there, the tier stops below it
+    (7, 7, 0, DeleteRecordsOutcome(7, 7)),  # applied by the broker above its start
+    (-1, 20, 0, DeleteRecordsOutcome(20, 20)),  # -1: the high watermark, everything, tier included
+    (2, 5, 3, DeleteRecordsOutcome(3, None)),  # below an earlier purge: the current start stands
+    (4, 5, 3, DeleteRecordsOutcome(4, 4)),
+    (3, 5, None, DeleteRecordsOutcome(5, None)),  # the tier holds nothing: the broker's answer
+    (3, 5, 5, DeleteRecordsOutcome(5, None)),  # the tier holds nothing below the broker
+    (3, 5, 8, DeleteRecordsOutcome(5, None)),
+]
+
+
+@pytest.mark.parametrize(("requested", "broker", "tier_earliest", "expected"), DELETE_RECORDS)
+def test_delete_records_outcome(requested: int, broker: int, tier_earliest: int | None,
+                                expected: DeleteRecordsOutcome) -> None:
+    assert delete_records_outcome(requested, broker, tier_earliest) == expected
+
+
+def _segments() -> list[RemoteLogSegmentMetadata]:
+    t = tp()
+    # 4 segments of 100 offsets (10,000 bytes each), max timestamps 1,099 / 1,199 / 1,299 / 1,399
+    return [seg(t, i * 100, i * 100 + 99, ts=1000) for i in range(4)]
+
+
+# retention.ms, retention.bytes, now, the broker's log start → how many of the oldest segments expire
+EXPIRY = [
+    (-1, -1, 10_000, 400, 0),  # keep forever
+    (0, -1, 10_000, 400, 4),  # everything is older than 0 ms
+    (0, -1, 10_000, 250, 2),  # never what the broker still has
+    (0, -1, 10_000, 0, 0),
+    (8_750, -1, 10_000, 400, 2),  # older than 1,250 ms: the first two
+    (-1, 20_000, 10_000, 400, 2),  # 40,000 bytes, 20,000 kept
+    (-1, 19_999, 10_000, 400, 3),
+    (-1, 0, 10_000, 400, 4),
+    (8_750, 35_000, 10_000, 400, 2),  # the stricter of the two
+]
+
+
+@pytest.mark.parametrize(("ms", "max_bytes", "now", "broker_start", "n"), EXPIRY)
+def test_expired_segments(ms: int, max_bytes: int, now: int, broker_start: int, n: int) -> None:
+    segs = _segments()
+    assert expired_segments(reversed(segs), ms, max_bytes, now, broker_start) == segs[:n]
+
+
+def test_expiry_stops_at_the_first_segment_kept() -> None:
+    """A newer segment with older timestamps is not deleted behind a kept one (no hole)."""
+    t = tp()
+    segs = [seg(t, 0, 99, ts=5000), seg(t, 100, 199, ts=1000)]
+    assert expired_segments(segs, 2000, -1, 5000, 1000) == []
+
+
+@pytest.mark.parametrize(("doomed", "fraction", "refused"), [
+    (0, 0.5, False), (2, 0.5, False), (3, 0.5, True), (4, 0.5, True), (4, 1.0, False), (1, 0.2, True),
+])
+def test_retention_guard(doomed: int, fraction: float, refused: bool) -> None:
+    segs = _segments()
+    why = retention_guard(segs[:doomed], segs, fraction)
+    assert (why is not None) == refused
+    if why is not None:
+        assert "tier.retention.max.delete.fraction" in why and f"{doomed * 10_000} of 40000" in why

@@ -1,0 +1,85 @@
+"""What moves a partition's log start and what deletes tier data: the one place these rules live.
+
+The log start of a tiered partition is one durable fact, recorded in the metadata (`RemoteLogStartOffset`) and
+applied by every reader of it (each proxy replica, the tier job, the Spark reader). Only three things delete
+history from the tier, and nothing else ever does:
+1. a **purge**: DeleteRecords through a proxy, recorded before its answer goes back (`delete_records_outcome`);
+2. the **tier's own retention** (`tier.retention.ms` / `tier.retention.bytes`, per topic in
+   `tier.topic.overrides`; default -1, keep forever), and only of segments wholly below the broker's log start
+   (`expired_segments`), with a guard against a mistyped value (`retention_guard`);
+3. the deletion of the topic.
+The broker's own retention (its topic `retention.*`, Kafka's `local.retention.*`) moves the *broker's* log start
+only: a move that no recorded purge explains is never taken for a purge, and the tier keeps serving below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tierproxy.tier.model import RemoteLogSegmentMetadata
+
+HIGH_WATERMARK = -1  # DeleteRecords' offset -1: up to the high watermark
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsOutcome:
+    """What one partition of a DeleteRecords answers, and the log start to record first (None: nothing)."""
+
+    low_watermark: int
+    record: int | None
+
+
+def delete_records_outcome(requested: int, broker_low_watermark: int, tier_earliest: int | None
+                           ) -> DeleteRecordsOutcome:
+    """One partition the broker answered without error (its answer authorizes the purge), as Kafka with tiered
+    storage answers it (`UnifiedLog.deleteRecords` → `maybeIncrementLogStartOffset` over the whole log):
+
+    - an offset the broker applied (at or above its log start, or -1 = its high watermark): the broker's new
+      log start, recorded too, so the tier stops serving below it;
+    - an offset below the broker's log start, inside what the tier serves (`tier_earliest` is the tier's first
+      served offset): that offset becomes the log start, never below the current one;
+    - at or below the tier's current start: nothing moves; the answer is the current log start.
+    """
+    if requested == HIGH_WATERMARK or requested >= broker_low_watermark:
+        return DeleteRecordsOutcome(broker_low_watermark, broker_low_watermark)
+    if tier_earliest is None or tier_earliest >= broker_low_watermark:
+        return DeleteRecordsOutcome(broker_low_watermark, None)  # the tier holds nothing below the broker
+    if requested > tier_earliest:
+        return DeleteRecordsOutcome(requested, requested)
+    return DeleteRecordsOutcome(tier_earliest, None)
+
+
+def expired_segments(segments: Iterable[RemoteLogSegmentMetadata], retention_ms: int, retention_bytes: int,
+                     now_ms: int, broker_log_start: int) -> list[RemoteLogSegmentMetadata]:
+    """The served segments the tier's retention deletes, oldest first (-1: unlimited).
+
+    As Kafka's `deletableSegments`: from the oldest segment on, stopping at the first one kept, so a newer
+    segment with older timestamps is never deleted behind a kept one (no hole in the history). A segment
+    holding data the broker still has (ending at or above `broker_log_start`) is always kept: the tier never
+    keeps less than the broker. `retention_bytes` counts the tier's bytes.
+    """
+    ordered = sorted(segments, key=lambda m: m.start_offset)
+    total = sum(md.segment_size_in_bytes for md in ordered)
+    out = []
+    for md in ordered:
+        by_time = retention_ms >= 0 and md.max_timestamp_ms < now_ms - retention_ms
+        by_size = retention_bytes >= 0 and total > retention_bytes
+        if not (by_time or by_size) or md.end_offset >= broker_log_start:
+            break
+        total -= md.segment_size_in_bytes
+        out.append(md)
+    return out
+
+
+def retention_guard(expiring: list[RemoteLogSegmentMetadata], served: list[RemoteLogSegmentMetadata],
+                    max_fraction: float) -> str | None:
+    """Why one pass must not delete `expiring` (more than `max_fraction` of the partition's tiered bytes at
+    once: most likely a mistyped retention), or None. `--confirm-retention` overrides it."""
+    total = sum(md.segment_size_in_bytes for md in served)
+    doomed = sum(md.segment_size_in_bytes for md in expiring)
+    if not total or doomed <= max_fraction * total:
+        return None
+    return (f"tier retention would delete {doomed} of {total} tiered bytes ({doomed / total:.0%}) at once, more "
+            f"than tier.retention.max.delete.fraction={max_fraction}; nothing deleted (check the value, or run "
+            "with --confirm-retention)")
