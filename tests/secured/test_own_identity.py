@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.records import iter_batches
@@ -293,3 +294,45 @@ def test_a_certificate_refused_is_a_tls_failure(secured: Secured, tmp_path: Path
                               "--topics", topic], capture_output=True, text=True, timeout=300,
                              env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state2")})
     assert refused.returncode == 3 and "TLS toward the brokers failed" in refused.stderr, refused.stderr[-2000:]
+
+
+def _refused_write(secured: Secured, topic: str) -> bool:
+    """tierproxy's principal is refused a write to `topic` now (the broker has applied the ACL change). The probe
+    is a tombstone of a key no metadata reader knows (skipped by every reader, compacted away)."""
+    errors: list[int] = []
+    p = Producer({"bootstrap.servers": secured.listener("SASL"), "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanisms": "PLAIN", "sasl.username": PRINCIPAL, "sasl.password": PASSWORDS[PRINCIPAL],
+                  "message.timeout.ms": 5000})
+    p.produce(topic, None, b"acl-probe", partition=0, on_delivery=lambda err, _m: errors.append(
+        err.code() if err is not None else 0))
+    p.flush(10)
+    return errors == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_a_purge_that_cannot_be_recorded_is_a_storage_error_and_changes_nothing(served: Served) -> None:
+    """tierproxy's principal without WRITE on the metadata topic cannot record a purge: the tier part of a
+    DeleteRecords is answered KAFKA_STORAGE_ERROR (retriable), its log names the missing right, and the proxy
+    serves exactly what it served before."""
+    meta = f"__tierproxy_meta_{served.mech.name.lower()}"
+    write = [b for b in tierproxy_acls(PRINCIPAL, [], meta) if b.restype == ResourceType.TOPIC
+             and b.operation == AclOperation.WRITE]
+    alice_deletes = [AclBinding(ResourceType.TOPIC, served.topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                                AclOperation.DELETE, AclPermissionType.ALLOW)]
+    with _client(served, "alice") as w:
+        wait_until(lambda: _fetch(w, served.topic, 0)[1] > 0, "the tier serves alice", timeout=90, interval=1)
+        create_acls(served.secured.admin, alice_deletes)
+        delete_acls(served.secured.admin, write)
+        try:
+            wait_until(lambda: _refused_write(served.secured, meta), "the broker refuses tierproxy's writes",
+                       timeout=30, interval=0.2)
+            resp = w.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": served.topic, "partitions": [
+                {"partition_index": 0, "offset": 10}]}], "timeout_ms": 10_000})
+            p = resp["topics"][0]["partitions"][0]
+            assert (p["error_code"], p["low_watermark"]) == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+            assert "WRITE on the metadata topic" in served.proxy.log_text()
+            listed = w.request(ApiKey.LIST_OFFSETS, 9, list_offsets_request({served.topic: {0: OffsetSpec.EARLIEST}}))
+            assert listed["topics"][0]["partitions"][0]["offset"] == 0
+            assert _fetch(w, served.topic, 0)[0] == ErrorCode.NONE and _fetch(w, served.topic, 0)[1] > 0
+        finally:
+            create_acls(served.secured.admin, write)
+            delete_acls(served.secured.admin, alice_deletes)
