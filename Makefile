@@ -1,4 +1,4 @@
-# make test  = install everything (venv, pip, Kafka jars, kcat) and run the whole suite
+# make test  = install everything (venv, pip, Kafka jars, kcat, haproxy) and run the whole suite
 # make check = ruff + mypy strict + the suite (what CI runs)
 # make demo  = a real local Kafka (and tierproxy) with a kcat walk-through
 # make image = the container image the Helm chart deploys
@@ -19,10 +19,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 install: $(VENV)/.installed
-	@command -v kcat >/dev/null 2>&1 || { \
-	  echo "installing kcat (Debian package)"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null \
-	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat' >/dev/null; }
+	@{ command -v kcat && command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1 || { \
+	  echo "installing kcat and haproxy (Debian packages; haproxy balances the fleet tests' replicas)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat haproxy) >/dev/null \
+	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat haproxy' \
+	  >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
 	$(BIN)/python -c "from tierproxy.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
 
