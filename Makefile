@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 install: $(VENV)/.installed
-	@{ command -v kcat && command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1 || { \
+	@{ command -v kcat && { command -v haproxy || test -x /usr/sbin/haproxy; }; } >/dev/null 2>&1 || { \
 	  echo "installing kcat and haproxy (Debian packages; haproxy balances the fleet tests' replicas)"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat haproxy) >/dev/null \
 	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat haproxy' \
