@@ -30,6 +30,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.storage.uri | quote }}
 - name: TIERPROXY_METADATA
   value: {{ .Values.metadata.uri | quote }}
+- name: TIERPROXY_TIER_RETENTION_MS
+  value: {{ .Values.tier.retentionMs | quote }}
+- name: TIERPROXY_TIER_RETENTION_BYTES
+  value: {{ .Values.tier.retentionBytes | quote }}
 {{- if .Values.storage.s3.region }}
 - name: AWS_REGION
   value: {{ .Values.storage.s3.region | quote }}
