@@ -1,19 +1,72 @@
 """`make demo` (= `tierproxy demo`): the walk-through runs against a real broker and ends with kcat reading the
-deleted history from offset 0 through the proxy."""
+deleted history from offset 0 through the proxy; SIGTERM (as `timeout`, systemd or a container runtime send it)
+stops it with every process it started, the broker's JVM and Spark's included."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]
 
 
-def test_demo_walk_through(kcat: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "tierproxy.cli", "demo", "--duration", "-1"], capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "OK: through tierproxy all 1000 records are there from offset 0" in out.stdout
-    assert "    0 record-0" in out.stdout and "$ " in out.stdout  # the commands are printed
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_demo_walk_through_then_sigterm_leaves_no_process(kcat: str, tmp_path: Path) -> None:
+    log = tmp_path / "demo.out"
+    with open(log, "w") as out:
+        demo = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "demo", "--duration", "0"], stdout=out,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while "records are there from offset 0" not in log.read_text() and demo.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        text = log.read_text()
+        assert "OK: through tierproxy all 1000 records are there from offset 0" in text, text[-3000:]
+        assert "    0 record-0" in text and "$ " in text  # the commands are printed
+        started = _descendants(demo.pid)
+        names = {Path(f"/proc/{p}/comm").read_text().strip() for p in started if _alive(p)}
+        assert "java" in names, names  # the broker (and the tier loop's Spark) run under the demo
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(120) == 0
+        deadline = time.monotonic() + 30
+        while (left := [p for p in started if _alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert left == [], [(p, Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:200]) for p in left]
+        assert "Stopped." in log.read_text()
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(10)
+        for p in _descendants(demo.pid):
+            os.kill(p, signal.SIGKILL)

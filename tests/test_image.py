@@ -166,3 +166,49 @@ def test_tier_once_from_the_image_tiers_a_topic_to_the_filesystem(kafka: KafkaCl
     segs, raw, _ = tiered(s, topic_name)
     assert len(segs) >= 2
     assert offsets_of(raw) == list(range(2000))
+
+
+def test_the_images_defaults_work_for_its_user_and_an_unwritable_storage_exits_2(
+        kafka: KafkaCluster, container: str, tmp_path: Path, topic_name: str) -> None:
+    """No --storage: `tier` and `serve` write the tier under the image's data dir, /var/lib/tierproxy (a volume
+    owned by uid 10001); a storage the user cannot write stops `serve` with exit 2 and one line."""
+    from confluent_kafka import Producer
+
+    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "500"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    for i in range(500):
+        p.produce(topic_name, f"v{i}".encode())
+    p.flush(30)
+    meta = {"TIERPROXY_METADATA": "topic:__tierproxy_image_defaults?partitions=3&replication=1"}
+    tier = run_in(container, ["tier", "--once", "--no-progress", "--bootstrap-server", kafka.bootstrap, "--topics",
+                              topic_name, "--master", "local[1]"], tmp_path / "tier.log", env=meta)
+    try:
+        tier.wait(timeout=240)
+    finally:
+        if tier.poll() is None:
+            tier.kill()
+    assert tier.returncode == 0, (tmp_path / "tier.log").read_text()[-3000:]
+    found = buildah("run", "--isolation", "chroot", container, "--", "sh", "-c",
+                    "find /var/lib/tierproxy -name '*.log' -user 10001 | wc -l; ls /var/lib/tierproxy/state")
+    count, *state = found.splitlines()
+    assert int(count) >= 1 and "last_run.json" in state, found
+
+    port, base = free_port(), free_port_block(100)
+    serve = run_in(container, ["serve", "--bootstrap-server", kafka.bootstrap, "--listen", f"127.0.0.1:{port}"],
+                   tmp_path / "serve.log", env={**meta, "TIERPROXY_BROKER_PORT_BASE": str(base)})
+    try:
+        wait_port(port, 60)
+        os.kill(descendant(serve.pid, "tini"), signal.SIGTERM)
+        serve.wait(timeout=20)
+        assert serve.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(10)
+
+    bad = run_in(container, ["serve", "--bootstrap-server", kafka.bootstrap, "--storage", "file:///etc/tier"],
+                 tmp_path / "bad.log")
+    assert bad.wait(timeout=60) == 2
+    lines = (tmp_path / "bad.log").read_text().strip().splitlines()
+    assert lines == ["tierproxy: config error: storage: /etc/tier: cannot be created, /etc is not writable by this "
+                     "user (uid 10001) (from command line)"], lines

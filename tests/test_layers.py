@@ -7,7 +7,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = {"config", "metrics", "wireclient", "asyncclient", "tls", "flow", "kafkadist", "brokers", "identity"}
+SHARED = {"config", "metrics", "wireclient", "asyncclient", "tls", "flow", "kafkadist", "brokers", "identity",
+          "signals"}
 CORE = {"session", "server", "rewrite", "handlers", "intercept"}
 # what each layer may import from tierproxy (besides itself, the shared modules and protocol)
 ALLOWED: dict[str, set[str]] = {

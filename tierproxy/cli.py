@@ -30,6 +30,12 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
+    for key, address in (("listen", settings.listen), ("admin.listen", settings.admin_listen)):
+        if address is not None and (problem := _port_problem(address)) is not None:
+            print(f"tierproxy: config error: {key}: {address}: {problem}", file=sys.stderr)
+            return 2
+    if (rc := _check_storage(settings.storage, unreachable_is_fatal=False)) is not None:
+        return rc
     if settings.event_loop == "uvloop":
         import uvloop
 
@@ -52,24 +58,78 @@ def _tier(args: argparse.Namespace) -> int:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
     from tierproxy.identity.sasl import AuthenticationFailed
+    from tierproxy.signals import stop_on_sigterm
     from tierproxy.tier.rlmm import WriterFenced
     from tierproxy.tiering.job import run_loop
 
+    if (rc := _check_storage(settings.storage, unreachable_is_fatal=True)) is not None:
+        return rc
+    stop_on_sigterm()  # the Spark JVM and the metadata clients are stopped on the way out, as on Ctrl-C
     try:
         summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("tierproxy: tier stopped by a signal", file=sys.stderr)
+        return 130
+    except (OSError, TimeoutError) as exc:
+        if isinstance(exc, ssl.SSLError):
+            print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
+                  file=sys.stderr)
+            return 3
+        print(f"tierproxy: the brokers at {settings.own_bootstrap} cannot be reached: {exc}", file=sys.stderr)
+        return 6
     except AuthenticationFailed as exc:
         print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
         return 3
     except WriterFenced as exc:
         print(f"tierproxy: stopped: {exc}", file=sys.stderr)
         return 4
-    except ssl.SSLError as exc:  # e.g. the broker requires a client certificate (mTLS) and got none
-        print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
-              file=sys.stderr)
-        return 3
     if summaries and summaries[-1].failed and summaries[-1].segments == 0:
         return 1
     return 5 if summaries and summaries[-1].retention_refused else 0
+
+
+def _port_problem(address: str) -> str | None:
+    """Why `address` (HOST:PORT) cannot be listened on, or None (a port 0 is always free)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if int(port) == 0:
+        return None
+    try:
+        socket.create_server((host.strip("[]") or "0.0.0.0", int(port))).close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _check_storage(uri: str, *, unreachable_is_fatal: bool) -> int | None:
+    """Exit 2 when the storage refuses this configuration (no such bucket, credentials refused, not writable);
+    an unreachable store is exit 6 for `tier` and a warning for `serve` (it relays the tail meanwhile)."""
+    import asyncio
+
+    from tierproxy.tier.storage import StorageRefused, StorageUnavailable, open_store
+
+    async def probe() -> None:
+        store, _ = open_store(uri)
+        try:
+            await store.probe()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(probe())
+    except StorageRefused as exc:
+        print(f"tierproxy: config error: storage: {uri}: {exc}", file=sys.stderr)
+        return 2
+    except StorageUnavailable as exc:
+        if unreachable_is_fatal:
+            print(f"tierproxy: storage {uri} cannot be reached: {exc}", file=sys.stderr)
+            return 6
+        logging.getLogger("tierproxy").warning("storage %s cannot be reached yet: %s", uri, exc)
+    except (OSError, ValueError) as exc:
+        print(f"tierproxy: config error: storage: {uri}: {exc}", file=sys.stderr)
+        return 2
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:

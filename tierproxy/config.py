@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from tierproxy.identity import ClientIdentity, load_command_config
 
 ENV_PREFIX = "TIERPROXY_"
+SPARK_MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|"
+                          r"spark://[^\s/]+(,[^\s/]+)*|k8s://\S+|yarn|mesos://\S+")
 OVERRIDE_KEYS = {"retention.ms", "retention.bytes", "segment.bytes"}  # per topic in tier.topic.overrides
 S = TypeVar("S", bound="CommonSettings")
 
@@ -35,13 +37,66 @@ def _hostport(value: str, key: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def file_uri(value: str) -> str:
+    """`file:///abs`, `file://./rel`, `file:rel`, `file:/abs` or a plain path → `file:///absolute` (a relative path
+    is relative to the working directory); anything else (s3://, topic:) unchanged."""
+    v = value.strip()
+    if v.startswith("file://./") or v.startswith("file://../"):
+        path = v[len("file://"):]
+    elif v.startswith("file:") and not v.startswith("file://"):
+        path = v[len("file:"):]
+    elif v.startswith("file://"):
+        if not v.startswith("file:///"):
+            raise ValueError(f"{v!r}: file://HOST/... names a host; use file:///absolute/path or file:relative/path")
+        return v
+    elif "://" not in v and not v.startswith("topic:") and v not in ("topic",):
+        path = v
+    else:
+        return v
+    if not path:
+        raise ValueError("a file URI needs a path")
+    return "file://" + str(Path(path).expanduser().absolute())
+
+
+def check_writable_dir(path: Path) -> Path:
+    """`path` (absolute, or relative to the working directory) is a directory tierproxy can write, or can be
+    created: its nearest existing ancestor is a writable directory and not `/` (nothing is ever created at the
+    filesystem root). Raises ValueError with the path and the reason."""
+    p = path.expanduser().absolute()
+    try:
+        return _writable_dir(p)
+    except PermissionError as exc:  # a parent this user cannot enter
+        raise ValueError(f"{p}: cannot be reached by this user (uid {os.getuid()}): {exc.strerror}") from None
+
+
+def _writable_dir(p: Path) -> Path:
+    if p.exists():
+        if not p.is_dir():
+            raise ValueError(f"{p}: a file is in the way (not a directory)")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ValueError(f"{p}: not writable by this user (uid {os.getuid()})")
+        return p
+    ancestor = p.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{p}: {ancestor} is a file, not a directory")
+    if ancestor == Path(ancestor.anchor):
+        raise ValueError(f"{p}: its parent {p.parent} does not exist (nothing is created at {ancestor})")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{p}: cannot be created, {ancestor} is not writable by this user (uid {os.getuid()})")
+    return p
+
+
 class CommonSettings(BaseModel):
     """What `serve` and `tier` share: the cluster, the tier's storage and its metadata."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bootstrap_servers: str = Field(description="upstream brokers HOST:PORT[,HOST:PORT..]")
-    storage: str = Field("file://./tierproxy-data/tier", description="file:///path or s3://bucket/prefix?endpoint=")
+    storage: str = Field("file:tierproxy-data/tier", validate_default=True,
+                         description="file:///path, a path (relative: to the working directory) or "
+                         "s3://bucket/prefix?endpoint=")
     metadata: str | None = Field(None, description="topic:[NAME] (default: the metadata topic) or file:///dir")
     metadata_checkpoint_dir: Path | None = Field(None, description="local RLMM checkpoint (restart reads the tail)")
     # Kafka's RLM task retry keys: remote reads (serve) and copy retries after a leader change (tier)
@@ -115,11 +170,28 @@ class CommonSettings(BaseModel):
     @field_validator("storage")
     @classmethod
     def _check_storage(cls, v: str) -> str:
-        if v.startswith("file://./"):
-            v = "file://" + str(Path(v[len("file://"):]).resolve())
+        v = file_uri(v)
         if not (v.startswith("file:///") or v.startswith("s3://")):
-            raise ValueError("must be file:///path or s3://bucket/prefix")
+            raise ValueError("must be file:///path, a path, or s3://bucket/prefix")
+        if v.startswith("file://"):
+            check_writable_dir(Path(v[len("file://"):]))
         return v
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, v: str | None) -> str | None:
+        if v is None or v.startswith("topic"):
+            return v
+        v = file_uri(v)
+        if not v.startswith("file:///"):
+            raise ValueError("must be topic:[NAME][?partitions=N&replication=R] or file:///dir (or a path)")
+        check_writable_dir(Path(v[len("file://"):]))
+        return v
+
+    @field_validator("metadata_checkpoint_dir")
+    @classmethod
+    def _check_checkpoint(cls, v: Path | None) -> Path | None:
+        return None if v is None else check_writable_dir(v)
 
     @property
     def bootstrap_list(self) -> list[tuple[str, int]]:
@@ -290,7 +362,21 @@ class TierSettings(CommonSettings):
                                         description="STARTED without FINISHED for this long = orphan")
     tier_task_max_attempts: int = Field(3, ge=1, description="copy attempts per segment (each with a new id)")
     spark_master: str = Field("local[*]", description="Spark master (local[*] by default)")
-    tier_state_dir: Path = Field(Path("tierproxy-data/state"), description="run summaries (gaps, last run)")
+
+    @field_validator("spark_master")
+    @classmethod
+    def _master(cls, v: str) -> str:
+        if not SPARK_MASTER.fullmatch(v.strip()):
+            raise ValueError(f"{v!r} is not a Spark master URL (local, local[N], local[*], local[N,F], "
+                             "spark://HOST:PORT, k8s://https://HOST:PORT, yarn)")
+        return v.strip()
+    tier_state_dir: Path = Field(Path("tierproxy-data/state"), validate_default=True,
+                                 description="run summaries (gaps, last run)")
+
+    @field_validator("tier_state_dir")
+    @classmethod
+    def _check_state_dir(cls, v: Path) -> Path:
+        return check_writable_dir(v)
 
     @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", mode="before")
     @classmethod
@@ -368,5 +454,5 @@ def load_settings(model: type[S] = ProxySettings, *, config_file: str | Path | N
             loc = ".".join(str(p) for p in err["loc"])
             key = dotted(loc) if loc else "config"
             src = f" (from {sources[loc]})" if loc in sources else ""
-            problems.append(f"{key}: {err['msg']}{src}")
+            problems.append(f"{key}: {err['msg'].removeprefix('Value error, ')}{src}")
         raise ConfigError("; ".join(problems)) from None

@@ -17,6 +17,7 @@ from pathlib import Path
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
 from tierproxy.kafkadist import KAFKA_VERSION, KafkaCluster, free_port, stop_processes
+from tierproxy.signals import stop_on_sigterm
 from tierproxy.wireclient import WireClient
 
 TOPIC = "demo-history"
@@ -68,11 +69,13 @@ def run_demo(duration: float = 0.0, records: int = 1000) -> int:
     if kcat is None:
         _say("kcat is needed for the demo (make install puts it there: apt-get install kcat)")
         return 1
+    stop_on_sigterm()  # SIGTERM stops the broker and the children too, as Ctrl-C does
     work = Path(tempfile.mkdtemp(prefix="tierproxy-demo-"))
     _say(f"Starting Apache Kafka {KAFKA_VERSION} (KRaft, resolved from Maven Central, cached after the first run)...")
-    cluster = KafkaCluster(1, workdir=work / "kafka").start()
+    cluster = KafkaCluster(1, workdir=work / "kafka")
     procs: list[subprocess.Popen[bytes]] = []
     try:
+        cluster.start()
         broker = cluster.bootstrap
         proxy_port, admin_port = free_port(), free_port()
         proxy, admin = f"127.0.0.1:{proxy_port}", f"http://127.0.0.1:{admin_port}"

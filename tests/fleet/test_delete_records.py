@@ -7,6 +7,7 @@ taken for a purge."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.requests import fetch_request, list_offsets_request, listed_offsets
@@ -24,6 +26,7 @@ from tests.spark.parts import local_session
 from tests.tiering.helpers import settings, tier_once, tiered
 from tests.waiting import proxy_serves_tier, wait_until
 from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tier.open import open_metadata
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -169,3 +172,39 @@ def test_delete_records_into_the_tier_is_one_durable_fact(fleet_kafka: KafkaClus
         assert tiered(s, topic_name)[0] == []
     finally:
         fresh.stop()
+
+
+def _log_start_of(s: Any, topic_id: bytes) -> int:
+    async def read() -> int:
+        rlmm = open_metadata(s.metadata, s.bootstrap_servers)
+        await rlmm.start()
+        try:
+            pc = rlmm.cache.get(topic_id, 0)
+            assert pc is not None
+            return pc.log_start_offset
+        finally:
+            await rlmm.close()
+
+    return asyncio.run(read())
+
+
+def test_delete_records_touches_only_the_current_topic_id(fleet_kafka: KafkaCluster, tmp_path: Path,
+                                                          topic_name: str) -> None:
+    """The topic is deleted and created again under its name before the tier pass deletes the old id's history:
+    a DeleteRecords for the new topic is the new topic's alone."""
+    kafka = fleet_kafka
+    s, _ = _tiered_topic(kafka, tmp_path, topic_name)
+    old_id = tiered(s, topic_name)[0][0].tp.topic_id
+    proxy = replica(kafka.bootstrap, tmp_path, s.storage, s.metadata)
+    try:
+        wait_until(lambda: proxy_serves_tier(proxy.bootstrap, topic_name), "the replica's tier", timeout=60)
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        admin.delete_topics([topic_name])[topic_name].result(30)
+        wait_until(lambda: topic_name not in admin.list_topics(timeout=5).topics, "the topic to be gone")
+        wait_until(lambda: create_topic(kafka.bootstrap, topic_name) is None, "the topic created again")
+        _fill(kafka.bootstrap, topic_name, 100)
+        assert delete_records(proxy.bootstrap, topic_name, {0: 50}) == {0: (0, 50)}
+        assert delete_records(proxy.bootstrap, topic_name, {0: 20}) == {0: (0, 50)}  # the broker's answer
+        assert _log_start_of(s, old_id) == 0
+    finally:
+        proxy.stop()

@@ -150,29 +150,16 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
     authorizes and answers every partition; an offset inside the tiered range below the broker's log start becomes
     the low watermark. Every log start it moves on a tiered partition (the broker's part included) is recorded in
     the metadata, every replica's view, before the answer goes back; a partition whose record cannot be written
-    is answered KAFKA_STORAGE_ERROR (retriable: the client's retry records it)."""
+    is answered KAFKA_STORAGE_ERROR (retriable: the client's retry records it). Only the topic's current id is
+    touched: the history of a topic deleted and created again under the same name is not this topic's."""
     if (got := _remembered(session, slot, ev)) is None:
         return
     tier, data = got
     asked = {(t["name"], p["partition_index"]): p["offset"] for t in slot.ctx["topics"] for p in t["partitions"]}
-    moves: list[tuple[Data, PartitionCache, int]] = []
-    for t in data["topics"]:
-        for p in t["partitions"]:
-            requested = asked.get((t["name"], p["partition_index"]))
-            if requested is None or p["error_code"] != ErrorCode.NONE:
-                continue  # refused by the broker (authorization, unknown partition, beyond the high watermark)
-            if not tier.serving:  # what the tier holds is not known yet: never answer as if it held nothing
-                p.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, low_watermark=-1)
-                continue
-            pc = tier.partition(t["name"], p["partition_index"])
-            if pc is None:
-                continue
-            outcome = delete_records_outcome(requested, p["low_watermark"], pc.earliest_offset())
-            p["low_watermark"] = outcome.low_watermark
-            if outcome.record is not None and outcome.record > pc.log_start_offset:
-                moves.append((p, pc, outcome.record))
-    if not moves:
-        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
+    answered = [(t["name"], p) for t in data["topics"] for p in t["partitions"]
+                if p["error_code"] == ErrorCode.NONE and (t["name"], p["partition_index"]) in asked]
+    if not answered:  # refused by the broker (authorization, unknown partition, beyond the high watermark)
+        slot.chunks = framed(ev.frame)
         return
     timeout = min(max(int(slot.ctx.get("timeout_ms") or 0), 1000), 60_000) / 1000
 
@@ -189,7 +176,25 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
                  session.peer)
 
     async def finish() -> None:
-        await asyncio.gather(*(record(*m) for m in moves))
+        if tier.serving:
+            try:
+                await asyncio.wait_for(tier.refresh_topic_ids({name for name, _ in answered}), timeout)
+            except (OSError, TimeoutError, ConnectionError, KeyError) as exc:
+                log.debug("current topic ids not asked: %s", exc)  # go with the ids known
+        moves = []
+        for name, p in answered:
+            if not tier.serving:  # what the tier holds is not known yet: never answer as if it held nothing
+                p.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, low_watermark=-1)
+                continue
+            pc = tier.partition(name, p["partition_index"])
+            if pc is None:
+                continue
+            outcome = delete_records_outcome(asked[(name, p["partition_index"])], p["low_watermark"],
+                                             pc.earliest_offset())
+            p["low_watermark"] = outcome.low_watermark
+            if outcome.record is not None and outcome.record > pc.log_start_offset:
+                moves.append(record(p, pc, outcome.record))
+        await asyncio.gather(*moves)
         slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
         session.flush()
 

@@ -17,7 +17,10 @@ from typing import Any
 
 
 def register(spark: Any) -> None:
-    """Register the "tierproxy" data source with a SparkSession."""
+    """Register the "tierproxy" data source with a SparkSession. Raises `WorkerPythonError` (with the fix) when
+    Spark's Python workers cannot import tierproxy."""
     from tierproxy.spark.source import TierDataSource
+    from tierproxy.spark.workers import check_worker_python
 
+    check_worker_python(spark)
     spark.dataSource.register(TierDataSource)

@@ -42,6 +42,10 @@ class StorageUnavailable(StorageError):
     """The store could not be reached or answered with a server error: worth retrying."""
 
 
+class StorageRefused(StorageError):
+    """The store answers, but refuses this configuration: the bucket does not exist, the credentials are refused."""
+
+
 class ObjectStore(Protocol):
     async def put(self, key: str, data: bytes) -> None: ...
     async def put_parts(self, key: str, parts: list[memoryview]) -> None: ...
@@ -49,6 +53,7 @@ class ObjectStore(Protocol):
     async def size(self, key: str) -> int: ...
     async def delete(self, key: str) -> None: ...
     async def list(self, prefix: str) -> list[str]: ...
+    async def probe(self) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -110,6 +115,11 @@ class FileStore:
         base = self.root
         return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()
                       and not p.name.startswith(".tmp-") and str(p.relative_to(base)).startswith(prefix))
+
+    async def probe(self) -> None:
+        """The root is a directory this process can write (created at start)."""
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise StorageRefused(f"{self.root} is not writable by this user (uid {os.getuid()})")
 
     async def close(self) -> None:
         return None
@@ -216,6 +226,28 @@ class S3Store:
             err = self._map(key, exc)
             if not isinstance(err, ObjectMissing):
                 raise err from exc
+
+    async def probe(self) -> None:
+        """The bucket exists and the credentials are accepted (HeadBucket): StorageRefused naming which is not,
+        StorageUnavailable when the endpoint cannot be reached."""
+        try:
+            c = await self._c()
+            await c.head_bucket(Bucket=self.bucket)
+        except Exception as exc:
+            errors = _boto()[1].exceptions
+            if isinstance(exc, errors.NoCredentialsError):
+                raise StorageRefused("no S3 credentials found (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile, "
+                                     "or an instance role)") from None
+            if isinstance(exc, errors.ClientError):
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+                if code in ("NoSuchBucket", "404", "NotFound") or status == 404:
+                    raise StorageRefused(f"bucket {self.bucket!r} does not exist") from None
+                if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden") \
+                        or status in (401, 403):
+                    raise StorageRefused(f"bucket {self.bucket!r}: credentials refused or no access "
+                                         f"({code or status})") from None
+            raise self._map(self.bucket, exc) from exc
 
     async def list(self, prefix: str) -> list[str]:
         try:

@@ -1,0 +1,89 @@
+"""Settings at start: the default tier lives under the working directory (never at /), every form of a file path
+means what it says, and a path tierproxy cannot write stops the process with exit 2 and one line naming the key,
+the path and the reason."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.realparts import unavailable
+from tierproxy.config import ConfigError, ProxySettings, TierSettings, file_uri, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_default_tier_and_state_resolve_under_the_working_directory(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(TierSettings, cli={"bootstrap_servers": "127.0.0.1:9092"}, env={})
+    assert s.storage == f"file://{tmp_path}/tierproxy-data/tier"
+    assert s.tier_state_dir == tmp_path / "tierproxy-data" / "state"
+    assert load_settings(ProxySettings, cli={"bootstrap_servers": "127.0.0.1:9092"}, env={}).storage == s.storage
+    assert not Path("/tierproxy-data").exists()
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("file:///abs/tier", "file:///abs/tier"),
+    ("file://./rel/tier", "file://{cwd}/rel/tier"),
+    ("file:rel/tier", "file://{cwd}/rel/tier"),
+    ("file:/abs/tier", "file:///abs/tier"),
+    ("rel/tier", "file://{cwd}/rel/tier"),
+    ("./rel/tier", "file://{cwd}/rel/tier"),
+    ("/abs/tier", "file:///abs/tier"),
+    ("s3://bucket/prefix?endpoint=http://127.0.0.1:9000", "s3://bucket/prefix?endpoint=http://127.0.0.1:9000"),
+    ("topic:meta", "topic:meta"),
+])
+def test_file_uri_forms(given: str, expected: str) -> None:
+    assert file_uri(given) == expected.format(cwd=os.getcwd())
+
+
+def test_a_file_uri_with_a_host_is_refused() -> None:
+    with pytest.raises(ValueError, match="names a host"):
+        file_uri("file://data/tier")
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    ("storage", "file:///nonexistent-{n}/tier", "its parent /nonexistent-{n} does not exist (nothing is created at /)"),
+    ("storage", "{tmp}/a-file/tier", "{tmp}/a-file is a file, not a directory"),
+    ("storage", "{tmp}/a-file", "a file is in the way"),
+    ("metadata", "file://{tmp}/a-file", "a file is in the way"),
+    ("metadata_checkpoint_dir", "{tmp}/a-file/ckpt", "is a file, not a directory"),
+    ("tier_state_dir", "/nonexistent-{n}/state", "nothing is created at /"),
+    ("spark_master", "lcal[2]", "is not a Spark master URL"),
+    ("tier_topic_overrides", '{{"t": {{"retention.msx": 1}}}}', "unknown key(s) ['retention.msx']"),
+    ("tier_retention_ms", "-2", "greater than or equal to -1"),
+])
+def test_bad_paths_and_values_name_the_key_and_the_reason(tmp_path: Path, key: str, value: str, reason: str) -> None:
+    (tmp_path / "a-file").write_text("x")
+    fill = {"tmp": tmp_path, "n": os.getpid()}
+    with pytest.raises(ConfigError) as err:
+        load_settings(TierSettings, cli={"bootstrap_servers": "127.0.0.1:9092", key: value.format(**fill)}, env={})
+    assert str(err.value).startswith(key.replace("_", ".") + ": ")
+    assert reason.format(**fill) in str(err.value)
+
+
+def test_serve_with_an_unwritable_storage_exits_2_with_one_line(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        unavailable("root", "this test runs tierproxy as another uid (setpriv)")
+    top = Path(tempfile.mkdtemp(prefix="tierproxy-config-"))  # reachable by another uid, unlike pytest's tmp_path
+    top.chmod(0o755)
+    locked = top / "locked"
+    locked.mkdir(mode=0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERPROXY_")}
+    # as an unprivileged user (the image's uid), the way a user meets it
+    out = subprocess.run(["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups", sys.executable, "-m",
+                          "tierproxy.cli", "serve", "--bootstrap-server", "127.0.0.1:9", "--storage",
+                          f"{locked}/tier", "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60,
+                         env=env, cwd=ROOT)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines == [f"tierproxy: config error: storage: {locked}/tier: cannot be created, {locked} is not "
+                     "writable by this user (uid 10001) (from command line)"]
+    shutil.rmtree(top)
