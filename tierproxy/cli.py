@@ -70,6 +70,9 @@ def _tier(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("tierproxy: tier stopped by a signal", file=sys.stderr)
         return 130
+    except AuthenticationFailed as exc:  # (an OSError too: before the unreachable case)
+        print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
+        return 3
     except (OSError, TimeoutError) as exc:
         if isinstance(exc, ssl.SSLError):
             print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
@@ -77,9 +80,6 @@ def _tier(args: argparse.Namespace) -> int:
             return 3
         print(f"tierproxy: the brokers at {settings.own_bootstrap} cannot be reached: {exc}", file=sys.stderr)
         return 6
-    except AuthenticationFailed as exc:
-        print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
-        return 3
     except WriterFenced as exc:
         print(f"tierproxy: stopped: {exc}", file=sys.stderr)
         return 4

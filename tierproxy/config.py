@@ -37,6 +37,12 @@ def _hostport(value: str, key: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _has_uvloop() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
+
+
 def file_uri(value: str) -> str:
     """`file:///abs`, `file://./rel`, `file:rel`, `file:/abs` or a plain path → `file:///absolute` (a relative path
     is relative to the working directory); anything else (s3://, topic:) unchanged."""
@@ -236,8 +242,9 @@ class ProxySettings(CommonSettings):
     buffer_high_water_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024,
                                          description="pause the other side above this many buffered bytes")
     max_in_flight_requests: int = Field(1000, ge=1, description="per connection, before reading pauses")
-    event_loop: str = Field("asyncio", description="asyncio (the standard loop) or uvloop (libuv; install "
-                            "tierproxy[uvloop])")
+    event_loop: str = Field(default_factory=lambda: "uvloop" if _has_uvloop() else "asyncio",
+                            description="uvloop (libuv: lower added latency; the default where installed, as in the "
+                            "image and tierproxy[uvloop]) or asyncio (the standard loop)")
     ssl_certfile: Path | None = Field(None, description="TLS certificate chain for the client listener")
     ssl_keyfile: Path | None = None
     ssl_cafile: Path | None = Field(None, description="CA that client certificates must chain to (mTLS)")

@@ -16,12 +16,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from prometheus_client import generate_latest
 from pydantic import BaseModel
 
+from tierproxy.admin import ui
 from tierproxy.admin.metrics import REGISTRY, ProxyCollector
 from tierproxy.tier.model import uuid_str
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from tierproxy.server import Proxy
 
 log = logging.getLogger("tierproxy.admin")
+COOKIE = "tierproxy_admin_token"  # the status page's copy of admin.token (HttpOnly, SameSite=Strict)
 
 
 class PartitionStatus(BaseModel):
@@ -44,6 +47,7 @@ class PartitionStatus(BaseModel):
     tier_bytes: int
     tiering_lag: int | None
     gap: list[int] | None
+    holes: list[list[int]]  # [first missing, next start) between tiered segments (the next pass refills them)
 
 
 class Segment(BaseModel):
@@ -77,6 +81,9 @@ class RemoteFetchStatus(BaseModel):
     expired: int
     cache_hit_ratio: float | None
     cache_bytes: int
+    requests_total: int  # remote reads, bytes served and failed reads since start (all topics)
+    bytes_total: int
+    errors_total: int
 
 
 class TieringRun(BaseModel):
@@ -100,12 +107,17 @@ def create_app(proxy: Proxy) -> FastAPI:
     runs = Runs()
     token = proxy.settings.admin_token
 
-    async def auth(request: Request) -> None:
+    def authorized(request: Request) -> bool:
+        """The bearer token, or the status page's cookie holding the same token."""
         if token is None:
-            return
+            return True
+        secret = token.get_secret_value().encode()
         given = request.headers.get("authorization", "")
-        expected = f"Bearer {token.get_secret_value()}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
+        cookie = request.cookies.get(COOKIE, "")
+        return hmac.compare_digest(given.encode(), b"Bearer " + secret) or hmac.compare_digest(cookie.encode(), secret)
+
+    async def auth(request: Request) -> None:
+        if not authorized(request):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
     guarded = [Depends(auth)]
@@ -122,21 +134,8 @@ def create_app(proxy: Proxy) -> FastAPI:
     @app.get("/readyz", responses={503: {"description": "not ready"}})
     async def readyz() -> JSONResponse:
         """Upstream reachable and the remote log metadata caught up."""
-        problems = []
-        try:
-            await asyncio.wait_for(proxy.refresh_metadata(), 5)
-        except Exception as exc:
-            problems.append(f"upstream: {exc}")
-        if proxy.remote is not None and not proxy.remote.ready.is_set():
-            problems.append("remote log metadata not caught up" + (f" ({proxy.remote.loading_problem})"
-                                                                   if proxy.remote.loading_problem else ""))
-        elif proxy.remote is not None and proxy.remote.rlmm.failure is not None:
-            problems.append(f"remote log metadata consumer failed, restarting: {proxy.remote.rlmm.failure}")
-        elif proxy.remote is not None and (lag := proxy.remote.rlmm.lag_records()) > \
-                proxy.settings.metadata_max_lag_records:
-            problems.append(f"remote log metadata {lag} records behind (metadata.max.lag.records="
-                            f"{proxy.settings.metadata_max_lag_records})")
-        return JSONResponse({"ready": not problems, "problems": problems}, status_code=503 if problems else 200)
+        state = await readiness()
+        return JSONResponse(state, status_code=200 if state["ready"] else 503)
 
     @app.get("/metrics", dependencies=guarded, response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
@@ -151,20 +150,7 @@ def create_app(proxy: Proxy) -> FastAPI:
 
     @app.get("/v1/topics", dependencies=guarded, response_model=list[TopicSummary])
     async def topics() -> list[TopicSummary]:
-        out = []
-        for name, t in sorted((await cluster()).items()):
-            segs = nbytes = 0
-            for p in t["partitions"]:
-                pc = proxy.remote.partition_by_id(t["topic_id"], p["partition_index"]) if proxy.remote else None
-                if pc is not None:
-                    finished = list(pc.finished())
-                    segs += len(finished)
-                    nbytes += sum(m.segment_size_in_bytes for m in finished)
-            ms, max_bytes = proxy.settings.tier_retention(name)
-            out.append(TopicSummary(topic=name, topic_id=uuid_str(t["topic_id"]), partitions=len(t["partitions"]),
-                                    tiered_segments=segs, tiered_bytes=nbytes, tier_retention_ms=ms,
-                                    tier_retention_bytes=max_bytes))
-        return out
+        return [_summary(proxy, name, t) for name, t in sorted((await cluster()).items())]
 
     async def topic_or_404(topic: str) -> dict[str, Any]:
         t: dict[str, Any] | None = (await cluster()).get(topic)
@@ -194,17 +180,46 @@ def create_app(proxy: Proxy) -> FastAPI:
 
     @app.get("/v1/remote-fetch", dependencies=guarded, response_model=RemoteFetchStatus)
     async def remote_fetch() -> RemoteFetchStatus:
-        tier = proxy.remote
-        if tier is None:
-            return RemoteFetchStatus(enabled=False, ready=False, purgatory=0, pool_running=0, pool_queued=0,
-                                     pool_threads=0, rejected=0, expired=0, cache_hit_ratio=None, cache_bytes=0)
-        lookups = tier.reader.hits + tier.reader.misses
-        return RemoteFetchStatus(enabled=True, ready=tier.ready.is_set(), purgatory=proxy.fetch_stats.purgatory,
-                                 pool_running=tier.pool.running, pool_queued=tier.pool.queued,
-                                 pool_threads=tier.pool.threads, rejected=tier.pool.rejected,
-                                 expired=proxy.fetch_stats.expired,
-                                 cache_hit_ratio=tier.reader.hits / lookups if lookups else None,
-                                 cache_bytes=int(tier.reader.chunks.currsize))
+        return _remote_status(proxy)
+
+    async def readiness() -> dict[str, Any]:
+        problems = []
+        try:
+            await asyncio.wait_for(proxy.refresh_metadata(), 5)
+        except Exception as exc:
+            problems.append(f"upstream: {exc}")
+        if proxy.remote is not None and not proxy.remote.ready.is_set():
+            problems.append("remote log metadata not caught up" + (f" ({proxy.remote.loading_problem})"
+                                                                   if proxy.remote.loading_problem else ""))
+        elif proxy.remote is not None and proxy.remote.rlmm.failure is not None:
+            problems.append(f"remote log metadata consumer failed, restarting: {proxy.remote.rlmm.failure}")
+        elif proxy.remote is not None and (lag := proxy.remote.rlmm.lag_records()) > \
+                proxy.settings.metadata_max_lag_records:
+            problems.append(f"remote log metadata {lag} records behind (metadata.max.lag.records="
+                            f"{proxy.settings.metadata_max_lag_records})")
+        return {"ready": not problems, "problems": problems}
+
+    @app.get("/ui", response_class=HTMLResponse)
+    async def status_page(request: Request) -> HTMLResponse:
+        """The status page (HTML): every partition's offset line and remote fetch activity."""
+        if not authorized(request):
+            return HTMLResponse(ui.login_page(), status_code=401)
+        sections = []
+        for name, t in sorted((await cluster()).items()):
+            parts = [await _status(proxy, name, t["topic_id"], p)
+                     for p in sorted(t["partitions"], key=lambda x: x["partition_index"])]
+            sections.append((_summary(proxy, name, t), parts))
+        return HTMLResponse(ui.render(sections, _remote_status(proxy), await readiness()))
+
+    @app.post("/ui/login", response_class=HTMLResponse)
+    async def status_login(request: Request) -> Response:
+        """The status page's token form: a correct token is kept in an HttpOnly, same-site cookie."""
+        given = parse_qs((await request.body()).decode(errors="replace")).get("token", [""])[-1]
+        if token is None or not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+            return HTMLResponse(ui.login_page("Wrong token."), status_code=401)
+        out = RedirectResponse("/ui", status_code=303)
+        out.set_cookie(COOKIE, given, httponly=True, samesite="strict")
+        return out
 
     @app.post("/v1/tiering/run", dependencies=guarded, response_model=TieringRun, status_code=202)
     async def tier_now() -> TieringRun:
@@ -229,6 +244,36 @@ def create_app(proxy: Proxy) -> FastAPI:
         return data
 
     return app
+
+
+def _summary(proxy: Proxy, name: str, t: dict[str, Any]) -> TopicSummary:
+    segs = nbytes = 0
+    for p in t["partitions"]:
+        pc = proxy.remote.partition_by_id(t["topic_id"], p["partition_index"]) if proxy.remote else None
+        if pc is not None:
+            finished = list(pc.finished())
+            segs += len(finished)
+            nbytes += sum(m.segment_size_in_bytes for m in finished)
+    ms, max_bytes = proxy.settings.tier_retention(name)
+    return TopicSummary(topic=name, topic_id=uuid_str(t["topic_id"]), partitions=len(t["partitions"]),
+                        tiered_segments=segs, tiered_bytes=nbytes, tier_retention_ms=ms,
+                        tier_retention_bytes=max_bytes)
+
+
+def _remote_status(proxy: Proxy) -> RemoteFetchStatus:
+    tier = proxy.remote
+    if tier is None:
+        return RemoteFetchStatus(enabled=False, ready=False, purgatory=0, pool_running=0, pool_queued=0,
+                                 pool_threads=0, rejected=0, expired=0, cache_hit_ratio=None, cache_bytes=0,
+                                 requests_total=0, bytes_total=0, errors_total=0)
+    stats = proxy.fetch_stats
+    lookups = tier.reader.hits + tier.reader.misses
+    return RemoteFetchStatus(enabled=True, ready=tier.ready.is_set(), purgatory=stats.purgatory,
+                             pool_running=tier.pool.running, pool_queued=tier.pool.queued,
+                             pool_threads=tier.pool.threads, rejected=tier.pool.rejected, expired=stats.expired,
+                             cache_hit_ratio=tier.reader.hits / lookups if lookups else None,
+                             cache_bytes=int(tier.reader.chunks.currsize), requests_total=sum(stats.requests.values()),
+                             bytes_total=sum(stats.bytes.values()), errors_total=sum(stats.errors.values()))
 
 
 async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) -> PartitionStatus:
@@ -259,7 +304,7 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
                            tier_start=pc.earliest_offset() if pc else None,
                            purged_below=pc.log_start_offset if pc else 0, tier_end=tier_end,
                            segments=len(finished), tier_bytes=sum(m.segment_size_in_bytes for m in finished),
-                           tiering_lag=lag, gap=gap)
+                           tiering_lag=lag, gap=gap, holes=[list(h) for h in pc.holes()] if pc else [])
 
 
 async def _tier_pass(proxy: Proxy, run: TieringRun) -> None:
