@@ -1,4 +1,4 @@
-# make test  = install everything (venv, pip, Kafka jars, kcat, haproxy) and run the whole suite
+# make test  = install everything (venv, pip, Kafka jars, kcat, haproxy, chromium) and run the whole suite
 # make check = ruff + mypy strict + the suite (what CI runs)
 # make demo  = a real local Kafka (and tierproxy) with a kcat walk-through
 # make image = the container image the Helm chart deploys
@@ -7,6 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 export TIERPROXY_CACHE ?= $(HOME)/.cache/tierproxy
+DEBIAN_PACKAGES := kcat haproxy chromium
 
 .PHONY: install tools image test check lint typecheck demo bench clean
 
@@ -19,15 +20,17 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 install: $(VENV)/.installed
-	@{ command -v kcat && { command -v haproxy || test -x /usr/sbin/haproxy; }; } >/dev/null 2>&1 || { \
-	  echo "installing kcat and haproxy (Debian packages; haproxy balances the fleet tests' replicas)"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat haproxy) >/dev/null \
-	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat haproxy' \
+	@{ command -v kcat && command -v chromium && { command -v haproxy || test -x /usr/sbin/haproxy; }; } \
+	  >/dev/null 2>&1 || { \
+	  echo "installing $(DEBIAN_PACKAGES) (Debian packages: haproxy balances the fleet tests' replicas, chromium" \
+	       "loads the status page)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES)) >/dev/null \
+	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES)' \
 	  >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
 	$(BIN)/python -c "from tierproxy.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
 
-# helm, kubeconform and Kubernetes schemas for the chart tests (built with Go; the demo does not need them)
+# helm, kubeconform, promtool and Kubernetes schemas for the chart tests (built with Go; the demo does not need them)
 tools:
 	bash .ci/install-tools.sh
 

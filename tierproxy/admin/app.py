@@ -294,9 +294,6 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
         first_missing = max(tier_end + 1, pc.log_start_offset if pc else 0)  # below a purge: deleted on purpose
         if tier_end >= 0 and offsets.log_start > first_missing:
             gap = [first_missing, offsets.log_start - 1]
-        if proxy.remote is not None:
-            proxy.fetch_stats.lag[topic] = lag
-            proxy.fetch_stats.gaps[topic] = 1 if gap else 0
     return PartitionStatus(partition=n, leader=p["leader_id"],
                            broker_log_start=offsets.log_start if offsets else None,
                            high_watermark=offsets.high_watermark if offsets else None,
@@ -305,6 +302,26 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
                            purged_below=pc.log_start_offset if pc else 0, tier_end=tier_end,
                            segments=len(finished), tier_bytes=sum(m.segment_size_in_bytes for m in finished),
                            tiering_lag=lag, gap=gap, holes=[list(h) for h in pc.holes()] if pc else [])
+
+
+async def refresh_tier_status(proxy: Proxy, interval_s: float = 30.0) -> None:
+    """Every `interval_s`, per tiered topic: offsets below the LSO not tiered yet (summed over its partitions) and
+    how many partitions have a gap, for `tierproxy_tier_lag_offsets` and `tierproxy_tier_gaps` (and their alerts)."""
+    while True:
+        if proxy.remote is not None and proxy.remote.serving:
+            try:
+                topics = await asyncio.wait_for(proxy.cluster_topics(), 10)
+                for name, t in topics.items():
+                    tiered = [p for p in t["partitions"]
+                              if proxy.remote.partition_by_id(t["topic_id"], p["partition_index"]) is not None]
+                    if not tiered:
+                        continue
+                    states = [await _status(proxy, name, t["topic_id"], p) for p in tiered]
+                    proxy.fetch_stats.lag[name] = sum(st.tiering_lag or 0 for st in states)
+                    proxy.fetch_stats.gaps[name] = sum(1 for st in states if st.gap)
+            except Exception as exc:  # the next round tries again
+                log.debug("tier status refresh: %s", exc)
+        await asyncio.sleep(interval_s)
 
 
 async def _tier_pass(proxy: Proxy, run: TieringRun) -> None:
@@ -338,4 +355,5 @@ async def start_admin(proxy: Proxy) -> None:
     # handler (drain, then stop) still runs
     proxy.on_stop.append(lambda: setattr(server, "should_exit", True))
     proxy.spawn(server.serve())
+    proxy.spawn(refresh_tier_status(proxy))
     log.info("admin API on http://%s:%s", host, port)

@@ -11,7 +11,8 @@
     tierproxy_remote_response_reserved_bytes, tierproxy_request_memory_pauses_total,
     tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
     tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total, tierproxy_rlmm_consumer_restarts_total,
-    tierproxy_rlmm_lag_records,
+    tierproxy_rlmm_lag_records, tierproxy_ready, tierproxy_remote_fetch_purgatory,
+    tierproxy_tier_last_copy_timestamp_seconds{topic},
     tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total,
     tierproxy_remote_gap_skips_total, tierproxy_remote_fetch_throttled_total
 """
@@ -114,29 +115,42 @@ class ProxyCollector(Collector):
                                      "applied by this replica yet (purges and segments it does not know of)")
         rlmm_lag.add_metric([], tier.rlmm.lag_records() if tier.ready.is_set() else 0)
         yield rlmm_lag
+        ready = GaugeMetricFamily("tierproxy_ready", "1 while the remote log metadata is loaded, its consumer runs "
+                                  "and it lags no more than metadata.max.lag.records (readyz's tier part)")
+        ready.add_metric([], int(tier.serving and tier.rlmm.lag_records() <= p.settings.metadata_max_lag_records))
+        yield ready
+        purgatory = GaugeMetricFamily("tierproxy_remote_fetch_purgatory", "Fetches waiting for remote reads "
+                                      "(DelayedRemoteFetch purgatory)")
+        purgatory.add_metric([], stats.purgatory)
+        yield purgatory
         cache = GaugeMetricFamily("tierproxy_remote_cache_bytes", "Bytes held by the chunk cache")
         cache.add_metric([], tier.reader.chunks.currsize)
         yield cache
         segs = GaugeMetricFamily("tierproxy_tier_segments", "Remote segments served", labels=["topic"])
         size = GaugeMetricFamily("tierproxy_tier_bytes", "Bytes in remote segments", labels=["topic"])
+        last = GaugeMetricFamily("tierproxy_tier_last_copy_timestamp_seconds", "When the newest served segment was "
+                                 "copied (its COPY_SEGMENT_FINISHED event): tiering progress", labels=["topic"])
         per: dict[str, list[int]] = {}
         for pc in tier.rlmm.cache.partitions.values():
             finished = list(pc.finished())
-            acc = per.setdefault(pc.tp.topic, [0, 0])
+            acc = per.setdefault(pc.tp.topic, [0, 0, 0])
             acc[0] += len(finished)
             acc[1] += sum(m.segment_size_in_bytes for m in finished)
-        for topic, (n, b) in sorted(per.items()):
+            acc[2] = max([acc[2], *(m.event_timestamp_ms for m in finished)])
+        for topic, (n, b, copied) in sorted(per.items()):
             segs.add_metric([topic], n)
             size.add_metric([topic], b)
+            last.add_metric([topic], copied / 1000)
         yield segs
         yield size
-        gaps = GaugeMetricFamily("tierproxy_tier_gaps", "Gaps seen by the admin API (data deleted before tiering)",
-                                 labels=["topic"])
+        yield last
+        gaps = GaugeMetricFamily("tierproxy_tier_gaps", "Partitions with a gap (data the broker deleted before it "
+                                 "was tiered), refreshed every 30 s", labels=["topic"])
         for topic, n in sorted(stats.gaps.items()):
             gaps.add_metric([topic], n)
         yield gaps
-        lag = GaugeMetricFamily("tierproxy_tier_lag_offsets", "Offsets below the LSO not yet tiered (last seen)",
-                                labels=["topic"])
+        lag = GaugeMetricFamily("tierproxy_tier_lag_offsets", "Offsets below the LSO not yet tiered, refreshed "
+                                "every 30 s", labels=["topic"])
         for topic, n in sorted(stats.lag.items()):
             lag.add_metric([topic], n)
         yield lag
