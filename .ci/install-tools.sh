@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# helm, kubeconform and promtool built from the Go module proxy (pinned versions), and Kubernetes JSON schemas for
+# helm, kubeconform, promtool and SeaweedFS's weed built from the Go module proxy (pinned versions), and Kubernetes JSON schemas for
 # kubeconform generated from the k8s.io/kubernetes module's swagger.json. Everything lands in the cache dir.
 set -euo pipefail
 HELM_VERSION=v3.16.4
 KUBECONFORM_VERSION=v0.6.7
 PROMETHEUS_VERSION=v0.316.0  # the Go module of Prometheus 3.x: promtool checks the chart's alert rules
 K8S_VERSION=v1.34.2
+# SeaweedFS (Apache-2.0), the tests' S3 server: `go install` refuses its replace directives, so it is built inside
+# the downloaded module (about 6 minutes on 2 cores, once)
+SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 CACHE=${TIERPROXY_CACHE:-$HOME/.cache/tierproxy}
 BIN=$CACHE/bin
 mkdir -p "$BIN"
@@ -14,10 +17,14 @@ command -v go >/dev/null || { echo "go is required to build helm and kubeconform
 [ -x "$BIN/kubeconform" ] || go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
 [ -x "$BIN/helm" ] || go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 [ -x "$BIN/promtool" ] || go install "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+if [ ! -x "$BIN/weed" ]; then
+  dir=$(go mod download -json "github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  (cd "$dir" && go build -o "$BIN/weed.part" ./weed && mv "$BIN/weed.part" "$BIN/weed")
+fi
 SCHEMAS=$CACHE/k8s-schemas-$K8S_VERSION
 if [ ! -f "$SCHEMAS/.complete" ]; then
   dir=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
   python3 "$(dirname "$0")/k8s_schemas.py" "$dir/api/openapi-spec/swagger.json" "$SCHEMAS"
   touch "$SCHEMAS/.complete"
 fi
-echo "helm, kubeconform, promtool and Kubernetes $K8S_VERSION schemas in $CACHE"
+echo "helm, kubeconform, promtool, weed and Kubernetes $K8S_VERSION schemas in $CACHE"

@@ -1,4 +1,5 @@
-"""Fixtures for the real parts: a session Kafka broker, an on-demand 3-node cluster, moto S3, kcat."""
+"""Fixtures for the real parts: a session Kafka broker, an on-demand 3-node cluster, S3 (SeaweedFS; moto for
+contrast), kcat."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realparts import ProxyProcess, S3Server, kcat_path, moto_server, unavailable
+from tests.realparts import ProxyProcess, S3Server, kcat_path, moto_server, seaweedfs_server, unavailable
 from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
 
 _clusters: list[KafkaCluster] = []
@@ -29,7 +30,8 @@ def _start(nodes: int, tmp: Path) -> KafkaCluster:
 def pytest_configure(config: pytest.Config) -> None:
     """Settle what the one JVM this process may start inherits, before any test starts it (the tiering tests start
     theirs first, and a later SparkSession reuses that JVM and its environment):
-    - moto's credentials, the usual AWS chain that Spark's Python workers read (S3Server uses the same pair);
+    - the test S3 credentials (SeaweedFS's identity, moto's pair), the usual AWS chain that Spark's Python workers
+      read;
     - Spark's Kafka source on the classpath: a session made after an earlier one stopped cannot load new jars."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", S3Server.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
@@ -71,6 +73,14 @@ def proxy(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture
 def s3(tmp_path: Path) -> Iterator[S3Server]:
+    """A real S3 implementation: SeaweedFS's S3 gateway (`weed server -s3`) on loopback, one per test (2 s)."""
+    with seaweedfs_server(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+def moto_s3(tmp_path: Path) -> Iterator[S3Server]:
+    """moto's S3 emulator: only for the benchmarks' contrast with the real server."""
     with moto_server(tmp_path) as server:
         yield server
 

@@ -1,13 +1,16 @@
-"""Starting the real parts tests need: Kafka, moto S3, kcat. In CI a part that cannot start fails the test."""
+"""Starting the real parts tests need: Kafka, S3 (SeaweedFS; moto where a test needs what SeaweedFS cannot do),
+kcat. In CI a part that cannot start fails the test."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,6 +81,79 @@ def moto_server(workdir: Path) -> Iterator[S3Server]:
         yield S3Server(endpoint, proc, log)
     finally:
         proc.terminate()
+        proc.wait(10)
+
+
+S3_IDENTITIES = {"identities": [{"name": "tierproxy", "credentials": [
+    {"accessKey": S3Server.access_key, "secretKey": S3Server.secret_key}],
+    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+
+
+def weed_path() -> Path:
+    """SeaweedFS's `weed`, built from the Go module proxy by .ci/install-tools.sh (make install)."""
+    from tierproxy.kafkadist import cache_dir
+
+    path = cache_dir() / "bin" / "weed"
+    if not path.exists():
+        unavailable("SeaweedFS", f"{path} missing (make install builds it: .ci/install-tools.sh)")
+    return path
+
+
+def _ports_with_grpc(n: int) -> int:
+    """The first of `n` consecutive free ports whose +10000 twins (SeaweedFS's gRPC ports) are free too."""
+    for _ in range(100):
+        base = free_port_block(n)
+        if base + n + 10000 >= 65536:
+            continue
+        try:
+            socks = []
+            for p in range(base + 10000, base + 10000 + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free port block for SeaweedFS")
+
+
+@contextmanager
+def seaweedfs_server(workdir: Path) -> Iterator[S3Server]:
+    """`weed server -s3`: master, volume server, filer and S3 gateway in one process on loopback, with one S3
+    identity (the test credentials), so unsigned or wrongly signed requests are refused as on AWS."""
+    weed = weed_path()
+    data = workdir / "seaweedfs"
+    data.mkdir(parents=True, exist_ok=True)
+    config = workdir / "s3-identities.json"
+    config.write_text(json.dumps(S3_IDENTITIES))
+    base = _ports_with_grpc(4)
+    master, volume, filer, s3 = base, base + 1, base + 2, base + 3
+    log = workdir / "seaweedfs.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(weed), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
+             f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{s3}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:  # an unsigned request is refused once the gateway serves (403), which is what we wait for
+                urllib.request.urlopen(endpoint + "/", timeout=1).close()
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    unavailable("SeaweedFS S3 server", log.read_text(errors="replace")[-3000:])
+                time.sleep(0.2)
+        yield S3Server(endpoint, proc, log)
+    finally:
+        proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
         proc.wait(10)
 
 

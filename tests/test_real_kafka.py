@@ -1,4 +1,4 @@
-"""The floor: a real Kafka 4.x broker, kcat and moto S3 work in every test run."""
+"""The floor: a real Kafka 4.x broker, kcat and S3 (SeaweedFS) work in every test run."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_broker_deletes_old_segments_within_60s(kafka: KafkaCluster, topic_name:
     assert end >= 120
 
 
-def test_moto_s3_server_round_trip(s3: S3Server) -> None:
+def test_s3_server_round_trip(s3: S3Server) -> None:
     from aiobotocore.session import get_session
 
     async def run() -> bytes:

@@ -56,7 +56,7 @@ def test_tail_reads_while_s3_is_slow_or_down(kafka: KafkaCluster, s3: S3Server, 
             if phase == "5 s latency":
                 relay.delay = 5.0
             if phase == "down":
-                s3.proc.terminate()
+                s3.proc.kill()
                 s3.proc.wait(10)
             n = 0 if phase == "no remote readers" else 4
             loaders = [subprocess.Popen([sys.executable, "-c", LOADER, address, topic, "12"]) for _ in range(n)]

@@ -221,7 +221,7 @@ def test_s3_outage_and_latency_hit_only_remote_readers(kafka: KafkaCluster, s3: 
         wait_until(lambda: proxy_serves_tier(broker_port, topic_name), "the tier via the proxy")
         took, part = fetch(0)
         assert part["error_code"] == 0 and list(iter_batches(part["records"]))  # S3 up: served remotely
-        s3.proc.terminate()  # S3 down
+        s3.proc.kill()  # S3 down
         s3.proc.wait(10)
         took, part = fetch(0)
         assert took < 0.5 + 1.0  # within remote.fetch.max.wait.ms (500 ms) plus slack

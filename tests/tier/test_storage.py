@@ -1,4 +1,4 @@
-"""RemoteStorageManager on the filesystem and on a real S3 API (moto server): exact byte ranges, idempotent
+"""RemoteStorageManager on the filesystem and on a real S3 server (SeaweedFS): exact byte ranges, idempotent
 copy and delete, missing vs unavailable."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_multipart_upload_of_a_big_segment(s3: S3Server) -> None:
 
 @pytest.mark.s3
 def test_stopped_s3_is_unavailable_not_missing(s3: S3Server) -> None:
-    s3.proc.terminate()
+    s3.proc.kill()
     s3.proc.wait(10)
 
     async def run() -> None:
