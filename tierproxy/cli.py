@@ -178,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("aiobotocore", "botocore"):  # "Found credentials in environment variables" on every start
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     rc: int = args.func(args)
     return rc
 

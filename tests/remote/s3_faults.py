@@ -1,5 +1,6 @@
-"""A loopback HTTP relay in front of the moto S3 server that breaks some ranged GETs the way S3 and networks do:
-503 SlowDown, a connection reset mid-body, a body cut short (FIN), or a body with a flipped byte."""
+"""A loopback HTTP relay in front of the S3 server that breaks some requests the way S3 and networks do: ranged GETs
+of segment logs (503 SlowDown, a connection reset mid-body, a body cut short (FIN), a body with a flipped byte), or
+uploads (`method="PUT"`: 503 SlowDown). Request bodies may be chunked (botocore's aws-chunked uploads)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,14 @@ class FaultRelay:
     every: int = 2  # fault one GET of a segment log in `every`
     limit: int = 4  # faults per mode at most (a store that is broken for good is another test)
     counts: dict[str, int] = field(default_factory=dict)  # faults injected per mode
+    method: str = "GET"  # GET: ranged reads of segment logs; PUT: every upload (objects and parts)
     _n: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fault_now(self, head: bytes) -> str | None:
-        if self.mode == "none" or not head.startswith(b"GET ") or b".log" not in head.split(b"\r\n", 1)[0]:
+        if self.mode == "none" or not head.startswith(self.method.encode() + b" "):
+            return None
+        if self.method == "GET" and b".log" not in head.split(b"\r\n", 1)[0]:
             return None
         with self._lock:
             self._n += 1
@@ -55,6 +59,36 @@ def _length(head: bytes) -> int:
     return 0
 
 
+def _read_body(s: socket.socket, buf: bytearray, head: bytes) -> bytes:
+    """The request body as sent: Content-Length bytes, or every chunk of a chunked one (trailers included)."""
+    if b"transfer-encoding: chunked" not in head.lower():
+        return _read_exact(s, buf, _length(head))
+    out = bytearray()
+    while True:
+        while b"\r\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("short")
+            buf += chunk
+        line = bytes(buf[:buf.index(b"\r\n") + 2])
+        del buf[:len(line)]
+        out += line
+        size = int(line.split(b";", 1)[0].strip(), 16)
+        if size == 0:
+            while True:  # trailers, then the empty line
+                while b"\r\n" not in buf:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        raise ConnectionError("short")
+                    buf += chunk
+                trailer = bytes(buf[:buf.index(b"\r\n") + 2])
+                del buf[:len(trailer)]
+                out += trailer
+                if trailer == b"\r\n":
+                    return bytes(out)
+        out += _read_exact(s, buf, size + 2)
+
+
 def _read_exact(s: socket.socket, buf: bytearray, n: int) -> bytes:
     while len(buf) < n:
         chunk = s.recv(65536)
@@ -70,7 +104,11 @@ def _serve_client(c: socket.socket, relay: FaultRelay, target: tuple[str, int]) 
     buf = bytearray()
     try:
         while (head := _read_head(c, buf)) is not None:
-            body = _read_exact(c, buf, _length(head))
+            if b"\r\nexpect: 100-continue" in head.lower():  # botocore asks before each upload's body
+                c.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                head = b"\r\n".join(line for line in head.split(b"\r\n")
+                                     if not line.lower().startswith(b"expect:"))  # not signed: dropped upstream
+            body = _read_body(c, buf, head)
             fault = relay.fault_now(head)
             if fault == "slowdown":
                 c.sendall(SLOWDOWN[0].replace(b"{n}", str(len(SLOWDOWN[1])).encode()) + SLOWDOWN[1])
@@ -98,8 +136,8 @@ def _serve_client(c: socket.socket, relay: FaultRelay, target: tuple[str, int]) 
 
 
 @contextmanager
-def fault_relay(moto_endpoint: str) -> Iterator[FaultRelay]:
-    host, _, port = moto_endpoint.removeprefix("http://").rpartition(":")
+def fault_relay(s3_endpoint: str) -> Iterator[FaultRelay]:
+    host, _, port = s3_endpoint.removeprefix("http://").rpartition(":")
     srv = socket.create_server(("127.0.0.1", 0))
     srv.settimeout(0.2)
     relay = FaultRelay(f"http://127.0.0.1:{srv.getsockname()[1]}")

@@ -63,8 +63,7 @@ class RemoteStorageManager:
 
     async def delete_segment(self, md: RemoteLogSegmentMetadata) -> None:
         """Delete the log and every index; objects already gone are fine."""
-        await asyncio.gather(*(self.store.delete(self.key(md, ext))
-                               for ext in [LOG_EXT, *(i.value for i in IndexType)]))
+        await self.store.delete_many([self.key(md, ext) for ext in [LOG_EXT, *(i.value for i in IndexType)]])
 
     async def delete_by_id(self, tp: TopicIdPartition, segment_id: bytes) -> int:
         """Delete every object of a segment id in its partition, whatever start offset named them (orphans of
@@ -73,8 +72,12 @@ class RemoteStorageManager:
         prefix = f"{self.prefix}/{part_prefix}" if self.prefix else part_prefix
         marker = f"-{uuid_str(segment_id)}."
         keys = [k for k in await self.store.list(prefix) if marker in k.rsplit("/", 1)[-1]]
-        await asyncio.gather(*(self.store.delete(k) for k in keys))
+        await self.store.delete_many(keys)
         return len(keys)
+
+    async def clean_incomplete(self, older_than_s: float) -> int:
+        """Uploads a killed copy left unfinished (multipart uploads, temporary files), older than given."""
+        return await self.store.clean_incomplete(f"{self.prefix}/" if self.prefix else "", older_than_s)
 
     async def close(self) -> None:
         await self.store.close()

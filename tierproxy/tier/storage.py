@@ -9,13 +9,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import tempfile
 import threading
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 _boto_lock = threading.Lock()
+T = TypeVar("T")
+# S3 error codes worth retrying besides 5xx: throttling and timeouts
+RETRIABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
+                   "ServiceUnavailable", "InternalError", "TooManyRequests"}
 
 
 def _boto() -> Any:
@@ -39,7 +46,12 @@ class ObjectMissing(StorageError):
 
 
 class StorageUnavailable(StorageError):
-    """The store could not be reached or answered with a server error: worth retrying."""
+    """The store could not be reached or answered with an error. `retriable`: a server error, throttling
+    (503 SlowDown), a timeout or a broken connection, worth retrying; not: the request itself was refused."""
+
+    def __init__(self, message: str, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class StorageRefused(StorageError):
@@ -52,7 +64,9 @@ class ObjectStore(Protocol):
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes: ...
     async def size(self, key: str) -> int: ...
     async def delete(self, key: str) -> None: ...
+    async def delete_many(self, keys: list[str]) -> None: ...
     async def list(self, prefix: str) -> list[str]: ...
+    async def clean_incomplete(self, prefix: str, older_than_s: float) -> int: ...
     async def probe(self) -> None: ...
     async def close(self) -> None: ...
 
@@ -111,10 +125,25 @@ class FileStore:
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
 
+    async def delete_many(self, keys: list[str]) -> None:
+        for key in keys:
+            await self.delete(key)
+
     async def list(self, prefix: str) -> list[str]:
         base = self.root
         return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()
                       and not p.name.startswith(".tmp-") and str(p.relative_to(base)).startswith(prefix))
+
+    async def clean_incomplete(self, prefix: str, older_than_s: float) -> int:
+        """Remove temporary files of writes a killed process left behind (older than `older_than_s`)."""
+        cutoff = time.time() - older_than_s
+        n = 0
+        for p in self.root.rglob(".tmp-*"):
+            with contextlib.suppress(FileNotFoundError):
+                if str(p.relative_to(self.root)).startswith(prefix) and p.stat().st_mtime < cutoff:
+                    p.unlink()
+                    n += 1
+        return n
 
     async def probe(self) -> None:
         """The root is a directory this process can write (created at start)."""
@@ -129,9 +158,20 @@ class S3Store:
     """Objects in an S3 bucket (or any S3 API: MinIO, moto) with ranged GETs and multipart uploads."""
 
     def __init__(self, bucket: str, *, endpoint: str | None = None, region: str | None = None,
-                 part_size: int = 8 << 20, access_key: str | None = None, secret_key: str | None = None) -> None:
+                 part_size: int = 8 << 20, access_key: str | None = None, secret_key: str | None = None,
+                 checksums: str = "when_supported", write_attempts: int = 4) -> None:
+        """`checksums`: botocore's request_checksum_calculation and response_checksum_validation
+        (`when_supported`, AWS's default: CRC32 on every upload, checked on whole-object reads; `when_required`
+        for S3-compatible stores that refuse the aws-chunked trailer). `write_attempts`: uploads, deletes and
+        listings (idempotent) are retried with backoff on retriable errors; reads are not (their callers retry
+        within their own deadlines)."""
+        if checksums not in ("when_supported", "when_required"):
+            raise ValueError(f"checksums={checksums!r}: when_supported or when_required")
         self.bucket = bucket
         self.endpoint = endpoint
+        self.checksums = checksums
+        self.write_attempts = max(1, write_attempts)
+        self.retries = 0  # writes retried (throttling, server errors, broken connections)
         self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.part_size = max(part_size, 5 << 20)  # S3's minimum part size
         self.access_key, self.secret_key = access_key, secret_key
@@ -146,7 +186,11 @@ class S3Store:
                 if self._client is None:
                     aiobotocore, _ = _boto()
                     kw: dict[str, Any] = {"region_name": self.region, "config": aiobotocore.config.AioConfig(
-                        retries={"max_attempts": 1}, connect_timeout=5, read_timeout=30, max_pool_connections=64)}
+                        # no botocore retries ("max_attempts": 1 still allowed one): writes retry in
+                        # `_retrying`, reads in their callers, each within its own bounds
+                        retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30,
+                        max_pool_connections=64,
+                        request_checksum_calculation=self.checksums, response_checksum_validation=self.checksums)}
                     if self.endpoint:
                         kw["endpoint_url"] = self.endpoint
                     if self.access_key:
@@ -162,12 +206,28 @@ class S3Store:
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
             if code in ("NoSuchKey", "404", "NotFound") or status == 404:
                 return ObjectMissing(key)
-            return StorageUnavailable(f"s3 {code or status} on {key}: {exc}")
+            retriable = status >= 500 or status == 429 or code in RETRIABLE_CODES
+            return StorageUnavailable(f"s3 {code or status} on {key}: {exc}", retriable)
         if isinstance(exc, errors.BotoCoreError | OSError | asyncio.TimeoutError):
             return StorageUnavailable(f"s3 unreachable for {key}: {exc}")
         return StorageUnavailable(f"s3 error on {key}: {exc!r}")
 
+    async def _retrying(self, key: str, op: Callable[[], Awaitable[T]]) -> T:
+        """`op` (idempotent), again after a retriable failure: backoff 0.2 s doubling to 5 s, full jitter."""
+        for attempt in range(self.write_attempts):
+            try:
+                return await op()
+            except StorageUnavailable as exc:
+                if not exc.retriable or attempt + 1 == self.write_attempts:
+                    raise
+                self.retries += 1
+                await asyncio.sleep(random.uniform(0, min(5.0, 0.2 * 2 ** attempt)))
+        raise AssertionError("unreachable")
+
     async def put(self, key: str, data: bytes) -> None:
+        await self._retrying(key, lambda: self._put_once(key, data))
+
+    async def _put_once(self, key: str, data: bytes) -> None:
         try:
             c = await self._c()
             if len(data) <= self.part_size:
@@ -219,13 +279,49 @@ class S3Store:
             raise self._map(key, exc) from exc
 
     async def delete(self, key: str) -> None:
+        await self.delete_many([key])
+
+    async def delete_many(self, keys: list[str]) -> None:
+        """DeleteObjects, 1,000 keys a request (S3 deletes are idempotent: missing keys are fine)."""
+        for i in range(0, len(keys), 1000):
+            batch = keys[i:i + 1000]
+            await self._retrying(batch[0], lambda batch=batch: self._delete_once(batch))  # type: ignore[misc]
+
+    async def _delete_once(self, keys: list[str]) -> None:
         try:
             c = await self._c()
-            await c.delete_object(Bucket=self.bucket, Key=key)  # S3 deletes are idempotent
+            resp = await c.delete_objects(Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys],
+                                                                      "Quiet": True})
         except Exception as exc:
-            err = self._map(key, exc)
+            err = self._map(keys[0], exc)
+            if isinstance(err, ObjectMissing):
+                return
+            raise err from exc
+        failed = [e for e in resp.get("Errors", []) if e.get("Code") not in ("NoSuchKey",)]
+        if failed:
+            e = failed[0]
+            raise StorageUnavailable(f"s3 {e.get('Code')} deleting {e.get('Key')}: {e.get('Message')} "
+                                     f"({len(failed)} of {len(keys)} keys not deleted)",
+                                     e.get("Code") in RETRIABLE_CODES or e.get("Code") == "InternalError")
+
+    async def clean_incomplete(self, prefix: str, older_than_s: float) -> int:
+        """Abort multipart uploads under `prefix` started more than `older_than_s` ago (a killed copy's: S3
+        keeps, and bills, their parts until they are aborted)."""
+        cutoff = time.time() - older_than_s
+        n = 0
+        try:
+            c = await self._c()
+            paginator = c.get_paginator("list_multipart_uploads")
+            async for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for up in page.get("Uploads", []):
+                    if up["Initiated"].timestamp() < cutoff:
+                        await c.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"])
+                        n += 1
+        except Exception as exc:
+            err = self._map(prefix, exc)
             if not isinstance(err, ObjectMissing):
                 raise err from exc
+        return n
 
     async def probe(self) -> None:
         """The bucket exists and the credentials are accepted (HeadBucket): StorageRefused naming which is not,
@@ -249,7 +345,7 @@ class S3Store:
                                          f"({code or status})") from None
             raise self._map(self.bucket, exc) from exc
 
-    async def list(self, prefix: str) -> list[str]:
+    async def _list_once(self, prefix: str) -> list[str]:
         try:
             c = await self._c()
             keys: list[str] = []
@@ -259,6 +355,9 @@ class S3Store:
             return sorted(keys)
         except Exception as exc:
             raise self._map(prefix, exc) from exc
+
+    async def list(self, prefix: str) -> list[str]:  # (after the methods whose annotations say list[...])
+        return await self._retrying(prefix, lambda: self._list_once(prefix))
 
     async def close(self) -> None:
         if self._ctx is not None:
@@ -273,7 +372,7 @@ def _invalid_range(exc: Exception) -> bool:
 
 
 def open_store(uri: str) -> tuple[ObjectStore, str]:
-    """(store, key prefix) for `file:///path` or `s3://bucket/prefix?endpoint=URL&region=R`."""
+    """(store, key prefix) for `file:///path` or `s3://bucket/prefix?endpoint=URL&region=R&part_size=N&checksums=C`."""
     u = urlparse(uri)
     if u.scheme == "file":
         if not u.path:
@@ -284,6 +383,7 @@ def open_store(uri: str) -> tuple[ObjectStore, str]:
             raise ValueError(f"s3 storage URI needs a bucket: {uri!r}")
         q = {k: v[-1] for k, v in parse_qs(u.query).items()}
         store = S3Store(u.netloc, endpoint=q.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL"),
-                        region=q.get("region"), part_size=int(q.get("part_size", 8 << 20)))
+                        region=q.get("region"), part_size=int(q.get("part_size", 8 << 20)),
+                        checksums=q.get("checksums", "when_supported"))
         return store, u.path.strip("/")
     raise ValueError(f"unsupported storage URI {uri!r}: use file:///path or s3://bucket/prefix")

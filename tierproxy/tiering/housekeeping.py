@@ -29,10 +29,12 @@ P = PartitionDeleteState
 
 async def delete_segment(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
                          md: RemoteLogSegmentMetadata) -> None:
+    copied = md.state == S.COPY_SEGMENT_FINISHED  # its objects are named by its (copied) start offset
     if md.state != S.DELETE_SEGMENT_STARTED:
         md = await rlmm.update_segment(transition(md, S.DELETE_SEGMENT_STARTED))
     await rsm.delete_segment(md)
-    await rsm.delete_by_id(md.tp, md.segment_id.id)  # objects a copy named by another start offset
+    if not copied:  # a copy that never finished may have named its objects by another start offset: a listing
+        await rsm.delete_by_id(md.tp, md.segment_id.id)  # of the partition finds them (not paid per deletion)
     await rlmm.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED))
 
 
@@ -41,6 +43,9 @@ async def clean_orphans(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManage
     """Delete segments stuck in COPY_SEGMENT_STARTED (or DELETE_SEGMENT_STARTED) for longer than the timeout."""
     cutoff = now_ms() - timeout_ms
     n = 0
+    aborted = await rsm.clean_incomplete(timeout_ms / 1000)
+    if aborted:
+        log.warning("removed %d unfinished uploads older than %d ms (a killed copy's)", aborted, timeout_ms)
     for pc in list(rlmm.cache.partitions.values()):
         for md in list(pc.segments.values()):
             if md.segment_id.id in live_ids or md.event_timestamp_ms > cutoff:
