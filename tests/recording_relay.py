@@ -117,3 +117,20 @@ class DelayRelay(TcpRelay):
     def _chunk(self, state: Any, data: bytes, toward_server: bool) -> None:
         if toward_server and self.delay:
             time.sleep(self.delay)
+
+
+class CountingRelay(DelayRelay):
+    """A loopback relay in front of an S3 server counting the requests it carries, by HTTP method."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.requests: dict[str, int] = {}
+        self._count_lock = threading.Lock()
+        super().__init__(upstream_port, 0.0)
+
+    def _chunk(self, state: Any, data: bytes, toward_server: bool) -> None:
+        if toward_server:
+            method = data[:7].split(b" ", 1)[0]
+            if method in (b"GET", b"PUT", b"POST", b"DELETE", b"HEAD"):
+                with self._count_lock:
+                    self.requests[method.decode()] = self.requests.get(method.decode(), 0) + 1
+        super()._chunk(state, data, toward_server)

@@ -10,10 +10,8 @@ broker replicas on EBS gp3.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,7 +19,7 @@ from tests.bench.report import report
 from tests.bench.test_remote_bench import _forget_tiered, _kcat_mbps, _produce
 from tests.kafkahelpers import create_topic
 from tests.realparts import ProxyProcess, S3Server, moto_server
-from tests.recording_relay import DelayRelay
+from tests.recording_relay import CountingRelay
 from tests.tiering.helpers import settings, tier_once
 from tierproxy.kafkadist import KafkaCluster
 
@@ -35,23 +33,6 @@ S3_WRITE_PER_1000 = 0.005  # PUT, COPY, POST, LIST
 S3_READ_PER_1000 = 0.0004  # GET
 GP3_GB_MONTH = 0.08  # 3,000 IOPS and 125 MB/s included per volume
 GP3_FILL = 0.7  # disks kept at most 70% full
-
-
-class _CountingRelay(DelayRelay):
-    """A loopback relay in front of the S3 server counting the requests it carries by method."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.requests: dict[str, int] = {}
-        self._lock = threading.Lock()
-        super().__init__(upstream_port, 0.0)
-
-    def _chunk(self, state: Any, data: bytes, toward_server: bool) -> None:
-        if toward_server:
-            method = data[:7].split(b" ", 1)[0]
-            if method in (b"GET", b"PUT", b"POST", b"DELETE", b"HEAD"):
-                with self._lock:
-                    self.requests[method.decode()] = self.requests.get(method.decode(), 0) + 1
-        super()._chunk(state, data, toward_server)
 
 
 def _month_cost(writes_per_gib: float, reads_per_gib: float, read_share: float = 1.0) -> str:
@@ -69,7 +50,7 @@ def _month_cost(writes_per_gib: float, reads_per_gib: float, read_share: float =
             f"${S3_WRITE_PER_1000}/1k PUT, ${S3_READ_PER_1000}/1k GET; gp3 ${GP3_GB_MONTH}/GB-month)")
 
 
-def _tier(name: str, server: S3Server, relay: _CountingRelay, kafka: KafkaCluster, topic: str,
+def _tier(name: str, server: S3Server, relay: CountingRelay, kafka: KafkaCluster, topic: str,
           tmp_path: Path) -> tuple[str, str, float]:
     """Tier the topic through the counting relay: (storage URI, a figure, PUT/POST per GiB)."""
     bucket = f"bench-{name}"
@@ -87,7 +68,7 @@ def _tier(name: str, server: S3Server, relay: _CountingRelay, kafka: KafkaCluste
                      f"{SEGMENT >> 20} MiB), {writes:.0f} PUT/POST per GiB"), writes
 
 
-def _catch_up(name: str, server: S3Server, relay: _CountingRelay, storage: str, kafka: KafkaCluster, kcat: str,
+def _catch_up(name: str, server: S3Server, relay: CountingRelay, storage: str, kafka: KafkaCluster, kcat: str,
               topic: str, records: int, tmp_path: Path, direct: float) -> tuple[str, float]:
     """kcat from offset 0 through a fresh proxy, twice: (a figure, GETs per GiB read)."""
     proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
@@ -110,7 +91,7 @@ def test_s3_catch_up_requests_and_cost(kafka: KafkaCluster, kcat: str, s3: S3Ser
     direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic, RECORDS) for _ in range(2))
     with moto_server(tmp_path) as moto:
         servers = {"seaweedfs": s3, "moto": moto}
-        relays = {name: _CountingRelay(int(srv.endpoint.rsplit(":", 1)[1])) for name, srv in servers.items()}
+        relays = {name: CountingRelay(int(srv.endpoint.rsplit(":", 1)[1])) for name, srv in servers.items()}
         try:
             tiered = {name: _tier(name, srv, relays[name], kafka, topic, tmp_path) for name, srv in servers.items()}
             only_tier = _forget_tiered(kafka, topic)

@@ -130,6 +130,7 @@ def test_delete_records_into_the_tier_is_one_durable_fact(fleet_kafka: KafkaClus
         assert "purged below" in one.log_text()
         assert listed(one.bootstrap, topic_name, OffsetSpec.EARLIEST) == half
         assert listed(one.bootstrap, topic_name, OffsetSpec.EARLIEST_LOCAL) == local_start
+        assert listed(one.bootstrap, topic_name, 0) == half  # the first record at or after timestamp 0
         started = time.monotonic()
         wait_until(lambda: listed(two.bootstrap, topic_name, OffsetSpec.EARLIEST) == half,
                    "the second replica to know the purge", timeout=5, interval=0.02)

@@ -200,7 +200,7 @@ class RemoteTier:
         if deadline is None:
             deadline = asyncio.get_running_loop().time() + self.settings.remote_list_offsets_request_timeout_ms / 1000
         for md in pc.finished():
-            if md.max_timestamp_ms < ts:
+            if md.max_timestamp_ms < ts or md.end_offset < pc.log_start_offset:  # nothing below a purge
                 continue
             index = await self.reader.index(md, IndexType.TIMESTAMP, deadline)
             floor = lookup_time(index, md.start_offset, ts)
@@ -209,7 +209,7 @@ class RemoteTier:
                 if batch.max_timestamp < ts or batch.is_control:
                     continue
                 for rec in batch.records():
-                    if rec.timestamp >= ts:
+                    if rec.timestamp >= ts and rec.offset >= pc.log_start_offset:
                         return rec.offset, rec.timestamp
         return None
 
