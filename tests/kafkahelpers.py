@@ -102,3 +102,23 @@ def broker_forgets(bootstrap: str, topic: str, *, above: int = 0, retention_ms: 
         start = watermarks(bootstrap, topic)[0]  # a deletion may have run meanwhile
     assert start > above, f"the broker kept {topic} from offset {start} (wanted past {above}) for {timeout:.0f}s"
     return start
+
+
+def offsets_from_the_beginning(bootstrap: str, topic: str, end: int, timeout: float = 60) -> list[int]:
+    """Offsets a new group with auto.offset.reset=earliest reads through `bootstrap` from its first position, until
+    offset `end - 1` (or `timeout` seconds)."""
+    import uuid
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list[int] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while (not got or got[-1] < end - 1) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.offset())
+    finally:
+        c.close()
+    return got

@@ -206,14 +206,38 @@ class ProxyProcess:
         return self.log.read_text(errors="replace")
 
     def stop(self, timeout: float = 20) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        return stop_process(self.proc, timeout)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (children, theirs, ...), parents before children, from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
             try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return int(self.proc.returncode)
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(0), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> int:
+    """SIGTERM, then SIGKILL after `timeout` seconds; the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return int(proc.returncode)
 
 
 def free_port_block(n: int) -> int:

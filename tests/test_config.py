@@ -87,3 +87,24 @@ def test_serve_with_an_unwritable_storage_exits_2_with_one_line(tmp_path: Path) 
     assert lines == [f"tierproxy: config error: storage: {locked}/tier: cannot be created, {locked} is not "
                      "writable by this user (uid 10001) (from command line)"]
     shutil.rmtree(top)
+
+
+def test_a_port_in_use_and_unreachable_brokers_are_one_line(tmp_path: Path) -> None:
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERPROXY_")}
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "tierproxy.cli", "serve", "--bootstrap-server", "127.0.0.1:9",
+                              "--listen", f"127.0.0.1:{port}", "--storage", str(tmp_path / "tier")],
+                             capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [f"tierproxy: config error: listen: 127.0.0.1:{port}: Address already in "
+                                               f"use (while attempting to bind on address ('127.0.0.1', {port}))"]
+    out = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
+                          "--bootstrap-server", "127.0.0.1:9", "--storage", str(tmp_path / "tier"), "--metadata",
+                          f"file://{tmp_path}/meta"], capture_output=True, text=True, timeout=120,
+                         env={**env, "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")}, cwd=ROOT)
+    assert out.returncode == 6, out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("tierproxy: the brokers at 127.0.0.1:9 cannot be reached: ")
+    assert "Traceback" not in out.stderr

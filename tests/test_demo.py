@@ -13,25 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.realparts import descendants
+
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -54,7 +38,7 @@ def test_demo_walk_through_then_sigterm_leaves_no_process(kcat: str, tmp_path: P
         text = log.read_text()
         assert "OK: through tierproxy all 1000 records are there from offset 0" in text, text[-3000:]
         assert "    0 record-0" in text and "$ " in text  # the commands are printed
-        started = _descendants(demo.pid)
+        started = set(descendants(demo.pid))
         names = {Path(f"/proc/{p}/comm").read_text().strip() for p in started if _alive(p)}
         assert "java" in names, names  # the broker (and the tier loop's Spark) run under the demo
         demo.send_signal(signal.SIGTERM)
@@ -68,5 +52,5 @@ def test_demo_walk_through_then_sigterm_leaves_no_process(kcat: str, tmp_path: P
         if demo.poll() is None:
             demo.kill()
             demo.wait(10)
-        for p in _descendants(demo.pid):
+        for p in set(descendants(demo.pid)):
             os.kill(p, signal.SIGKILL)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafkahelpers import create_topic
-from tests.realparts import free_port_block, unavailable, wait_port
+from tests.realparts import descendants, free_port_block, unavailable, wait_port
 from tests.tiering.helpers import offsets_of, settings, tiered
 from tierproxy.kafkadist import KafkaCluster, free_port
 
@@ -68,23 +68,12 @@ def run_in(container: str, cmd: list[str], log: Path, volumes: tuple[Path, ...] 
 
 def descendant(pid: int, name: str) -> int:
     """The first process under `pid` whose command is `name` (the container's tini)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    todo = [pid]
-    while todo:
-        p = todo.pop()
+    for p in descendants(pid):
         try:
-            if (Path(f"/proc/{p}/comm").read_text().strip()) == name:
+            if Path(f"/proc/{p}/comm").read_text().strip() == name:
                 return p
         except OSError:
             pass
-        todo += children.get(p, [])
     raise LookupError(f"no {name} under {pid}")
 
 

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.realparts import free_port_block, unavailable, wait_port
+from tests.realparts import free_port_block, stop_process, unavailable, wait_port
 
 NODE_PORTS = 4  # broker node ids 0..3 get a port
 
@@ -60,14 +60,7 @@ class Replica:
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM (drain, then exit); the exit code."""
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return int(self.proc.returncode)
+        return stop_process(self.proc, timeout)
 
 
 class Fleet:

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.requests import fetch_request, list_offsets_request, listed_offsets
 from tests.fleet.conftest import metadata_topic, replica
-from tests.kafkahelpers import create_topic, watermarks
+from tests.kafkahelpers import create_topic, offsets_from_the_beginning, watermarks
 from tests.realparts import ProxyProcess
 from tests.spark.parts import local_session
 from tests.tiering.helpers import settings, tier_once, tiered
@@ -51,22 +51,6 @@ def fetch_error(bootstrap: str, topic: str, offset: int) -> int:
     with WireClient(bootstrap, timeout=30) as w:
         resp = w.request(ApiKey.FETCH, 12, fetch_request({topic: {0: offset}}, max_bytes=1 << 20))
     return int(resp["responses"][0]["partitions"][0]["error_code"])
-
-
-def read_from_beginning(bootstrap: str, topic: str, end: int) -> list[int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dr-{time.monotonic_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    got: list[int] = []
-    try:
-        deadline = time.monotonic() + 60
-        while (not got or got[-1] < end - 1) and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got.append(m.offset())
-    finally:
-        c.close()
-    return got
 
 
 def _fill(bootstrap: str, topic: str, n: int) -> None:
@@ -140,7 +124,7 @@ def test_delete_records_into_the_tier_is_one_durable_fact(fleet_kafka: KafkaClus
             assert fetch_error(p.bootstrap, topic_name, half - 1) == ErrorCode.OFFSET_OUT_OF_RANGE
             assert fetch_error(p.bootstrap, topic_name, 0) == ErrorCode.OFFSET_OUT_OF_RANGE
             assert fetch_error(p.bootstrap, topic_name, half) == ErrorCode.NONE
-        assert read_from_beginning(two.bootstrap, topic_name, hw) == list(range(half, hw))
+        assert offsets_from_the_beginning(two.bootstrap, topic_name, hw) == list(range(half, hw))
         assert _spark_offsets(kafka.bootstrap, topic_name, s.storage, s.metadata) == list(range(half, hw))
 
         # the next tier pass deletes the segments wholly below; what is served stays the same
@@ -162,7 +146,7 @@ def test_delete_records_into_the_tier_is_one_durable_fact(fleet_kafka: KafkaClus
         wait_until(lambda: proxy_serves_tier(fresh.bootstrap, topic_name), "the restarted replica's tier", timeout=90)
         assert listed(fresh.bootstrap, topic_name, OffsetSpec.EARLIEST) == half
         assert fetch_error(fresh.bootstrap, topic_name, 0) == ErrorCode.OFFSET_OUT_OF_RANGE
-        assert read_from_beginning(fresh.bootstrap, topic_name, hw)[:1] == [half]
+        assert offsets_from_the_beginning(fresh.bootstrap, topic_name, hw)[:1] == [half]
 
         # -1 (the high watermark) purges everything, the tier included
         end = watermarks(kafka.bootstrap, topic_name)[1]

@@ -59,34 +59,32 @@ def _length(head: bytes) -> int:
     return 0
 
 
+def _read_line(s: socket.socket, buf: bytearray) -> bytes:
+    while b"\r\n" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionError("short")
+        buf += chunk
+    line = bytes(buf[:buf.index(b"\r\n") + 2])
+    del buf[:len(line)]
+    return line
+
+
 def _read_body(s: socket.socket, buf: bytearray, head: bytes) -> bytes:
     """The request body as sent: Content-Length bytes, or every chunk of a chunked one (trailers included)."""
     if b"transfer-encoding: chunked" not in head.lower():
         return _read_exact(s, buf, _length(head))
     out = bytearray()
     while True:
-        while b"\r\n" not in buf:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionError("short")
-            buf += chunk
-        line = bytes(buf[:buf.index(b"\r\n") + 2])
-        del buf[:len(line)]
+        line = _read_line(s, buf)
         out += line
         size = int(line.split(b";", 1)[0].strip(), 16)
-        if size == 0:
-            while True:  # trailers, then the empty line
-                while b"\r\n" not in buf:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        raise ConnectionError("short")
-                    buf += chunk
-                trailer = bytes(buf[:buf.index(b"\r\n") + 2])
-                del buf[:len(trailer)]
-                out += trailer
-                if trailer == b"\r\n":
-                    return bytes(out)
-        out += _read_exact(s, buf, size + 2)
+        if size:
+            out += _read_exact(s, buf, size + 2)
+            continue
+        while (trailer := _read_line(s, buf)) != b"\r\n":  # trailers, then the empty line
+            out += trailer
+        return bytes(out + trailer)
 
 
 def _read_exact(s: socket.socket, buf: bytearray, n: int) -> bytes:

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request, listed_offsets
-from tests.kafkahelpers import create_topic, watermarks
+from tests.kafkahelpers import create_topic, offsets_from_the_beginning, watermarks
 from tests.realparts import ProxyProcess
 from tests.spark.parts import local_session
 from tests.tiering.helpers import settings, tier_once, tiered
@@ -131,23 +131,6 @@ def _listed(bootstrap: str, topic: str, spec: int = OffsetSpec.EARLIEST) -> int:
     return listed_offsets(resp)[(topic, 0)]
 
 
-def _read_from_beginning(bootstrap: str, topic: str, end: int) -> list[int]:
-    """Offsets a consumer with auto.offset.reset=earliest reads through `bootstrap`, from its first position."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    got: list[int] = []
-    try:
-        deadline = time.monotonic() + 60
-        while (not got or got[-1] < end - 1) and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got.append(m.offset())
-    finally:
-        c.close()
-    return got
-
-
 def _same_dataframes(bootstrap: str, topic: str, storage: str, metadata: str, log_start: int, end: int) -> None:
     spark = local_session()
     try:
@@ -204,7 +187,7 @@ def test_records_purged_by_a_kafka_streams_app_never_come_back_through_the_proxy
         for p in (proxy, second):
             wait_until(lambda p=p: _listed(p.bootstrap, repartition) == log_start, "the purge on every replica",
                        timeout=10)
-            got = _read_from_beginning(p.bootstrap, repartition, end)
+            got = offsets_from_the_beginning(p.bootstrap, repartition, end)
             assert got == list(range(log_start, end)), (got[:3], log_start, end)
 
         # 3. the next pass deletes the segments wholly below the recorded purge; a new proxy knows it too
@@ -221,6 +204,6 @@ def test_records_purged_by_a_kafka_streams_app_never_come_back_through_the_proxy
     try:
         wait_until(lambda: "remote tier ready" in fresh.log_text(), "the new proxy's tier", timeout=60)
         assert _listed(fresh.bootstrap, repartition) == log_start
-        assert _read_from_beginning(fresh.bootstrap, repartition, end)[:1] == [log_start]
+        assert offsets_from_the_beginning(fresh.bootstrap, repartition, end)[:1] == [log_start]
     finally:
         fresh.stop()
