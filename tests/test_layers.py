@@ -17,9 +17,10 @@ ALLOWED: dict[str, set[str]] = {
     "remote": {"tier"},
     "tiering": {"tier"},
     "spark": {"tier", "tiering"},
+    "iceberg": {"tier", "tiering", "spark"},
     "core": {"tier", "remote"},
     "admin": {"tier", "remote", "core"},
-    "cli": {"tier", "remote", "tiering", "core", "admin", "demo"},
+    "cli": {"tier", "remote", "tiering", "core", "admin", "demo", "iceberg"},
     "demo": set(),
 }
 

@@ -7,6 +7,7 @@ import logging
 import ssl
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -65,8 +66,17 @@ def _tier(args: argparse.Namespace) -> int:
     if (rc := _check_storage(settings.storage, unreachable_is_fatal=True)) is not None:
         return rc
     stop_on_sigterm()  # the Spark JVM and the metadata clients are stopped on the way out, as on Ctrl-C
+    after_pass = None
+    if settings.iceberg_catalog:
+        from tierproxy.iceberg.run import options_of as iceberg_options
+        from tierproxy.iceberg.run import run_pass
+        from tierproxy.iceberg.sync import IcebergSync
+
+        def after_pass(job: Any) -> None:
+            run_pass(IcebergSync(iceberg_options(settings), job.spark))
     try:
-        summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress)
+        summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress,
+                             after_pass=after_pass)
     except KeyboardInterrupt:
         print("tierproxy: tier stopped by a signal", file=sys.stderr)
         return 130
@@ -83,9 +93,87 @@ def _tier(args: argparse.Namespace) -> int:
     except WriterFenced as exc:
         print(f"tierproxy: stopped: {exc}", file=sys.stderr)
         return 4
+    except Exception as exc:
+        if (rc := _iceberg_error(exc)) is not None:
+            return rc
+        raise
     if summaries and summaries[-1].failed and summaries[-1].segments == 0:
         return 1
     return 5 if summaries and summaries[-1].retention_refused else 0
+
+
+def _iceberg_error(exc: BaseException) -> int | None:
+    """The Iceberg step's errors as one line: 7 for the catalog (unreachable, refusing, no namespace, a table
+    that is not ours), 8 for a segment whose bytes cannot become rows. None: not one of them."""
+    from tierproxy.iceberg.catalog import CatalogError
+    from tierproxy.iceberg.run import SegmentDataError
+
+    if isinstance(exc, CatalogError):
+        print(f"tierproxy: iceberg: {exc}", file=sys.stderr)
+        return 7
+    if isinstance(exc, SegmentDataError):
+        print(f"tierproxy: iceberg: {exc}", file=sys.stderr)
+        return 8
+    return None
+
+
+def _iceberg(args: argparse.Namespace) -> int:
+    import json
+
+    from tierproxy.config import ConfigError, TierSettings, load_settings
+
+    cli = {"bootstrap_servers": args.bootstrap_server, "storage": args.storage, "metadata": args.metadata,
+           "iceberg_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval,
+           "command_config": args.command_config, "iceberg_catalog": args.catalog, "iceberg_table": args.table,
+           "iceberg_isolation_level": args.isolation, "iceberg_retention": args.retention}
+    try:
+        settings = load_settings(TierSettings, config_file=args.config, cli=cli)
+        spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
+    except (ConfigError, ValueError) as exc:
+        print(f"tierproxy: config error: {exc}", file=sys.stderr)
+        return 2
+    from tierproxy.iceberg import run
+
+    try:
+        if args.action == "snapshot-at":
+            if not args.topic or not args.offsets:
+                print("tierproxy: iceberg snapshot-at needs --topic and --offsets", file=sys.stderr)
+                return 2
+            try:
+                found = run.snapshot_for_offsets(settings, args.topic, args.offsets)
+            except ValueError as exc:
+                print(f"tierproxy: {exc}", file=sys.stderr)
+                return 2
+            print(json.dumps(found))
+            return 0 if found.get("snapshot_id") is not None else 1
+        if (rc := _check_storage(settings.storage, unreachable_is_fatal=True)) is not None:
+            return rc
+        from tierproxy.signals import stop_on_sigterm
+        from tierproxy.tiering.job import spark_session
+
+        stop_on_sigterm()
+        spark: list[Any] = []
+
+        def session() -> Any:
+            if not spark:
+                spark.append(spark_session("tierproxy-iceberg", settings.spark_master, spark_conf))
+            return spark[0]
+        try:
+            run.run_loop(settings, session, once=args.once)
+        finally:
+            if spark:
+                spark[0].stop()
+    except KeyboardInterrupt:
+        print("tierproxy: iceberg stopped by a signal", file=sys.stderr)
+        return 130
+    except (OSError, TimeoutError) as exc:
+        print(f"tierproxy: the brokers at {settings.own_bootstrap} cannot be reached: {exc}", file=sys.stderr)
+        return 6
+    except Exception as exc:
+        if (rc := _iceberg_error(exc)) is not None:
+            return rc
+        raise
+    return 0
 
 
 def _port_problem(address: str) -> str | None:
@@ -167,6 +255,31 @@ def build_parser() -> argparse.ArgumentParser:
                       help="apply tier retention even where one pass deletes more than "
                       "tier.retention.max.delete.fraction of a partition (confirm.retention)")
     tier.set_defaults(func=_tier)
+    ice = sub.add_parser("iceberg", help="the tier as an Apache Iceberg table (a PySpark job), or snapshot-at")
+    ice.add_argument("action", nargs="?", default="sync", choices=["sync", "snapshot-at"],
+                     help="sync (default): add what is tiered and follow the tier; snapshot-at: the first "
+                     "snapshot holding --topic up to --offsets")
+    ice.add_argument("--bootstrap-server", help="brokers HOST:PORT[,..] (bootstrap.servers)")
+    ice.add_argument("--storage", help="the tier: file:///path or s3://bucket/prefix?endpoint=URL (storage)")
+    ice.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
+    ice.add_argument("--catalog", help="embedded (default), sqlite:///path, a SQLAlchemy URL or rest:https://... "
+                     "(iceberg.catalog)")
+    ice.add_argument("--table", help="NAMESPACE.TABLE (iceberg.table; default kafka.history)")
+    ice.add_argument("--topics", help="regex of topics in the table (iceberg.topics; default tier.topics)")
+    ice.add_argument("--isolation", choices=["read_committed", "read_uncommitted"],
+                     help="iceberg.isolation.level (default read_committed: aborted transactions never rows)")
+    ice.add_argument("--retention", choices=["follow", "keep"],
+                     help="iceberg.retention: follow (default) removes rows the tier deletes; keep keeps them")
+    ice.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
+    ice.add_argument("--master", help="Spark master (spark.master; default local[*])")
+    ice.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark configuration")
+    ice.add_argument("--config", help="properties file (key=value)")
+    ice_mode = ice.add_mutually_exclusive_group()
+    ice_mode.add_argument("--once", action="store_true", help="one pass, then exit")
+    ice_mode.add_argument("--interval", help="pause between passes, e.g. 30s (tier.interval.ms)")
+    ice.add_argument("--topic", help="snapshot-at: the topic")
+    ice.add_argument("--offsets", help='snapshot-at: {"partition": offset, ...}')
+    ice.set_defaults(func=_iceberg)
     from tierproxy.admin.cli import add_admin_parser
 
     add_admin_parser(sub)

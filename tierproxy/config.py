@@ -333,7 +333,7 @@ class ProxySettings(CommonSettings):
         """The effective settings with secrets hidden (for logs and the admin API)."""
         out = self.model_dump(mode="json")
         for k in out:
-            if any(s in k for s in ("password", "secret", "token")) and out[k] is not None:
+            if any(s in k for s in ("password", "secret", "token", "credential")) and out[k] is not None:
                 out[k] = "***"
         out["identity"] = self.identity.describe() if self.identity is not None else None  # never its secrets
         return out
@@ -377,6 +377,23 @@ class TierSettings(CommonSettings):
             raise ValueError(f"{v!r} is not a Spark master URL (local, local[N], local[*], local[N,F], "
                              "spark://HOST:PORT, k8s://https://HOST:PORT, yarn)")
         return v.strip()
+    iceberg_catalog: str | None = Field(None, description="the Iceberg step's catalog: `embedded` (SQLite next to "
+                                        "the tier), sqlite:///path, a SQLAlchemy URL, or rest:https://host/path; "
+                                        "set, `tier` runs the step after each pass")
+    iceberg_catalog_credential: str | None = Field(None, repr=False, description="REST catalog OAuth2 "
+                                                   "client_id:secret (secret)")
+    iceberg_catalog_token: str | None = Field(None, repr=False, description="REST catalog bearer token (secret)")
+    iceberg_table: str = Field("kafka.history", description="NAMESPACE.TABLE of the history table")
+    iceberg_topics: str | None = Field(None, description="regex of topics in the table (default: tier.topics)")
+    iceberg_warehouse: str | None = Field(None, description="where data files go (default: iceberg/ under "
+                                          "storage)")
+    iceberg_isolation_level: str = Field("read_committed", pattern="^(read_committed|read_uncommitted)$",
+                                         description="read_committed: aborted transactions never become rows")
+    iceberg_retention: str = Field("follow", pattern="^(follow|keep)$",
+                                   description="follow: rows leave the table when the tier deletes or purges them; "
+                                   "keep: the table keeps them")
+    iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="data files no snapshot references are "
+                                           "deleted once this old (a killed pass's)")
     tier_state_dir: Path = Field(Path("tierproxy-data/state"), validate_default=True,
                                  description="run summaries (gaps, last run)")
 
@@ -385,14 +402,16 @@ class TierSettings(CommonSettings):
     def _check_state_dir(cls, v: Path) -> Path:
         return check_writable_dir(v)
 
-    @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", mode="before")
+    @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", "iceberg_orphan_min_age_ms", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> int:
         return parse_duration_ms(v)
 
-    @field_validator("tier_topics", "tier_topics_exclude")
+    @field_validator("tier_topics", "tier_topics_exclude", "iceberg_topics")
     @classmethod
-    def _regex(cls, v: str) -> str:
+    def _regex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         try:
             re.compile(v)
         except re.error as exc:

@@ -108,7 +108,7 @@ class RecordColumns:
 
     def to_arrow(self, topic: str, partition: int, schema: Any) -> Any:
         """An Arrow record batch in `schema` (Spark's expected Arrow schema for the source's columns)."""
-        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow as pa
 
         n = len(self)
         c = self.counts

@@ -145,6 +145,7 @@ class Planner:
                 served = [md for md in pc.finished() if md.end_offset >= pc.log_start_offset] if pc else []
                 plans.append(PartitionPlan(p, served, live.get((p.topic, p.partition)),
                                            log_start=pc.log_start_offset if pc else 0))
+            self._planned(view, plans, rlmm)
             slices: list[Slice] = []
             for pp in plans:
                 slices += await self._partition_slices(view, pp, rsm)
@@ -152,6 +153,9 @@ class Planner:
         finally:
             await rsm.close()
             await rlmm.close()
+
+    def _planned(self, view: ClusterView, plans: list[PartitionPlan], rlmm: object) -> None:
+        """Called with the partitions' plans and the loaded metadata before slicing (a hook for subclasses)."""
 
     # --- offsets -----------------------------------------------------------------------------------------------
     def _earliest(self, pp: PartitionPlan) -> int:

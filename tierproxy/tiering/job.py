@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,6 +66,27 @@ class RunSummary:
                 f"{self.partitions_deleted} partitions deleted; {self.failed} failed copies")
 
 
+def spark_session(app_name: str, master: str, spark_conf: dict[str, str]) -> Any:
+    """The Spark session of a tierproxy job: this Python on the executors, the AWS_* settings of the storage's
+    credential chain passed on, `spark.master` unless spark-submit set it."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.enabled", "false") \
+        .config("spark.task.maxFailures", "1").config("spark.python.worker.reuse", "true")
+    if not os.environ.get("SPARK_SUBMIT_MASTER_SET"):
+        builder = builder.master(master)
+    for k, v in os.environ.items():  # storage credentials from the usual chain reach the executors too
+        if k.startswith("AWS_"):
+            builder = builder.config(f"spark.executorEnv.{k}", v)
+    for k, v in spark_conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
 class TieringJob:
     """Owns the RLMM (on a background event loop), the storage and the Spark session."""
 
@@ -90,21 +111,7 @@ class TieringJob:
 
     def spark(self) -> Any:
         if self._spark is None:
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-            from pyspark.sql import SparkSession
-
-            builder = SparkSession.builder.appName("tierproxy-tier").config("spark.ui.enabled", "false") \
-                .config("spark.task.maxFailures", "1").config("spark.python.worker.reuse", "true")
-            if not os.environ.get("SPARK_SUBMIT_MASTER_SET"):
-                builder = builder.master(self.settings.spark_master)
-            for k, v in os.environ.items():  # storage credentials from the usual chain reach the executors too
-                if k.startswith("AWS_"):
-                    builder = builder.config(f"spark.executorEnv.{k}", v)
-            for k, v in self.spark_conf.items():
-                builder = builder.config(k, v)
-            self._spark = builder.getOrCreate()
-            self._spark.sparkContext.setLogLevel("WARN")
+            self._spark = spark_session("tierproxy-tier", self.settings.spark_master, self.spark_conf)
         return self._spark
 
     def close(self) -> None:
@@ -321,8 +328,10 @@ class TieringJob:
 
 
 def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] | None = None,
-             progress: bool = True, max_passes: int | None = None) -> list[RunSummary]:
-    """`--once`: one pass. Otherwise a pass every `tier.interval.ms` until interrupted (or `max_passes`)."""
+             progress: bool = True, max_passes: int | None = None,
+             after_pass: Callable[[TieringJob], None] | None = None) -> list[RunSummary]:
+    """`--once`: one pass. Otherwise a pass every `tier.interval.ms` until interrupted (or `max_passes`).
+    `after_pass` runs after each pass with the job (its Spark session): the Iceberg step when one is configured."""
     job = TieringJob(settings, spark_conf, progress)
     out: list[RunSummary] = []
     try:
@@ -336,6 +345,8 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
             for g in summary.gaps:
                 print(f"GAP {g['topic']}-{g['partition']}: offsets {g['first_missing']}..{g['last_missing']} "
                       "were deleted by the broker before they were tiered", flush=True)
+            if after_pass is not None:
+                after_pass(job)
             if once or (max_passes is not None and len(out) >= max_passes):
                 return out
             time.sleep(settings.tier_interval_ms / 1000)
@@ -343,4 +354,4 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
         job.close()
 
 
-__all__ = ["Gap", "RunSummary", "TieringJob", "run_loop"]
+__all__ = ["Gap", "RunSummary", "TieringJob", "run_loop", "spark_session"]

@@ -1,0 +1,89 @@
+"""The tier as an Iceberg table, against a real broker, real PySpark and real catalogs: the table read by DuckDB,
+pyiceberg and the DataFrame reader equals what Spark's Kafka source read from the broker under read_committed."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.iceberg.parts import duckdb_rows, iceberg_cli, pyiceberg_rows, pyiceberg_table
+from tests.kafkahelpers import create_topic, watermarks
+from tests.spark.parts import local_session, tier_once
+from tests.spark.test_dataframe import delete_on_broker, kafka_source, read
+from tests.tiering.helpers import produce_everything
+from tierproxy.kafkadist import KafkaCluster
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = local_session()
+    yield session
+    session.stop()
+
+
+class Tiered:
+    """A topic tiered to `storage`, deleted by the broker, and what Spark's Kafka source read before that."""
+
+    def __init__(self, bootstrap: str, topic: str, tmp: Path, expected: list[tuple[Any, ...]]) -> None:
+        self.bootstrap, self.topic, self.tmp, self.expected = bootstrap, topic, tmp, expected
+        self.storage, self.metadata = f"file://{tmp}/tier", f"file://{tmp}/meta"
+
+    def args(self, *extra: str) -> list[str]:
+        return ["--bootstrap-server", self.bootstrap, "--storage", self.storage, "--metadata", self.metadata,
+                "--topics", self.topic, "--master", "local[2]", *extra]
+
+    @property
+    def embedded(self) -> tuple[str, str]:
+        """The embedded catalog's URI and warehouse (next to a file:// tier)."""
+        return f"sqlite:///{self.tmp}/tier/iceberg/catalog.db", f"file://{self.tmp}/tier/iceberg"
+
+
+@pytest.fixture(scope="module")
+def tiered(kafka: KafkaCluster, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Tiered:
+    tmp = tmp_path_factory.mktemp("iceberg")
+    topic = f"iceberg-history-{os.getpid()}"
+    create_topic(kafka.bootstrap, topic, partitions=2, config={"segment.ms": "500"})
+    produce_everything(kafka.bootstrap, topic)
+    expected = kafka_source(spark, kafka.bootstrap, topic, includeHeaders="true",
+                            **{"kafka.isolation.level": "read_committed"})
+    t = Tiered(kafka.bootstrap, topic, tmp, expected)
+    tier_once(kafka.bootstrap, topic, t.storage, t.metadata, tmp)
+    delete_on_broker(kafka.bootstrap, topic, 2)
+    return t
+
+
+def metadata_location(warehouse_dir: Path, table: str) -> str:
+    ns, name = table.split(".")
+    found = sorted(glob.glob(f"{warehouse_dir}/{ns}.db/{name}/metadata/*.metadata.json"), key=os.path.getmtime)
+    assert found, f"no metadata under {warehouse_dir}"
+    return found[-1]
+
+
+def test_the_table_equals_sparks_kafka_source_read_committed(tiered: Tiered, spark: Any) -> None:
+    t = tiered
+    assert all(watermarks(t.bootstrap, t.topic, i)[0] > 0 for i in range(2))  # the broker lost offset 0
+    out = iceberg_cli(t.tmp, *t.args("--once"))
+    assert "iceberg pass" in out.stdout
+    uri, wh = t.embedded
+    table = pyiceberg_table(uri, wh, "kafka.history")
+    got = pyiceberg_rows(table)
+    assert len(t.expected) > 1500
+    assert [r for r in got if r[1] is not None and r[1].startswith(b"abort-")] == []
+    assert got == t.expected
+    assert duckdb_rows(table.metadata_location) == t.expected
+    tier_df = read(spark, "tierproxy", {"kafka.bootstrap.servers": t.bootstrap, "storage": t.storage,
+                                        "metadata": t.metadata, "subscribe": t.topic, "includeHeaders": "true",
+                                        "kafka.isolation.level": "read_committed"})
+    assert tier_df == t.expected
+    # a second pass adds nothing: the ledger says every tiered segment is in
+    before = table.current_snapshot().snapshot_id
+    again = iceberg_cli(t.tmp, *t.args("--once"))
+    assert " 0 files, 0 rows added" in again.stdout, again.stdout
+    assert pyiceberg_table(uri, wh, "kafka.history").current_snapshot().snapshot_id == before

@@ -1,0 +1,148 @@
+"""Opening the catalog and the table, with errors that name what is wrong (exceptions translated here, once).
+
+Catalog URIs: `sqlite:///path/catalog.db` (pyiceberg's SQL catalog; the embedded default lives next to the tier),
+any other SQLAlchemy URL (`postgresql+psycopg2://...`) for the SQL catalog on a shared database, and
+`rest:http(s)://host/path` for an Iceberg REST catalog. The warehouse (where data files go) defaults to `iceberg/`
+under the tier's own storage, `file://` or `s3://`, with the tier's S3 endpoint and credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from tierproxy.iceberg.schema import iceberg_schema, partition_spec, same_columns, sort_order
+
+
+class CatalogError(RuntimeError):
+    """The catalog cannot be reached or refuses, the namespace is missing, or the table is not ours: the message
+    names the catalog, the namespace or the table."""
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    uri: str
+    warehouse: str
+    io: dict[str, str] = field(default_factory=dict)  # FileIO properties (S3 endpoint, region, credentials)
+    credential: str | None = None  # REST: client_id:secret for OAuth2 (never logged)
+    token: str | None = None  # REST: a bearer token (never logged)
+    embedded: bool = False  # the default SQLite catalog next to the tier: its namespace is created on first use
+
+    def __repr__(self) -> str:  # secrets stay out of logs and tracebacks
+        return f"CatalogConfig(uri={self.uri!r}, warehouse={self.warehouse!r})"
+
+
+def warehouse_for(storage: str) -> tuple[str, dict[str, str]]:
+    """The default warehouse under the tier's storage and the FileIO properties that reach it."""
+    u = urlparse(storage)
+    if u.scheme == "file":
+        return f"file://{u.path.rstrip('/')}/iceberg", {}
+    q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+    io: dict[str, str] = {"s3.region": q.get("region") or os.environ.get("AWS_REGION")
+                          or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    endpoint = q.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        io["s3.endpoint"] = endpoint
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        io["s3.access-key-id"] = os.environ["AWS_ACCESS_KEY_ID"]
+        io["s3.secret-access-key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    prefix = u.path.strip("/")
+    return f"s3://{u.netloc}/{prefix + '/' if prefix else ''}iceberg", io
+
+
+def catalog_config(uri: str | None, storage: str, state_dir: str, *, credential: str | None = None,
+                   token: str | None = None, warehouse: str | None = None) -> CatalogConfig:
+    default_wh, io = warehouse_for(storage)
+    if uri is None:
+        u = urlparse(storage)
+        base = u.path.rstrip("/") + "/iceberg" if u.scheme == "file" else os.path.abspath(state_dir)
+        os.makedirs(base, exist_ok=True)
+        return CatalogConfig(f"sqlite:///{base}/catalog.db", warehouse or default_wh, io, embedded=True)
+    return CatalogConfig(uri, warehouse or default_wh, io, credential, token)
+
+
+def open_catalog(cfg: CatalogConfig) -> Any:
+    props: dict[str, str] = {"warehouse": cfg.warehouse, **cfg.io}
+    try:
+        if cfg.uri.startswith("rest:"):
+            from pyiceberg.catalog.rest import RestCatalog
+
+            if cfg.credential:
+                props["credential"] = cfg.credential
+            if cfg.token:
+                props["token"] = cfg.token
+            return RestCatalog("tierproxy", uri=cfg.uri.removeprefix("rest:"), **props)
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        return SqlCatalog("tierproxy", uri=cfg.uri, **props)
+    except Exception as exc:
+        raise CatalogError(f"catalog {_safe(cfg.uri)} cannot be used: {_reason(exc)}") from None
+
+
+def open_table(catalog: Any, cfg: CatalogConfig, name: str) -> Any:
+    """The table `NS.NAME`, created with our schema when it does not exist; refused when it exists with another
+    schema or its namespace does not exist (created only in the embedded catalog)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    if "." not in name.strip(".") or not all(name.split(".")):
+        raise CatalogError(f"iceberg.table {name!r}: name it NAMESPACE.TABLE")
+    namespace = name.rpartition(".")[0]
+    try:
+        try:
+            table = catalog.load_table(name)
+        except NoSuchTableError:
+            table = None
+        if table is not None:
+            if not same_columns(table.schema(), iceberg_schema()):
+                raise CatalogError(f"table {name} exists with another schema ({_columns(table.schema())}); "
+                                   f"tierproxy writes ({_columns(iceberg_schema())}): choose another "
+                                   "iceberg.table or drop that one")
+            return table
+        if not _namespace_exists(catalog, namespace):
+            if not cfg.embedded:
+                raise CatalogError(f"namespace {namespace!r} does not exist in catalog {_safe(cfg.uri)} "
+                                   "(create it, or name another in iceberg.table)")
+            catalog.create_namespace(namespace)
+        return catalog.create_table(name, schema=iceberg_schema(), partition_spec=partition_spec(),
+                                    sort_order=sort_order(),
+                                    properties={"write.parquet.compression-codec": "zstd",
+                                                "tierproxy.table": "kafka history from the tier"})
+    except CatalogError:
+        raise
+    except NoSuchNamespaceError:
+        raise CatalogError(f"namespace {namespace!r} does not exist in catalog {_safe(cfg.uri)}") from None
+    except Exception as exc:
+        raise CatalogError(f"catalog {_safe(cfg.uri)}: table {name}: {_reason(exc)}") from None
+
+
+def _namespace_exists(catalog: Any, namespace: str) -> bool:
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        catalog.load_namespace_properties(namespace)
+        return True
+    except NoSuchNamespaceError:
+        return False
+
+
+_IDS = re.compile(r"\b\d+: ")  # nested field ids, which each catalog assigns its own way
+
+
+def _columns(schema: Any) -> str:
+    return ", ".join(f"{f.name} {_IDS.sub('', str(f.field_type))}" for f in schema.fields)
+
+
+def _safe(uri: str) -> str:
+    """A catalog URI without its password."""
+    u = urlparse(uri.removeprefix("rest:"))
+    if u.password:
+        uri = uri.replace(f":{u.password}@", ":***@")
+    return uri
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__

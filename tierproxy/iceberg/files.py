@@ -1,0 +1,140 @@
+"""The executors' half: one tier slice (a segment, or a byte range of a large one) → one Parquet data file.
+
+Rows are decoded by the DataFrame reader's path (`spark.rows` / `spark.columns`: the exact batch bytes from the tier,
+control batches never rows, aborted transactions dropped under read_committed), then written batch by batch with
+zstd, so an executor holds at most one read range (≤ `spark.plan.READ_BYTES`) and one Arrow batch at a time.
+
+Each result also says which transactions the slice leaves open (`opens`: producer id → first offset of data not
+followed by its marker in the slice) and which producers wrote a marker in it (`closes`): the driver needs both to
+hold back segments whose transactions' outcomes are not tiered yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+from protocol.errors import ProtocolError
+from protocol.records import RecordBatch
+from tierproxy.spark.columns import RecordColumns
+from tierproxy.spark.plan import Slice
+from tierproxy.spark.rows import ROWS_PER_BATCH, visible_batches
+from tierproxy.spark.source import read_tier_slice
+from tierproxy.tier.model import uuid_str
+
+ROW_GROUP_ROWS = 128 * 1024
+
+
+def data_file_path(table_location: str, s: Slice, pass_id: str) -> str:
+    """Where a slice's rows go: under the table's partition directories, named by the segment's first offset and
+    id, the byte range and the pass (a killed pass's files are told apart from a committed one's by that)."""
+    assert s.segment is not None
+    lo = s.byte_range[0] if s.byte_range else 0
+    seg = uuid_str(s.segment.segment_id.id)
+    return (f"{table_location.rstrip('/')}/data/topic={quote(s.topic, safe='')}/partition={s.partition}/"
+            f"{s.segment.start_offset:020d}-{seg}-{lo}-{pass_id}.parquet")
+
+
+class TransactionTracker:
+    """Watches every batch of a slice (control ones too) for the markers and the still-open transactions."""
+
+    def __init__(self) -> None:
+        self.opens: dict[int, int] = {}
+        self.closes: set[int] = set()
+
+    def see(self, batches: Iterator[RecordBatch]) -> Iterator[RecordBatch]:
+        for b in batches:
+            if b.is_transactional:
+                pid = b.producer_id
+                if b.is_control:
+                    self.closes.add(pid)
+                    self.opens.pop(pid, None)
+                else:
+                    self.opens.setdefault(pid, b.base_offset)
+            yield b
+
+
+def checked(batches: Iterator[RecordBatch], s: Slice) -> Iterator[RecordBatch]:
+    """Every batch's CRC-32C verified: bytes that fail it never become rows."""
+    assert s.segment is not None
+    for b in batches:
+        if not b.crc_ok():
+            raise ProtocolError(f"{s.topic}-{s.partition} tiered segment {uuid_str(s.segment.segment_id.id)} "
+                                f"(offsets {s.segment.start_offset}..{s.segment.end_offset}): the batch at offset "
+                                f"{b.base_offset} fails its CRC; nothing of this pass was committed")
+        yield b
+
+
+def _source_schema(pa: Any) -> Any:
+    """The Arrow schema `RecordColumns.to_arrow` builds (Spark's Kafka source's, headers included)."""
+    header = pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+    return pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                      ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
+                      ("timestampType", pa.int32()), ("headers", pa.list_(pa.field("element", header,
+                                                                                    nullable=False)))])
+
+
+def table_batches(batches: Iterator[RecordBatch], s: Slice, read_committed: bool, target: Any) -> Iterator[Any]:
+    """Arrow batches in `target`, the table's Arrow schema (leaderEpoch and producerId added from each record's
+    batch)."""
+    import numpy as np
+    import pyarrow as pa
+
+    source = _source_schema(pa)
+    cols = RecordColumns(True)
+    epochs: list[tuple[int, int, int]] = []  # (rows so far, leader epoch, producer id) after each batch
+
+    def flush() -> Any:
+        n = len(cols)
+        counts = np.diff([0] + [r for r, _, _ in epochs])
+        rb = cols.to_arrow(s.topic, s.partition, source)
+        extra = [pa.array(np.repeat(np.array([e for _, e, _ in epochs], np.int32), counts)),
+                 pa.array(np.repeat(np.array([p for _, _, p in epochs], np.int64), counts))]
+        assert sum(counts) == n
+        return pa.RecordBatch.from_arrays(list(rb.columns) + extra, names=target.names).cast(target)
+
+    aborted = list(s.aborted)
+    for b in visible_batches(batches, read_committed, aborted):
+        if b.base_offset >= s.end:
+            break
+        if b.last_offset < s.start:
+            continue
+        cols.decode(b, s.start, s.end)
+        epochs.append((len(cols), b.partition_leader_epoch, b.producer_id))
+        if len(cols) >= ROWS_PER_BATCH or cols.nbytes >= 64 << 20:
+            yield flush()
+            cols, epochs = RecordColumns(True, like=cols), []
+    if len(cols):
+        yield flush()
+
+
+def write_slice(storage: str, table_location: str, io_properties: dict[str, str], s: Slice, read_committed: bool,
+                pass_id: str, target: Any) -> dict[str, Any]:
+    """Run on an executor: the slice's rows → one Parquet file in `target` (the table's Arrow schema, its field
+    ids included), none when no row is visible. Returns what the driver commits and checks."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io import load_file_io
+
+    assert s.segment is not None
+    tracker = TransactionTracker()
+    path = data_file_path(table_location, s, pass_id)
+    rows, writer, out = 0, None, None
+    io = load_file_io(properties=io_properties, location=path)
+    try:
+        for rb in table_batches(tracker.see(checked(read_tier_slice(storage, s), s)), s, read_committed,
+                                    target):
+            if writer is None:
+                out = io.new_output(path).create(overwrite=True)
+                writer = pq.ParquetWriter(out, target, compression="zstd", write_statistics=True)
+            writer.write_batch(rb, row_group_size=ROW_GROUP_ROWS)
+            rows += rb.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+        if out is not None:
+            out.close()
+    return {"path": path if rows else None, "rows": rows, "topic": s.topic, "partition": s.partition,
+            "segment": uuid_str(s.segment.segment_id.id), "topic_id": uuid_str(s.segment.segment_id.tp.topic_id),
+            "start": s.start, "end": s.end,
+            "segment_end": s.segment.end_offset, "opens": tracker.opens, "closes": sorted(tracker.closes)}

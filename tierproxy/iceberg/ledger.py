@@ -1,0 +1,82 @@
+"""What each commit records in its snapshot summary, and reading it back: the table's own exactly-once ledger.
+
+    tierproxy.ends      {"<topic id>:<partition>": next offset}: the table holds every visible record below it
+    tierproxy.starts    {"<topic id>:<partition>": offset}: no row below it (the tier's start when last followed)
+    tierproxy.topics    {"<topic>": "<topic id>"}: which incarnation of each topic the rows are
+    tierproxy.segments  the tiered segment ids this commit added
+    tierproxy.pass      the pass that made the commit
+
+A pass reads the newest snapshot that carries them (a commit by another writer carries none: it is skipped) and adds
+only segments at or past `ends`, in the same commit as the new `ends`. A pass killed before its commit leaves the
+ledger as it was, so the next pass writes the same segments again and nothing twice; one killed after it finds its
+segments recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+ENDS, STARTS, TOPICS, SEGMENTS, PASS = ("tierproxy.ends", "tierproxy.starts", "tierproxy.topics",
+                                        "tierproxy.segments", "tierproxy.pass")
+
+
+@dataclass
+class Ledger:
+    ends: dict[str, int] = field(default_factory=dict)
+    starts: dict[str, int] = field(default_factory=dict)
+    topics: dict[str, str] = field(default_factory=dict)
+    snapshot_id: int | None = None
+
+    def summary(self, pass_id: str, segments: list[str]) -> dict[str, str]:
+        return {ENDS: json.dumps(self.ends, sort_keys=True), STARTS: json.dumps(self.starts, sort_keys=True),
+                TOPICS: json.dumps(self.topics, sort_keys=True), SEGMENTS: ",".join(segments), PASS: pass_id}
+
+
+def _props(snapshot: Any) -> dict[str, str]:
+    summary = snapshot.summary
+    return dict(summary.additional_properties) if summary is not None else {}
+
+
+def ledger_of(snapshot: Any) -> Ledger | None:
+    props = _props(snapshot)
+    if ENDS not in props:
+        return None
+    return Ledger({k: int(v) for k, v in json.loads(props[ENDS]).items()},
+                  {k: int(v) for k, v in json.loads(props.get(STARTS, "{}")).items()},
+                  json.loads(props.get(TOPICS, "{}")), snapshot.snapshot_id)
+
+
+def current_ledger(table: Any) -> Ledger:
+    """The newest snapshot's ledger in the current branch's ancestry (empty for a new table)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = table.current_snapshot()
+    if current is None:
+        return Ledger()
+    for snap in ancestors_of(current, table.metadata):
+        found = ledger_of(snap)
+        if found is not None:
+            return found
+    return Ledger()
+
+
+def snapshot_at(table: Any, topic: str, offsets: dict[int, int]) -> Any:
+    """The first snapshot (oldest in the current ancestry) whose table holds each given partition of `topic` up
+    to at least the given offset, i.e. every record below it; None when no snapshot does yet. Reading it with
+    `offset < N` per partition gives exactly the records below the offsets."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = table.current_snapshot()
+    if current is None:
+        return None
+    chain = list(ancestors_of(current, table.metadata))[::-1]
+    for snap in chain:
+        led = ledger_of(snap)
+        if led is None or topic not in led.topics:
+            continue
+        tid = led.topics[topic]
+        if all(led.ends.get(f"{tid}:{p}", -1) >= off for p, off in offsets.items()):
+            return snap
+    return None

@@ -1,0 +1,85 @@
+"""`tierproxy iceberg`: passes on their own (`--once`, `--interval`) or after each `tierproxy tier` pass, and
+`snapshot-at`. Errors come out as one line naming the catalog, namespace, table or segment (exit codes in cli)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tierproxy.config import TierSettings
+from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, catalog_config, open_catalog, open_table
+from tierproxy.iceberg.ledger import snapshot_at
+from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync
+
+log = logging.getLogger(__name__)
+
+
+class SegmentDataError(RuntimeError):
+    """A segment's bytes cannot become rows (a batch fails its CRC, a record runs past its batch)."""
+
+
+def catalog_of(s: TierSettings) -> CatalogConfig:
+    uri = None if s.iceberg_catalog in (None, "", "embedded") else s.iceberg_catalog
+    return catalog_config(uri, s.storage, str(s.tier_state_dir), credential=s.iceberg_catalog_credential,
+                          token=s.iceberg_catalog_token, warehouse=s.iceberg_warehouse)
+
+
+def options_of(s: TierSettings) -> IcebergOptions:
+    return IcebergOptions(catalog_of(s), s.iceberg_table, s.own_bootstrap, s.storage, s.metadata,
+                          s.iceberg_topics or s.tier_topics, s.iceberg_isolation_level == "read_committed",
+                          s.iceberg_retention == "keep", s.iceberg_orphan_min_age_ms)
+
+
+def run_pass(sync: IcebergSync) -> IcebergSummary:
+    """One pass, with an executor's failure on a segment's bytes turned into one line that names it."""
+    try:
+        summary = sync.run_once()
+    except CatalogError:
+        raise
+    except Exception as exc:
+        found = re.search(r"(ProtocolError|SegmentDataError): ([^\n]+)", str(exc))
+        if found:
+            raise SegmentDataError(found.group(2).strip()) from None
+        raise
+    log.info("%s", summary.line())
+    print(summary.line(), flush=True)
+    return summary
+
+
+def run_loop(settings: TierSettings, spark: Callable[[], Any], *, once: bool,
+             max_passes: int | None = None) -> list[IcebergSummary]:
+    sync = IcebergSync(options_of(settings), spark)
+    out: list[IcebergSummary] = []
+    while True:
+        out.append(run_pass(sync))
+        if once or (max_passes is not None and len(out) >= max_passes):
+            return out
+        time.sleep(settings.tier_interval_ms / 1000)
+
+
+def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str) -> dict[str, Any]:
+    """`snapshot-at`: {"snapshot_id", "timestamp_ms", "ends"} of the first snapshot holding every record of `topic`
+    below the given offsets ({"partition": offset}, or Spark's {"topic": {"partition": offset}})."""
+    raw = json.loads(offsets_json)
+    if isinstance(raw, dict) and topic in raw and isinstance(raw[topic], dict):
+        raw = raw[topic]
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError('--offsets: a JSON object {"partition": offset, ...}')
+    offsets = {int(p): int(o) for p, o in raw.items()}
+    cfg = catalog_of(settings)
+    table = open_table(open_catalog(cfg), cfg, settings.iceberg_table)
+    snap = snapshot_at(table, topic, offsets)
+    if snap is None:
+        return {"snapshot_id": None, "reason": f"no snapshot holds {topic} up to {offsets} yet"}
+    from tierproxy.iceberg.ledger import ledger_of
+
+    led = ledger_of(snap)
+    assert led is not None
+    tid = led.topics[topic]
+    return {"snapshot_id": snap.snapshot_id, "timestamp_ms": snap.timestamp_ms,
+            "ends": {str(p): led.ends[f"{tid}:{p}"] for p in offsets},
+            "filter": " OR ".join(f"(partition = {p} AND offset < {o})" for p, o in sorted(offsets.items()))}
