@@ -54,7 +54,6 @@ def duckdb_connect() -> Any:
 
 
 def duckdb_rows(metadata_location: str, where: str = "") -> list[tuple[Any, ...]]:
-    import duckdb
 
     con = duckdb_connect()
     # timestamptz as naive UTC (DuckDB's Python conversion of timestamptz needs pytz)
@@ -76,4 +75,4 @@ def pyiceberg_rows(table: Any, snapshot_id: int | None = None, row_filter: str =
     """pyiceberg 0.12 reads a null list as an empty one (DuckDB reads the same files' nulls as nulls): a record
     without headers is null, as in Spark's Kafka source, either way."""
     rows = as_rows(table.scan(snapshot_id=snapshot_id, row_filter=row_filter).to_arrow())
-    return [r[:7] + (r[7] or None,) for r in rows]
+    return [(*r[:7], r[7] or None) for r in rows]

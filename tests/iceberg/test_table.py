@@ -3,7 +3,6 @@ pyiceberg and the DataFrame reader equals what Spark's Kafka source read from th
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,13 +56,6 @@ def tiered(kafka: KafkaCluster, spark: Any, tmp_path_factory: pytest.TempPathFac
     tier_once(kafka.bootstrap, topic, t.storage, t.metadata, tmp)
     delete_on_broker(kafka.bootstrap, topic, 2)
     return t
-
-
-def metadata_location(warehouse_dir: Path, table: str) -> str:
-    ns, name = table.split(".")
-    found = sorted(glob.glob(f"{warehouse_dir}/{ns}.db/{name}/metadata/*.metadata.json"), key=os.path.getmtime)
-    assert found, f"no metadata under {warehouse_dir}"
-    return found[-1]
 
 
 def test_the_table_equals_sparks_kafka_source_read_committed(tiered: Tiered, spark: Any) -> None:

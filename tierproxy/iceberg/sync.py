@@ -262,7 +262,6 @@ class IcebergSync:
                current.snapshot_id]
         if old:
             table.maintenance.expire_snapshots().by_ids(old).commit()
-            _pause_point("cleanup")
         return len(old)
 
     def _delete_files(self, table: Any, paths: list[str]) -> None:
@@ -285,6 +284,8 @@ class IcebergSync:
                 continue
             table.io.delete(path)
             n += 1
+            if n == 1:
+                _pause_point("cleanup")
         return n
 
 

@@ -1,0 +1,168 @@
+"""The table's lifecycle against a real broker: kill -9 of the step at its three points then a rerun (the table
+equals the tier, no file twice, no orphan left), and the table following the tier (tier retention, a DeleteRecords
+purge mid-segment, a deleted topic) unless `--retention keep`."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.fleet.conftest import replica
+from tests.fleet.test_delete_records import _fill, delete_records
+from tests.iceberg.parts import pyiceberg_rows, pyiceberg_table
+from tests.kafkahelpers import create_topic
+from tests.tiering.helpers import settings, tier_once, tiered
+from tierproxy.kafkadist import KafkaCluster
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+class Step:
+    """`tierproxy iceberg` on one topic's file:// tier and metadata, the embedded catalog beside the tier."""
+
+    def __init__(self, bootstrap: str, tmp: Path, topic: str) -> None:
+        self.bootstrap, self.tmp, self.topic = bootstrap, tmp, topic
+        self.storage, self.metadata = f"file://{tmp}/tier", f"file://{tmp}/meta"
+        self.uri, self.warehouse = f"sqlite:///{tmp}/tier/iceberg/catalog.db", f"file://{tmp}/tier/iceberg"
+
+    def cmd(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "tierproxy.cli", "iceberg", "--once", "--bootstrap-server", self.bootstrap,
+                "--storage", self.storage, "--metadata", self.metadata, "--topics", re.escape(self.topic),
+                "--master", "local[2]", *extra]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "TIERPROXY_TIER_STATE_DIR": str(self.tmp / "state"),
+                "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0", **extra}
+
+    def run(self, *extra: str) -> str:
+        proc = subprocess.run(self.cmd(*extra), capture_output=True, text=True, timeout=300, cwd=self.tmp,
+                              env=self.env())
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout
+
+    def killed_at(self, point: str) -> None:
+        """Run until the step reaches `point`, then SIGKILL it (and its Spark JVM: the whole process group)."""
+        marker = self.tmp / f"at-{point}-{time.monotonic_ns()}"
+        proc = subprocess.Popen(self.cmd(), cwd=self.tmp, env=self.env(TIERPROXY_ICEBERG_PAUSE_AT=f"{point}:{marker}"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while not marker.exists():
+                assert proc.poll() is None, f"the step ended (rc {proc.returncode}) before reaching {point}"
+                assert time.monotonic() < deadline, f"the step never reached {point}"
+                time.sleep(0.2)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+    def table(self, name: str = "kafka.history") -> Any:
+        return pyiceberg_table(self.uri, self.warehouse, name)
+
+    def data_files_on_disk(self, name: str = "kafka.history") -> set[str]:
+        location = Path(self.table(name).location().removeprefix("file://"))
+        return {f"file://{p}" for p in (location / "data").rglob("*.parquet")}
+
+
+def referenced(table: Any) -> list[str]:
+    """Data files of the current snapshot (a list: a file referenced twice shows twice)."""
+    return [f.file.file_path for f in table.scan().plan_files()]
+
+
+def tier_offsets(s: Any, topic: str) -> list[int]:
+    segments = tiered(s, topic)[0]
+    return list(range(segments[0].start_offset, segments[-1].end_offset + 1)) if segments else []
+
+
+def test_kill_9_at_each_point_then_a_rerun_leaves_the_table_as_if_never_killed(kafka: KafkaCluster,
+                                                                             tmp_path: Path) -> None:
+    topic = f"ice-kill-{os.getpid()}"
+    create_topic(kafka.bootstrap, topic)
+    _fill(kafka.bootstrap, topic, 2000)
+    s = settings(kafka.bootstrap, tmp_path, topic)
+    assert tier_once(s).segments >= 3
+    step = Step(kafka.bootstrap, tmp_path, topic)
+
+    step.killed_at("files")  # data files written, nothing committed
+    assert step.data_files_on_disk(), "the killed pass wrote its files"
+    assert step.table().current_snapshot() is None or referenced(step.table()) == []
+
+    step.killed_at("cleanup")  # committed, then killed while deleting the first pass's orphans
+    committed = referenced(step.table())
+    assert committed and len(committed) == len(set(committed))
+    assert [r[4] for r in pyiceberg_rows(step.table())] == tier_offsets(s, topic)
+
+    _fill(kafka.bootstrap, topic, 1000)  # more history, tiered, then a kill right after its commit
+    assert tier_once(s).segments >= 1
+    step.killed_at("commit")
+    after_commit = referenced(step.table())
+    assert len(after_commit) > len(committed)
+
+    out = step.run()  # the rerun: nothing to add, orphans of the killed passes removed
+    assert " 0 files, 0 rows added" in out, out
+    final = step.table()
+    files = referenced(final)
+    assert sorted(files) == sorted(after_commit) and len(files) == len(set(files))
+    assert [r[4] for r in pyiceberg_rows(final)] == tier_offsets(s, topic) == list(range(3000))
+    assert step.data_files_on_disk() == set(files), "files no snapshot references are gone"
+
+
+def test_the_table_follows_tier_retention_purges_and_topic_deletion_unless_kept(kafka: KafkaCluster,
+                                                                                  tmp_path: Path) -> None:
+    topic = f"ice-follow-{os.getpid()}"
+    create_topic(kafka.bootstrap, topic)
+    _fill(kafka.bootstrap, topic, 3000)
+    s = settings(kafka.bootstrap, tmp_path, topic)
+    assert tier_once(s).segments >= 6
+    step = Step(kafka.bootstrap, tmp_path, topic)
+    step.run()
+    step.run("--table", "kafka.kept", "--retention", "keep")
+    assert [r[4] for r in pyiceberg_rows(step.table())] == list(range(3000))
+
+    # tier retention deletes the two oldest segments (once the broker no longer holds them): their files leave the
+    # table in the next pass
+    segments = tiered(s, topic)[0]
+    assert segments[-1].end_offset == 2999
+    assert delete_records(kafka.bootstrap, topic, {0: 3000}) == {0: (0, 3000)}  # the broker's own, not a purge
+    keep_bytes = sum(md.segment_size_in_bytes for md in segments[2:])
+    run = tier_once(settings(kafka.bootstrap, tmp_path, topic, tier_retention_bytes=keep_bytes,
+                             confirm_retention=True))
+    assert run.expired == 2
+    first = segments[2].start_offset
+    files_before = set(referenced(step.table()))
+    step.run()
+    step.run("--table", "kafka.kept", "--retention", "keep")
+    assert [r[4] for r in pyiceberg_rows(step.table())] == list(range(first, 3000))
+    dropped = files_before - set(referenced(step.table()))
+    assert len(dropped) == 2 and not dropped & step.data_files_on_disk(), "their files are deleted for good"
+    assert [r[4] for r in pyiceberg_rows(step.table("kafka.kept"))] == list(range(3000))
+
+    # a purge (DeleteRecords through tierproxy) at an offset inside a segment: no row below it
+    cut = (segments[3].start_offset + segments[3].end_offset) // 2
+    proxy = replica(kafka.bootstrap, tmp_path, step.storage, step.metadata)
+    try:
+        assert delete_records(proxy.bootstrap, topic, {0: cut}) == {0: (0, cut)}
+    finally:
+        proxy.stop()
+    step.run()
+    step.run("--table", "kafka.kept", "--retention", "keep")
+    assert [r[4] for r in pyiceberg_rows(step.table())] == list(range(cut, 3000))
+    assert [r[4] for r in pyiceberg_rows(step.table("kafka.kept"))] == list(range(3000))
+
+    # the topic deleted: the tier deletes its partitions, then its rows leave the table
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    assert tier_once(s).partitions_deleted == 1
+    step.run()
+    step.run("--table", "kafka.kept", "--retention", "keep")
+    assert pyiceberg_rows(step.table()) == []
+    assert step.data_files_on_disk() == set()
+    assert len(pyiceberg_rows(step.table("kafka.kept"))) == 3000
