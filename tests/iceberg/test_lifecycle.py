@@ -166,3 +166,39 @@ def test_the_table_follows_tier_retention_purges_and_topic_deletion_unless_kept(
     assert pyiceberg_rows(step.table()) == []
     assert step.data_files_on_disk() == set()
     assert len(pyiceberg_rows(step.table("kafka.kept"))) == 3000
+
+
+def test_snapshot_at_names_the_first_snapshot_holding_the_offsets(kafka: KafkaCluster, tmp_path: Path) -> None:
+    import json
+
+    topic = f"ice-at-{os.getpid()}"
+    create_topic(kafka.bootstrap, topic)
+    s = settings(kafka.bootstrap, tmp_path, topic)
+    step = Step(kafka.bootstrap, tmp_path, topic)
+    ends = []
+    for _ in range(2):
+        _fill(kafka.bootstrap, topic, 1000)
+        tier_once(s)
+        step.run()
+        ends.append(tiered(s, topic)[0][-1].end_offset + 1)
+    table = step.table()
+    first, second = [snap.snapshot_id for snap in table.snapshots()][-2:]
+
+    def at(offset: int) -> dict[str, Any]:
+        proc = subprocess.run([*step.cmd()[:4], "snapshot-at", "--bootstrap-server", step.bootstrap, "--storage",
+                               step.storage, "--topic", topic,
+                               "--offsets", json.dumps({"0": offset})], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path, env=step.env())
+        assert proc.returncode in (0, 1), proc.stderr[-2000:]
+        found: dict[str, Any] = json.loads(proc.stdout)
+        return found
+
+    assert at(500)["snapshot_id"] == first
+    assert at(ends[0])["snapshot_id"] == first
+    later = at(ends[0] + 1)
+    assert later["snapshot_id"] == second and later["ends"] == {"0": ends[1]}
+    assert at(ends[1] + 1)["snapshot_id"] is None  # nothing holds it yet
+    # reading the named snapshot below the offsets gives exactly the records below them
+    rows = pyiceberg_rows(table, snapshot_id=first, row_filter=at(700)["filter"])
+    assert [r[4] for r in rows] == list(range(700))
+    assert [r[4] for r in pyiceberg_rows(table, snapshot_id=first)] == list(range(ends[0]))

@@ -4,7 +4,10 @@ pyiceberg and the DataFrame reader equals what Spark's Kafka source read from th
 from __future__ import annotations
 
 import os
+import shutil
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ from tests.kafkahelpers import create_topic, watermarks
 from tests.spark.parts import local_session, tier_once
 from tests.spark.test_dataframe import delete_on_broker, kafka_source, read
 from tests.tiering.helpers import produce_everything
-from tierproxy.kafkadist import KafkaCluster
+from tierproxy.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -79,3 +82,69 @@ def test_the_table_equals_sparks_kafka_source_read_committed(tiered: Tiered, spa
     again = iceberg_cli(t.tmp, *t.args("--once"))
     assert " 0 files, 0 rows added" in again.stdout, again.stdout
     assert pyiceberg_table(uri, wh, "kafka.history").current_snapshot().snapshot_id == before
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # a REST catalog that refuses tierproxy's credentials
+        body = b'{"error": {"message": "Not authorized", "type": "NotAuthorizedException", "code": 401}}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_bad_catalogs_and_tables_are_refused_with_their_name_and_the_table_unchanged(tiered: Tiered,
+                                                                                      tmp_path: Path) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    t = tiered
+    closed = free_port()
+    out = iceberg_cli(t.tmp, *t.args("--once", "--catalog", f"rest:http://127.0.0.1:{closed}"), check=False)
+    assert out.returncode == 7 and f"catalog rest:http://127.0.0.1:{closed}" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+    server = HTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"rest:http://127.0.0.1:{server.server_port}"
+        out = iceberg_cli(t.tmp, *t.args("--once", "--catalog", uri), check=False)
+        assert out.returncode == 7 and uri in out.stderr and "Not authorized" in out.stderr, out.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    other = f"sqlite:///{tmp_path}/other.db"
+    out = iceberg_cli(t.tmp, *t.args("--once", "--catalog", other, "--table", "nowhere.history"), check=False)
+    assert out.returncode == 7 and "namespace 'nowhere' does not exist" in out.stderr, out.stderr
+
+    catalog = SqlCatalog("tierproxy", uri=other, warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("kafka")
+    foreign = catalog.create_table("kafka.orders", schema=Schema(NestedField(1, "id", LongType(), required=True)))
+    out = iceberg_cli(t.tmp, *t.args("--once", "--catalog", other, "--table", "kafka.orders"), check=False)
+    assert out.returncode == 7 and "table kafka.orders exists with another schema (id long)" in out.stderr
+    assert catalog.load_table("kafka.orders").metadata_location == foreign.metadata_location
+
+
+def test_a_segment_failing_its_crc_stops_the_pass_naming_it_and_nothing_is_committed(tiered: Tiered,
+                                                                                     tmp_path: Path) -> None:
+    t = tiered
+    shutil.copytree(t.tmp / "tier", tmp_path / "tier", ignore=shutil.ignore_patterns("iceberg"))
+    shutil.copytree(t.tmp / "meta", tmp_path / "meta")
+    logs = sorted((tmp_path / "tier").rglob("*.log"), key=lambda p: p.stat().st_size)
+    bad = logs[-1]
+    data = bytearray(bad.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit inside a batch
+    bad.write_bytes(bytes(data))
+    copy = Tiered(t.bootstrap, t.topic, tmp_path, t.expected)
+    out = iceberg_cli(tmp_path, *copy.args("--once"), check=False)
+    segment_id = bad.stem.split("-", 1)[1]
+    assert out.returncode == 8 and "fails its CRC" in out.stderr and segment_id in out.stderr, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    uri, wh = copy.embedded
+    assert pyiceberg_table(uri, wh, "kafka.history").current_snapshot() is None

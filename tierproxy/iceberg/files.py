@@ -120,21 +120,27 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     tracker = TransactionTracker()
     path = data_file_path(table_location, s, pass_id)
     rows, writer, out = 0, None, None
+    error: str | None = None
     io = load_file_io(properties=io_properties, location=path)
     try:
-        for rb in table_batches(tracker.see(checked(read_tier_slice(storage, s), s)), s, read_committed,
-                                    target):
+        for rb in table_batches(tracker.see(checked(read_tier_slice(storage, s), s)), s, read_committed, target):
             if writer is None:
                 out = io.new_output(path).create(overwrite=True)
                 writer = pq.ParquetWriter(out, target, compression="zstd", write_statistics=True)
             writer.write_batch(rb, row_group_size=ROW_GROUP_ROWS)
             rows += rb.num_rows
+    except ProtocolError as exc:  # the driver stops the pass naming the segment (no task retry can help)
+        error = str(exc)
     finally:
         if writer is not None:
             writer.close()
         if out is not None:
             out.close()
+    if error is not None:
+        if writer is not None:
+            io.delete(path)
+        return {"error": error, "path": None}
     return {"path": path if rows else None, "rows": rows, "topic": s.topic, "partition": s.partition,
             "segment": uuid_str(s.segment.segment_id.id), "topic_id": uuid_str(s.segment.segment_id.tp.topic_id),
-            "start": s.start, "end": s.end,
-            "segment_end": s.segment.end_offset, "opens": tracker.opens, "closes": sorted(tracker.closes)}
+            "start": s.start, "end": s.end, "segment_end": s.segment.end_offset, "opens": tracker.opens,
+            "closes": sorted(tracker.closes), "error": None}

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tierproxy.config import TierSettings
-from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, catalog_config, open_catalog, open_table
+from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, open_catalog, open_table
 from tierproxy.iceberg.ledger import snapshot_at
-from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync
+from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync, SegmentDataError
 
 log = logging.getLogger(__name__)
-
-
-class SegmentDataError(RuntimeError):
-    """A segment's bytes cannot become rows (a batch fails its CRC, a record runs past its batch)."""
+__all__ = ["SegmentDataError", "catalog_of", "options_of", "run_loop", "run_pass", "snapshot_for_offsets"]
 
 
 def catalog_of(s: TierSettings) -> CatalogConfig:
@@ -35,16 +31,8 @@ def options_of(s: TierSettings) -> IcebergOptions:
 
 
 def run_pass(sync: IcebergSync) -> IcebergSummary:
-    """One pass, with an executor's failure on a segment's bytes turned into one line that names it."""
-    try:
-        summary = sync.run_once()
-    except CatalogError:
-        raise
-    except Exception as exc:
-        found = re.search(r"(ProtocolError|SegmentDataError): ([^\n]+)", str(exc))
-        if found:
-            raise SegmentDataError(found.group(2).strip()) from None
-        raise
+    """One pass; its summary line printed and logged."""
+    summary = sync.run_once()
     log.info("%s", summary.line())
     print(summary.line(), flush=True)
     return summary

@@ -71,6 +71,10 @@ class IcebergSummary:
                 f"lag {sum(self.lag.values())} offsets; snapshot {self.snapshot_id} in {self.seconds:.1f}s")
 
 
+class SegmentDataError(RuntimeError):
+    """A tiered segment's bytes cannot become rows (a batch fails its CRC, a record runs past its batch)."""
+
+
 class TablePlanner(Planner):
     """The reader's planner, keeping its partition plans and which recorded topic ids the tier has deleted."""
 
@@ -174,6 +178,10 @@ class IcebergSync:
                                target=schema_to_pyarrow(table.schema()))
         sc = self._spark().sparkContext
         out: list[dict[str, Any]] = sc.parallelize(slices, len(slices)).map(fn).collect()
+        errors = [r["error"] for r in out if r.get("error")]
+        if errors:
+            self._delete_files(table, [r["path"] for r in out if r.get("path")])
+            raise SegmentDataError(f"{errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
         return out
 
     def _accept(self, results: list[dict[str, Any]], new: Ledger,
