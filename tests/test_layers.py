@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"tier", "tiering"},
     "iceberg": {"tier", "tiering", "spark"},
     "core": {"tier", "remote"},
-    "admin": {"tier", "remote", "core"},
+    "admin": {"tier", "remote", "core", "iceberg"},
     "cli": {"tier", "remote", "tiering", "core", "admin", "demo", "iceberg"},
     "demo": set(),
 }

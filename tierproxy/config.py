@@ -120,6 +120,15 @@ class CommonSettings(BaseModel):
         default_factory=dict, description="JSON {topic: {retention.ms|retention.bytes|segment.bytes: N}}: the "
         "tier's retention and segment size for one topic")
 
+    # the tier as an Iceberg table: written by `tier` / `iceberg`, its lag shown by `serve`
+    iceberg_catalog: str | None = Field(None, description="the Iceberg step's catalog: `embedded` (SQLite next to "
+                                        "the tier), sqlite:///path, a SQLAlchemy URL, or rest:https://host/path; "
+                                        "set, `tier` runs the step after each pass and `serve` shows the table's lag")
+    iceberg_catalog_credential: str | None = Field(None, repr=False, description="REST catalog OAuth2 "
+                                                   "client_id:secret (secret)")
+    iceberg_catalog_token: str | None = Field(None, repr=False, description="REST catalog bearer token (secret)")
+    iceberg_table: str = Field("kafka.history", description="NAMESPACE.TABLE of the history table")
+
     @field_validator("tier_retention_ms", mode="before")
     @classmethod
     def _retention_ms(cls, v: Any) -> Any:
@@ -377,13 +386,6 @@ class TierSettings(CommonSettings):
             raise ValueError(f"{v!r} is not a Spark master URL (local, local[N], local[*], local[N,F], "
                              "spark://HOST:PORT, k8s://https://HOST:PORT, yarn)")
         return v.strip()
-    iceberg_catalog: str | None = Field(None, description="the Iceberg step's catalog: `embedded` (SQLite next to "
-                                        "the tier), sqlite:///path, a SQLAlchemy URL, or rest:https://host/path; "
-                                        "set, `tier` runs the step after each pass")
-    iceberg_catalog_credential: str | None = Field(None, repr=False, description="REST catalog OAuth2 "
-                                                   "client_id:secret (secret)")
-    iceberg_catalog_token: str | None = Field(None, repr=False, description="REST catalog bearer token (secret)")
-    iceberg_table: str = Field("kafka.history", description="NAMESPACE.TABLE of the history table")
     iceberg_topics: str | None = Field(None, description="regex of topics in the table (default: tier.topics)")
     iceberg_warehouse: str | None = Field(None, description="where data files go (default: iceberg/ under "
                                           "storage)")

@@ -10,6 +10,7 @@ Everything else the admin API exports is read from the proxy's counters at scrap
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -34,6 +35,8 @@ class RemoteFetchStats:
     loading_retriable: int = 0  # answers made retriable (REPLICA_NOT_AVAILABLE) while the metadata was not loaded
     gap_skips: int = 0  # fetches in a gap below the broker's log start answered from there (never tiered)
     offsets_unknown: int = 0  # remote answers made retriable: the leader's HW / LSO / log start could not be asked
+    iceberg: dict[str, Any] | None = None  # the Iceberg table's status (iceberg.status.table_status), refreshed by
+    # the admin API every 30 s when iceberg.catalog is set
 
     def served(self, topic: str, nbytes: int) -> None:
         self.requests[topic] = self.requests.get(topic, 0) + 1

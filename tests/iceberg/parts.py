@@ -39,23 +39,30 @@ def as_rows(arrow: Any) -> list[tuple[Any, ...]]:
     return sorted((_row(r) for r in arrow.select(COLUMNS).to_pylist()), key=lambda r: (r[3], r[4]))
 
 
-def duckdb_connect() -> Any:
-    """DuckDB with its iceberg and avro extensions loaded from their PyPI packages (no download at run time)."""
+def duckdb_connect(s3: Any = None) -> Any:
+    """DuckDB with its iceberg, avro and httpfs extensions loaded from their PyPI packages (no download at run
+    time); with `s3` (an S3Server), a secret for it."""
     import duckdb
     import duckdb_extension_avro
+    import duckdb_extension_httpfs
     import duckdb_extension_iceberg
 
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "allow_unsigned_extensions": False})
-    for pkg, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
+    for pkg, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_httpfs, "httpfs"),
+                      (duckdb_extension_iceberg, "iceberg")):
         path = Path(pkg.__file__).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
         con.execute(f"LOAD '{path}'")
     con.execute("SET TimeZone='UTC'")
+    if s3 is not None:
+        host = s3.endpoint.removeprefix("http://")
+        con.execute(f"CREATE SECRET (TYPE s3, KEY_ID '{s3.access_key}', SECRET '{s3.secret_key}', REGION "
+                    f"'{s3.region}', ENDPOINT '{host}', URL_STYLE 'path', USE_SSL false)")
     return con
 
 
-def duckdb_rows(metadata_location: str, where: str = "") -> list[tuple[Any, ...]]:
+def duckdb_rows(metadata_location: str, where: str = "", s3: Any = None) -> list[tuple[Any, ...]]:
 
-    con = duckdb_connect()
+    con = duckdb_connect(s3)
     # timestamptz as naive UTC (DuckDB's Python conversion of timestamptz needs pytz)
     cols = ', '.join('CAST("timestamp" AS TIMESTAMP) AS "timestamp"' if c == "timestamp" else f'"{c}"'
                      for c in COLUMNS)
@@ -76,3 +83,87 @@ def pyiceberg_rows(table: Any, snapshot_id: int | None = None, row_filter: str =
     without headers is null, as in Spark's Kafka source, either way."""
     rows = as_rows(table.scan(snapshot_id=snapshot_id, row_filter=row_filter).to_arrow())
     return [(*r[:7], r[7] or None) for r in rows]
+
+
+ICEBERG_VERSION = "1.10.0"
+# Apache Iceberg's own REST catalog server (org.apache.iceberg.rest.RESTCatalogServer, the test fixture its
+# iceberg-rest-fixture image runs) and what it needs at run time: Jetty 11, a JDBC catalog on SQLite behind it,
+# Hadoop's Configuration (shaded client jars)
+_REST_DEPS = [("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, "test-fixtures"),
+              ("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, None),
+              ("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, None),
+              ("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, "tests"),  # RESTCatalogServlet, the adapter
+              ("org.eclipse.jetty", "jetty-servlet", "11.0.25", None),
+              ("org.apache.hadoop", "hadoop-client-api", "3.4.1", None),
+              ("org.apache.hadoop", "hadoop-client-runtime", "3.4.1", None),
+              ("org.xerial", "sqlite-jdbc", "3.49.1.0", None),
+              ("org.slf4j", "slf4j-simple", "2.0.17", None)]
+
+
+def rest_catalog_jars() -> str:
+    """The REST catalog server's classpath, resolved once with Maven into the project cache."""
+    import shutil
+
+    from tests.realparts import unavailable
+    from tierproxy.kafkadist import cache_dir
+
+    root = cache_dir() / f"iceberg-rest-{ICEBERG_VERSION}"
+    libs = root / "libs"
+    if not (root / ".complete").exists():
+        if shutil.which("mvn") is None:
+            unavailable("Iceberg REST catalog", "mvn not on PATH")
+        root.mkdir(parents=True, exist_ok=True)
+        deps = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+                       f"{f'<classifier>{c}</classifier>' if c else ''}</dependency>" for g, a, v, c in _REST_DEPS)
+        (root / "pom.xml").write_text(
+            '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            "<groupId>tierproxy</groupId><artifactId>iceberg-rest</artifactId><version>1</version>"
+            f"<packaging>pom</packaging><dependencies>{deps}</dependencies></project>")
+        proc = subprocess.run(["mvn", "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
+                               f"-DoutputDirectory={libs}", "-DincludeScope=runtime"], capture_output=True, text=True,
+                              timeout=900)
+        if proc.returncode != 0:
+            unavailable("Iceberg REST catalog", proc.stdout[-2000:] + proc.stderr[-2000:])
+        (root / ".complete").write_text(ICEBERG_VERSION)
+    return f"{libs}/*"
+
+
+class RestCatalogServer:
+    """Apache Iceberg's REST catalog server on a free port (its JDBC catalog on SQLite in `workdir`, its warehouse
+    under `workdir`)."""
+
+    def __init__(self, workdir: Path) -> None:
+        import time
+
+        from tests.realparts import unavailable
+        from tierproxy.kafkadist import free_port
+
+        self.port = free_port()
+        self.warehouse = f"file://{workdir}/rest-warehouse"
+        self.log = workdir / "rest-catalog.log"
+        env = {**os.environ, "CATALOG_WAREHOUSE": self.warehouse, "CATALOG_URI": f"jdbc:sqlite:file:{workdir}/rest.db",
+               "CATALOG_JDBC_SCHEMA__VERSION": "V1", "CATALOG_REST_PORT": str(self.port)}
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(["java", "-cp", rest_catalog_jars(),
+                                          "org.apache.iceberg.rest.RESTCatalogServer"],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while "Started Server" not in self.log.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                unavailable("Iceberg REST catalog", self.log.read_text(errors="replace")[-3000:])
+            time.sleep(0.3)
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def catalog(self) -> Any:
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog("check", uri=self.uri)
+
+    def stop(self) -> None:
+        from tests.realparts import stop_process
+
+        stop_process(self.proc, 20)

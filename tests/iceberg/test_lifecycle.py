@@ -202,3 +202,50 @@ def test_snapshot_at_names_the_first_snapshot_holding_the_offsets(kafka: KafkaCl
     rows = pyiceberg_rows(table, snapshot_id=first, row_filter=at(700)["filter"])
     assert [r[4] for r in rows] == list(range(700))
     assert [r[4] for r in pyiceberg_rows(table, snapshot_id=first)] == list(range(ends[0]))
+
+
+def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, tmp_path: Path) -> None:
+    import httpx
+
+    from tests.waiting import wait_until
+    from tierproxy.kafkadist import free_port
+
+    topic = f"ice-admin-{os.getpid()}"
+    create_topic(kafka.bootstrap, topic)
+    _fill(kafka.bootstrap, topic, 1000)
+    s = settings(kafka.bootstrap, tmp_path, topic)
+    step = Step(kafka.bootstrap, tmp_path, topic)
+    # `tier` with iceberg.catalog set: the Iceberg pass follows the tier pass in the same Spark session
+    tiering = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
+                              "--bootstrap-server", kafka.bootstrap, "--storage", step.storage, "--metadata",
+                              step.metadata, "--topics", re.escape(topic), "--master", "local[2]"],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                             env={**step.env(), "TIERPROXY_ICEBERG_CATALOG": "embedded",
+                                  "TIERPROXY_TIER_SEGMENT_BYTES": str(64 * 1024)})
+    assert tiering.returncode == 0, tiering.stderr[-3000:]
+    assert "tiered " in tiering.stdout and "iceberg pass" in tiering.stdout, tiering.stdout
+    admin = f"127.0.0.1:{free_port()}"
+    proxy = replica(kafka.bootstrap, tmp_path, step.storage, step.metadata, TIERPROXY_ICEBERG_CATALOG="embedded",
+                    TIERPROXY_ADMIN_LISTEN=admin)
+    try:
+        url = f"http://{admin}"
+        st = wait_until(lambda: (r := httpx.get(f"{url}/v1/iceberg", timeout=30)).status_code == 200 and r.json(),
+                        timeout=60, interval=0.5, what="the admin API's iceberg status")
+        assert st["exists"] and st["rows"] == 1000 and st["lag_offsets"] == 0, st
+        assert st["partitions"] == [{"topic": topic, "partition": 0, "tier_end": 1000, "table_end": 1000, "lag": 0}]
+        metrics = httpx.get(f"{url}/metrics", timeout=30).text
+        assert "tierproxy_iceberg_rows 1000.0" in metrics and f'tierproxy_iceberg_lag_offsets{{topic="{topic}"}} 0.0' \
+            in metrics
+
+        _fill(kafka.bootstrap, topic, 500)  # tiered, not yet in the table: the replica shows the lag
+        tier_once(s)
+        tier_end = tiered(s, topic)[0][-1].end_offset + 1
+        assert tier_end > 1000
+        st = wait_until(lambda: (x := httpx.get(f"{url}/v1/iceberg", timeout=30).json())["lag_offsets"] > 0 and x,
+                        timeout=60, interval=0.5, what="the replica to see the new segments")
+        assert st["partitions"][0]["lag"] == tier_end - 1000
+        out = subprocess.run([sys.executable, "-m", "tierproxy.cli", "admin", "--url", url, "iceberg"],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert out.returncode == 0 and "kafka.history" in out.stdout and str(tier_end - 1000) in out.stdout, out
+    finally:
+        proxy.stop()

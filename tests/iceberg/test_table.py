@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.iceberg.parts import duckdb_rows, iceberg_cli, pyiceberg_rows, pyiceberg_table
+from tests.iceberg.parts import RestCatalogServer, duckdb_rows, iceberg_cli, pyiceberg_rows, pyiceberg_table
 from tests.kafkahelpers import create_topic, watermarks
+from tests.realparts import S3Server
 from tests.spark.parts import local_session, tier_once
 from tests.spark.test_dataframe import delete_on_broker, kafka_source, read
 from tests.tiering.helpers import produce_everything
@@ -148,3 +149,58 @@ def test_a_segment_failing_its_crc_stops_the_pass_naming_it_and_nothing_is_commi
     assert "Traceback" not in out.stderr
     uri, wh = copy.embedded
     assert pyiceberg_table(uri, wh, "kafka.history").current_snapshot() is None
+
+
+@pytest.fixture(scope="module")
+def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalogServer]:
+    server = RestCatalogServer(tmp_path_factory.mktemp("rest-catalog"))
+    yield server
+    server.stop()
+
+
+def test_the_same_table_in_apache_icebergs_rest_catalog(tiered: Tiered, rest_catalog: RestCatalogServer) -> None:
+    t = tiered
+    refused = iceberg_cli(t.tmp, *t.args("--once", "--catalog", f"rest:{rest_catalog.uri}"), check=False)
+    assert refused.returncode == 7 and "namespace 'kafka' does not exist" in refused.stderr  # not ours to create
+    rest_catalog.catalog().create_namespace("kafka")  # as the catalog's owner would
+    out = iceberg_cli(t.tmp, *t.args("--once", "--catalog", f"rest:{rest_catalog.uri}"))
+    assert "iceberg pass" in out.stdout
+    table = rest_catalog.catalog().load_table("kafka.history")
+    assert table.location().startswith(rest_catalog.warehouse)
+    assert pyiceberg_rows(table) == t.expected
+    assert duckdb_rows(table.metadata_location) == t.expected
+
+
+def test_an_s3_tier_makes_the_same_table_on_s3(tiered: Tiered, s3: S3Server, tmp_path: Path) -> None:
+    """The same tiered segments on SeaweedFS (the file tier's objects uploaded under the same keys): the table's
+    warehouse is then on S3 too, written by the executors with the tier's endpoint and credentials."""
+    import asyncio
+
+    from tierproxy.tier.storage import S3Store
+
+    t = tiered
+    s3.create_bucket("tier")
+
+    async def upload() -> None:
+        store = S3Store("tier", endpoint=s3.endpoint, region=s3.region)
+        try:
+            for f in (t.tmp / "tier").rglob("*"):
+                if f.is_file() and "iceberg" not in f.parts:
+                    await store.put(f"history/{f.relative_to(t.tmp / 'tier')}", f.read_bytes())
+        finally:
+            await store.close()
+
+    asyncio.run(upload())
+    on_s3 = Tiered(t.bootstrap, t.topic, tmp_path, t.expected)
+    on_s3.storage, on_s3.metadata = f"s3://tier/history?endpoint={s3.endpoint}&region={s3.region}", t.metadata
+    out = iceberg_cli(tmp_path, *on_s3.args("--once"))
+    assert "iceberg pass" in out.stdout
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("tierproxy", uri=f"sqlite:///{tmp_path}/state/catalog.db", warehouse="s3://tier/history/iceberg",
+                         **{"s3.endpoint": s3.endpoint, "s3.region": s3.region, "s3.access-key-id": s3.access_key,
+                            "s3.secret-access-key": s3.secret_key})
+    table = catalog.load_table("kafka.history")
+    assert table.location().startswith("s3://tier/history/iceberg/")
+    assert pyiceberg_rows(table) == t.expected
+    assert duckdb_rows(table.metadata_location, s3=s3) == t.expected

@@ -70,6 +70,26 @@ class TopicSummary(BaseModel):
     tier_retention_bytes: int
 
 
+class IcebergPartition(BaseModel):
+    topic: str
+    partition: int
+    tier_end: int  # the offset after the tier's last one
+    table_end: int  # the table holds every committed record below it
+    lag: int
+
+
+class IcebergStatus(BaseModel):
+    table: str
+    catalog: str  # its URI, any password hidden
+    exists: bool
+    snapshot_id: int | None = None
+    last_commit_ms: int | None = None
+    files: int = 0
+    rows: int = 0
+    lag_offsets: int
+    partitions: list[IcebergPartition]
+
+
 class RemoteFetchStatus(BaseModel):
     enabled: bool
     ready: bool
@@ -177,6 +197,18 @@ def create_app(proxy: Proxy) -> FastAPI:
                         max_timestamp_ms=m.max_timestamp_ms, size_bytes=m.segment_size_in_bytes, state=m.state.name,
                         leader_epochs={str(e): o for e, o in m.segment_leader_epochs.items()})
                 for m in (pc.all_segments() if pc else [])]
+
+    @app.get("/v1/iceberg", dependencies=guarded, response_model=IcebergStatus,
+             responses={404: {"description": "iceberg.catalog is not set"}, 503: {"description": "catalog down"}})
+    async def iceberg() -> IcebergStatus:
+        """The tier as an Iceberg table: per partition the tier's end, the table's end and the lag between them."""
+        if not proxy.settings.iceberg_catalog:
+            raise HTTPException(404, "iceberg.catalog is not set: no Iceberg table to show")
+        try:
+            found = await iceberg_status(proxy)
+        except Exception as exc:
+            raise HTTPException(503, str(exc)) from None
+        return IcebergStatus(**found)
 
     @app.get("/v1/remote-fetch", dependencies=guarded, response_model=RemoteFetchStatus)
     async def remote_fetch() -> RemoteFetchStatus:
@@ -304,6 +336,23 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
                            tiering_lag=lag, gap=gap, holes=[list(h) for h in pc.holes()] if pc else [])
 
 
+async def iceberg_status(proxy: Proxy) -> dict[str, Any]:
+    """The table's status from its catalog against the tier's metadata this replica holds."""
+    from tierproxy.iceberg.status import serve_catalog, table_status
+    from tierproxy.tier.model import uuid_str
+
+    s = proxy.settings
+    cfg = serve_catalog(s.storage, s.iceberg_catalog, s.iceberg_catalog_credential, s.iceberg_catalog_token)
+    ends: dict[tuple[str, int], tuple[str, int]] = {}
+    if proxy.remote is not None:
+        for pc in list(proxy.remote.rlmm.cache.partitions.values()):
+            last = pc.latest_tiered_offset()
+            if last >= 0:
+                ends[(uuid_str(pc.tp.topic_id), pc.tp.partition)] = (pc.tp.topic, last + 1)
+    found: dict[str, Any] = await asyncio.to_thread(table_status, cfg, s.iceberg_table, ends)
+    return found
+
+
 async def refresh_tier_status(proxy: Proxy, interval_s: float = 30.0) -> None:
     """Every `interval_s`, per tiered topic: offsets below the LSO not tiered yet (summed over its partitions) and
     how many partitions have a gap, for `tierproxy_tier_lag_offsets` and `tierproxy_tier_gaps` (and their alerts)."""
@@ -321,6 +370,11 @@ async def refresh_tier_status(proxy: Proxy, interval_s: float = 30.0) -> None:
                     proxy.fetch_stats.gaps[name] = sum(1 for st in states if st.gap)
             except Exception as exc:  # the next round tries again
                 log.debug("tier status refresh: %s", exc)
+        if proxy.settings.iceberg_catalog:
+            try:
+                proxy.fetch_stats.iceberg = await iceberg_status(proxy)
+            except Exception as exc:
+                log.warning("iceberg table status: %s", exc)
         await asyncio.sleep(interval_s)
 
 

@@ -25,6 +25,7 @@ def add_admin_parser(sub: Any) -> None:
     s = cmds.add_parser("segments", help="remote segments of a partition")
     s.add_argument("topic")
     s.add_argument("partition", type=int)
+    cmds.add_parser("iceberg", help="the Iceberg table: per partition the tier's end, the table's end, the lag")
     t = cmds.add_parser("tier-now", help="run one tiering pass and wait for it")
     t.add_argument("--timeout", type=float, default=600)
     admin.set_defaults(func=run_admin)
@@ -78,6 +79,17 @@ def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
                 table.add_row(s["segment_id"], str(s["start_offset"]), str(s["end_offset"]),
                               str(s["max_timestamp_ms"]), str(s["size_bytes"]), s["state"],
                               " ".join(f"{e}@{o}" for e, o in s["leader_epochs"].items()))
+            console.print(table)
+        elif args.admin_command == "iceberg":
+            st = _get(client, "/v1/iceberg")
+            when = "-" if st.get("last_commit_ms") is None else \
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(st["last_commit_ms"] / 1000)) + " UTC"
+            console.print(f"[bold]{st['table']}[/bold] in {st['catalog']}: " + (
+                f"snapshot {st['snapshot_id']} committed {when}, {st['files']} files, {st['rows']} rows, "
+                f"lag {st['lag_offsets']} offsets" if st["exists"] else "not created yet (no pass has run)"))
+            table = Table("topic", "partition", "tier end", "table end", "lag")
+            for p in st["partitions"]:
+                table.add_row(p["topic"], str(p["partition"]), str(p["tier_end"]), str(p["table_end"]), str(p["lag"]))
             console.print(table)
         else:
             r = client.post("/v1/tiering/run")

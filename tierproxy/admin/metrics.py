@@ -14,7 +14,9 @@
     tierproxy_rlmm_lag_records, tierproxy_ready, tierproxy_remote_fetch_purgatory,
     tierproxy_tier_last_copy_timestamp_seconds{topic},
     tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total,
-    tierproxy_remote_gap_skips_total, tierproxy_remote_fetch_throttled_total
+    tierproxy_remote_gap_skips_total, tierproxy_remote_fetch_throttled_total,
+    tierproxy_iceberg_lag_offsets{topic}, tierproxy_iceberg_last_commit_timestamp_seconds, tierproxy_iceberg_files,
+    tierproxy_iceberg_rows (when iceberg.catalog is set)
 """
 
 from __future__ import annotations
@@ -32,6 +34,26 @@ if TYPE_CHECKING:
 
 __all__ = ["FETCH_LATENCY", "REGISTRY", "ProxyCollector"]
 
+
+
+def _iceberg_metrics(st: dict[str, object]) -> Iterator[Metric]:
+    """The Iceberg table's figures as last refreshed (every 30 s)."""
+    lag = GaugeMetricFamily("tierproxy_iceberg_lag_offsets", "Tiered offsets not in the Iceberg table yet",
+                            labels=["topic"])
+    per: dict[str, int] = {}
+    for part in st.get("partitions", []):  # type: ignore[attr-defined]
+        per[part["topic"]] = per.get(part["topic"], 0) + int(part["lag"])
+    for topic, n in sorted(per.items()):
+        lag.add_metric([topic], n)
+    yield lag
+    for name, help_, value in (
+            ("tierproxy_iceberg_last_commit_timestamp_seconds", "When the table's current snapshot was committed",
+             (st.get("last_commit_ms") or 0) / 1000),  # type: ignore[operator]
+            ("tierproxy_iceberg_files", "Data files in the table's current snapshot", st.get("files", 0)),
+            ("tierproxy_iceberg_rows", "Rows in the table's current snapshot", st.get("rows", 0))):
+        g = GaugeMetricFamily(name, help_)
+        g.add_metric([], float(value))  # type: ignore[arg-type]
+        yield g
 
 
 class ProxyCollector(Collector):
@@ -154,3 +176,5 @@ class ProxyCollector(Collector):
         for topic, n in sorted(stats.lag.items()):
             lag.add_metric([topic], n)
         yield lag
+        if stats.iceberg is not None:
+            yield from _iceberg_metrics(stats.iceberg)

@@ -143,4 +143,12 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     return {"path": path if rows else None, "rows": rows, "topic": s.topic, "partition": s.partition,
             "segment": uuid_str(s.segment.segment_id.id), "topic_id": uuid_str(s.segment.segment_id.tp.topic_id),
             "start": s.start, "end": s.end, "segment_end": s.segment.end_offset, "opens": tracker.opens,
-            "closes": sorted(tracker.closes), "error": None}
+            "closes": sorted(tracker.closes), "error": None, "peak_rss_kb": _peak_rss_kb()}
+
+
+def _peak_rss_kb() -> int:
+    """The executor's Python worker's peak resident memory so far (what one slice's read and write cost is
+    bounded by: the read range, one Arrow batch, the Parquet writer's row group)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

@@ -59,6 +59,7 @@ class IcebergSummary:
     rows_deleted: int = 0
     files_deleted: int = 0  # physically, after expiry (orphans included)
     snapshots_expired: int = 0
+    executor_peak_rss_mb: float = 0.0  # the largest Python worker's peak RSS among this pass's tasks
     committed: bool = False
     snapshot_id: int | None = None
     lag: dict[str, int] = field(default_factory=dict)  # topic-partition → tier end - table end (offsets)
@@ -147,6 +148,7 @@ class IcebergSync:
 
         new = Ledger(dict(ledger.ends), dict(ledger.starts), dict(ledger.topics))
         paths, segments, rejected = self._accept(results, new, summary)
+        summary.executor_peak_rss_mb = max((r.get("peak_rss_kb", 0) for r in results), default=0) / 1024
         deletes = [] if o.keep else self._follow(planner, ledger, new)
         for pp in planner.plans:
             new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)

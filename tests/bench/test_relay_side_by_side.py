@@ -1,0 +1,166 @@
+"""The tail through tierproxy beside a bare relay, same broker, same data, same run.
+
+The broker has a second listener (RELAY, plaintext) advertised at a bare relay's port (`tests/bench/bare_relay.py`,
+cut-through, no parsing) that forwards to it: a client bootstrapping at the relay keeps every connection on the
+relay, as a client of tierproxy keeps every connection on tierproxy. The same reads run direct, through the relay
+and through tierproxy, alternated, medians of `ROUNDS`: proxy/direct, relay/direct and proxy/relay with kcat and
+with kafka-consumer-perf-test, core-seconds per GB of each (and the broker's), and the latency of a 16 KiB tail
+fetch (p50/p99) on each path.
+
+    pytest -m bench tests/bench/test_relay_side_by_side.py -s   (TIERPROXY_BENCH_RELAY_RECORDS, default 512Ki x 1 KiB)
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from protocol.requests import fetch_request
+from tests.bench.report import cpu_seconds, report
+from tests.kafkahelpers import create_topic
+from tests.realparts import ProxyProcess, stop_process
+from tierproxy.kafkadist import KafkaCluster, free_port
+from tierproxy.wireclient import WireClient
+
+pytestmark = [pytest.mark.bench, pytest.mark.kafka]
+RECORDS = int(os.environ.get("TIERPROXY_BENCH_RELAY_RECORDS", str(512 << 10)))
+ROUNDS = int(os.environ.get("TIERPROXY_BENCH_RELAY_ROUNDS", "3"))
+TOPIC = "side-by-side"
+PATHS = ("direct", "relay", "proxy")
+
+
+class Paths:
+    def __init__(self, kafka: KafkaCluster, relay_port: int, relay: subprocess.Popen[bytes],
+                 proxy: ProxyProcess) -> None:
+        self.kafka, self.relay_port, self.relay, self.proxy = kafka, relay_port, relay, proxy
+
+    def bootstrap(self, path: str) -> str:
+        return {"direct": self.kafka.bootstrap, "relay": f"127.0.0.1:{self.relay_port}",
+                "proxy": self.proxy.bootstrap}[path]
+
+    def broker_address(self, path: str) -> str:
+        """Where a fetch to the partition leader goes on each path (tierproxy's per-broker port)."""
+        return {"direct": self.kafka.bootstrap, "relay": f"127.0.0.1:{self.relay_port}",
+                "proxy": f"127.0.0.1:{self.proxy.base + 1}"}[path]
+
+    def pid(self, path: str) -> int:
+        return {"relay": self.relay.pid, "proxy": self.proxy.proc.pid}[path]
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paths]:
+    work = tmp_path_factory.mktemp("side-by-side")
+    relay_port = free_port()
+    kafka = KafkaCluster(1, work / "kafka", extra_listeners={"RELAY": "PLAINTEXT"})
+    node = kafka.nodes[0]
+    node.extra["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{node.port},RELAY://127.0.0.1:{relay_port}"
+    kafka.start()
+    relay = subprocess.Popen([sys.executable, "-m", "tests.bench.bare_relay", str(relay_port),
+                              str(node.listener_ports["RELAY"]), "uvloop"], stdout=subprocess.PIPE)
+    assert relay.stdout is not None and b"relaying" in relay.stdout.readline()
+    proxy = ProxyProcess(kafka.bootstrap, work)
+    try:
+        create_topic(kafka.bootstrap, TOPIC, config={"segment.bytes": str(256 << 20)})
+        subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+                        "--topic", TOPIC, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput",
+                        "-1", "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
+                        "batch.size=262144", "compression.type=none"], check=True, capture_output=True, timeout=900)
+        yield Paths(kafka, relay_port, relay, proxy)
+    finally:
+        proxy.stop()
+        stop_process(relay, 10)
+        kafka.stop()
+
+
+def _kcat(kcat: str, bootstrap: str) -> float:
+    start = time.perf_counter()
+    out = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", TOPIC, "-o", "beginning", "-e", "-q", "-f", "%o\n",
+                          "-X", "fetch.message.max.bytes=4194304"], capture_output=True, timeout=600, check=True)
+    took = time.perf_counter() - start
+    assert out.stdout.count(b"\n") == RECORDS
+    return took
+
+
+def _perf_test(kafka: KafkaCluster, bootstrap: str) -> float:
+    cmd = ["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ConsumerPerformance",
+           "--bootstrap-server", bootstrap, "--topic", TOPIC, "--messages", str(RECORDS), "--timeout", "120000"]
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    took = time.perf_counter() - start
+    assert out.returncode == 0, out.stderr[-2000:]
+    return took
+
+
+def _side_by_side(name: str, p: Paths, run: Callable[[str], float]) -> dict[str, float]:
+    """MB/s per path (median of ROUNDS, paths alternated each round), and the core-seconds per GB each relaying
+    process and the broker spent in those runs."""
+    broker = p.kafka.nodes[0].proc
+    assert broker is not None
+    times: dict[str, list[float]] = {k: [] for k in PATHS}
+    cpu: dict[str, float] = {"relay": 0.0, "proxy": 0.0, "broker direct": 0.0}
+    for path in PATHS:
+        run(path)  # warm-up: page cache, JIT, connections
+    for _ in range(ROUNDS):
+        for path in PATHS:
+            before = {k: cpu_seconds(p.pid(k)) for k in ("relay", "proxy")}
+            b0 = cpu_seconds(broker.pid)
+            times[path].append(run(path))
+            if path != "direct":
+                cpu[path] += cpu_seconds(p.pid(path)) - before[path]
+            else:
+                cpu["broker direct"] += cpu_seconds(broker.pid) - b0
+    mb = RECORDS * 1024 / 1e6
+    rate = {k: mb / statistics.median(v) for k, v in times.items()}
+    gb = RECORDS * 1024 / 1e9 * ROUNDS
+    report(name, f"direct {rate['direct']:.0f} MB/s, bare relay {rate['relay']:.0f} MB/s, tierproxy "
+                 f"{rate['proxy']:.0f} MB/s: proxy/direct {rate['proxy'] / rate['direct']:.2f}, relay/direct "
+                 f"{rate['relay'] / rate['direct']:.2f}, proxy/relay {rate['proxy'] / rate['relay']:.2f} (median of "
+                 f"{ROUNDS}); core-s/GB relay {cpu['relay'] / gb:.2f}, proxy {cpu['proxy'] / gb:.2f} "
+                 f"(x{cpu['proxy'] / max(cpu['relay'], 1e-9):.2f}), broker serving direct "
+                 f"{cpu['broker direct'] / gb:.2f}")
+    return rate
+
+
+def test_kcat_tail_side_by_side(paths: Paths, kcat: str) -> None:
+    rate = _side_by_side("tail vs bare relay (kcat)", paths, lambda path: _kcat(kcat, paths.bootstrap(path)))
+    assert rate["proxy"] > 0 and rate["relay"] > 0
+
+
+def test_consumer_perf_test_tail_side_by_side(paths: Paths) -> None:
+    rate = _side_by_side("tail vs bare relay (kafka-consumer-perf-test)", paths,
+                         lambda path: _perf_test(paths.kafka, paths.bootstrap(path)))
+    assert rate["proxy"] > 0 and rate["relay"] > 0
+
+
+def _pct(xs: list[float], q: int) -> float:
+    return statistics.quantiles(xs, n=100)[q - 1] * 1e3
+
+
+def test_16_kib_tail_fetch_latency_side_by_side(paths: Paths) -> None:
+    body = fetch_request({TOPIC: {0: RECORDS - 100}}, max_bytes=16384)
+    lat: dict[str, list[float]] = {k: [] for k in PATHS}
+    clients: dict[str, Any] = {k: WireClient(paths.broker_address(k)) for k in PATHS}
+    try:
+        for n in range(5300):  # alternate the paths; the first 300 rounds warm up
+            for path in PATHS:
+                start = time.perf_counter()
+                clients[path].request_event(1, 12, body)
+                if n >= 300:
+                    lat[path].append(time.perf_counter() - start)
+    finally:
+        for c in clients.values():
+            c.close()
+    p50 = {k: _pct(v, 50) for k, v in lat.items()}
+    p99 = {k: _pct(v, 99) for k, v in lat.items()}
+    report("16 KiB tail fetch latency vs bare relay",
+           "; ".join(f"{k} p50 {p50[k]:.3f} ms p99 {p99[k]:.3f} ms" for k in PATHS) +
+           f"; added by tierproxy p50 {p50['proxy'] - p50['direct']:.3f} ms p99 {p99['proxy'] - p99['direct']:.3f} "
+           f"ms, by the relay p50 {p50['relay'] - p50['direct']:.3f} ms p99 {p99['relay'] - p99['direct']:.3f} ms")
+    assert p50["proxy"] > 0
