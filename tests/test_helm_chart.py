@@ -105,3 +105,23 @@ def test_command_config_secret_reaches_the_proxy_and_the_tier_job(mode: str) -> 
         assert vol["secret"]["secretName"] == "kafka-client" and vol["secret"]["defaultMode"] == 0o440
     plain = [d for d in yaml.safe_load_all(_render()) if d]
     assert "kafka-client" not in yaml.safe_dump_all(plain)
+
+
+def test_iceberg_values_reach_the_proxy_and_the_tier_job() -> None:
+    """iceberg.catalog (and a REST catalog's secret) in both pods: the tier job writes the table, the proxy
+    shows its lag; unset, neither gets it."""
+    docs = [d for d in yaml.safe_load_all(_render("--set", "iceberg.catalog=rest:https://catalog.example.com/api",
+                                                  "--set", "iceberg.table=lake.kafka",
+                                                  "--set", "iceberg.existingSecret=iceberg-rest")) if d]
+    pods = [d["spec"]["jobTemplate"]["spec"]["template"]["spec"] if d["kind"] == "CronJob" else d["spec"]["template"]
+            ["spec"] for d in docs if d["kind"] in ("Deployment", "CronJob")]
+    assert len(pods) == 2
+    for pod in pods:
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        assert env["TIERPROXY_ICEBERG_CATALOG"]["value"] == "rest:https://catalog.example.com/api"
+        assert env["TIERPROXY_ICEBERG_TABLE"]["value"] == "lake.kafka"
+        assert env["TIERPROXY_ICEBERG_CATALOG_CREDENTIAL"]["valueFrom"]["secretKeyRef"]["name"] == "iceberg-rest"
+    assert "ICEBERG" not in _render()
+    bad = subprocess.run([_tool("helm"), "template", "demo", str(CHART), "--set", "iceberg.table=no-namespace"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "values don't meet the specifications" in bad.stderr

@@ -34,6 +34,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.tier.retentionMs | quote }}
 - name: TIERPROXY_TIER_RETENTION_BYTES
   value: {{ .Values.tier.retentionBytes | quote }}
+{{- if .Values.iceberg.catalog }}
+- name: TIERPROXY_ICEBERG_CATALOG
+  value: {{ .Values.iceberg.catalog | quote }}
+- name: TIERPROXY_ICEBERG_TABLE
+  value: {{ .Values.iceberg.table | quote }}
+{{- if .Values.iceberg.existingSecret }}
+- name: TIERPROXY_ICEBERG_CATALOG_CREDENTIAL
+  valueFrom: {secretKeyRef: {name: {{ .Values.iceberg.existingSecret | quote }}, key: credential, optional: true}}
+- name: TIERPROXY_ICEBERG_CATALOG_TOKEN
+  valueFrom: {secretKeyRef: {name: {{ .Values.iceberg.existingSecret | quote }}, key: token, optional: true}}
+{{- end }}
+{{- end }}
 {{- if .Values.storage.s3.region }}
 - name: AWS_REGION
   value: {{ .Values.storage.s3.region | quote }}
