@@ -1,0 +1,82 @@
+"""The Iceberg step's rules on their own: which transactions hold a partition back, what a slice reports of the
+transactions it saw, the ledger in snapshot summaries, the schema check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch, iter_batches
+from tierproxy.iceberg.files import TransactionTracker
+from tierproxy.iceberg.ledger import Ledger, ledger_of
+from tierproxy.iceberg.schema import iceberg_schema, same_columns
+from tierproxy.iceberg.sync import held_back_from
+
+
+def _slice(opens: dict[int, int], closes: list[int]) -> dict[str, Any]:
+    return {"opens": opens, "closes": closes}
+
+
+@pytest.mark.parametrize(("slices", "held"), [
+    ([], None),
+    ([_slice({}, [])], None),
+    ([_slice({7: 10}, [])], 10),  # open at the end: held from its first offset
+    ([_slice({7: 10}, []), _slice({}, [7])], None),  # its marker in a later slice: known
+    ([_slice({7: 10}, []), _slice({7: 55}, [])], 10),  # still open: the earliest first offset counts
+    ([_slice({7: 10}, []), _slice({7: 60}, [7])], 60),  # closed, then a new transaction of the same producer
+    ([_slice({7: 5}, []), _slice({8: 20}, [7])], 20),  # only the other producer's stays open
+    ([_slice({7: 5}, []), _slice({7: 30}, [7])], 30),  # a marker, then the same producer's next transaction
+    ([_slice({7: 10}, []), _slice({8: 30}, [7]), _slice({}, [8])], None),
+    ([_slice({"7": 10}, []), _slice({}, [7])], None),  # producer ids as JSON keys (strings) from the executors
+])
+def test_held_back_from(slices: list[dict[str, Any]], held: int | None) -> None:
+    assert held_back_from(slices) == held
+
+
+def _data(offset: int, pid: int, transactional: bool = True) -> bytes:
+    return build_batch([Record(offset, 0, None, b"v")], base_offset=offset, producer_id=pid, producer_epoch=0,
+                       transactional=transactional)
+
+
+def test_a_slice_reports_open_transactions_and_markers() -> None:
+    raw = b"".join([_data(0, 7), _data(1, 8), build_control_batch(COMMIT, offset=2, producer_id=7,
+                                                                    producer_epoch=0, timestamp=0),
+                    _data(3, 9, transactional=False), _data(4, 7), build_control_batch(ABORT, offset=5,
+                                                                                       producer_id=8,
+                                                                                       producer_epoch=0,
+                                                                                       timestamp=0)])
+    tracker = TransactionTracker()
+    seen = list(tracker.see(iter_batches(raw)))
+    assert len(seen) == 6  # every batch passes through
+    assert tracker.opens == {7: 4} and tracker.closes == {7, 8}
+
+
+def test_the_ledger_round_trips_through_a_snapshot_summary() -> None:
+    from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+
+    led = Ledger({"id:0": 120}, {"id:0": 40}, {"orders": "id"})
+    props = led.summary("pass1", ["seg-a", "seg-b"])
+    snap = Snapshot(snapshot_id=5, sequence_number=1, timestamp_ms=0, manifest_list="m",
+                    summary=Summary(Operation.APPEND, **props))
+    back = ledger_of(snap)
+    assert back is not None and (back.ends, back.starts, back.topics) == (led.ends, led.starts, led.topics)
+    assert props["tierproxy.segments"] == "seg-a,seg-b"
+    foreign = Snapshot(snapshot_id=6, sequence_number=2, timestamp_ms=0, manifest_list="m",
+                       summary=Summary(Operation.APPEND))
+    assert ledger_of(foreign) is None  # another writer's commit carries no ledger: skipped
+
+
+def test_the_schema_check_ignores_field_ids_but_not_columns() -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BinaryType, NestedField
+
+    ours = iceberg_schema()
+    assert same_columns(ours, ours)
+    renumbered = Schema(*(NestedField(f.field_id + 100, f.name, f.field_type, required=f.required)
+                          for f in ours.fields))
+    assert same_columns(ours, renumbered)
+    fewer = Schema(*ours.fields[:-1])
+    assert not same_columns(ours, fewer)
+    other = Schema(*ours.fields[:-1], NestedField(99, "producerId", BinaryType(), required=True))
+    assert not same_columns(ours, other)
