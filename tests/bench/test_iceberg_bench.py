@@ -89,5 +89,7 @@ def test_table_from_the_tier_vs_sparks_kafka_source_to_parquet(kafka: KafkaClust
                             f"{usual_s / ours_s:.2f}x ({RECORDS} x 1 KiB, 2 partitions, local[2], "
                             f"{summary.files_added} files); table {table_bytes / 1e6:.0f} MB vs tier "
                             f"{tier_bytes / 1e6:.0f} MB = {table_bytes / tier_bytes:.2f} (Spark's Parquet "
-                            f"{usual_bytes / 1e6:.0f} MB); executor peak RSS {summary.executor_peak_rss_mb:.0f} MiB "
-                            f"with {READ_BYTES >> 20} MiB read ranges")
+                            f"{usual_bytes / 1e6:.0f} MB); executor peak RSS {summary.executor_peak_rss_mb:.0f} MiB, "
+                            f"{summary.executor_peak_rss_mb - summary.executor_base_rss_mb:.0f} MiB above a worker's "
+                            f"{summary.executor_base_rss_mb:.0f} MiB before its first slice, with "
+                            f"{READ_BYTES >> 20} MiB read ranges")

@@ -117,6 +117,7 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     from pyiceberg.io import load_file_io
 
     assert s.segment is not None
+    rss_before = _peak_rss_kb()  # the worker's imports and earlier tasks: what this slice's work adds is above it
     tracker = TransactionTracker()
     path = data_file_path(table_location, s, pass_id)
     rows, writer, out = 0, None, None
@@ -143,7 +144,8 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     return {"path": path if rows else None, "rows": rows, "topic": s.topic, "partition": s.partition,
             "segment": uuid_str(s.segment.segment_id.id), "topic_id": uuid_str(s.segment.segment_id.tp.topic_id),
             "start": s.start, "end": s.end, "segment_end": s.segment.end_offset, "opens": tracker.opens,
-            "closes": sorted(tracker.closes), "error": None, "peak_rss_kb": _peak_rss_kb()}
+            "closes": sorted(tracker.closes), "error": None, "peak_rss_kb": _peak_rss_kb(),
+            "rss_before_kb": rss_before}
 
 
 def _peak_rss_kb() -> int:

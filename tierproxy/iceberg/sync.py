@@ -60,6 +60,7 @@ class IcebergSummary:
     files_deleted: int = 0  # physically, after expiry (orphans included)
     snapshots_expired: int = 0
     executor_peak_rss_mb: float = 0.0  # the largest Python worker's peak RSS among this pass's tasks
+    executor_base_rss_mb: float = 0.0  # a worker's RSS before its first slice (interpreter, pyarrow, pyiceberg)
     committed: bool = False
     snapshot_id: int | None = None
     lag: dict[str, int] = field(default_factory=dict)  # topic-partition → tier end - table end (offsets)
@@ -149,6 +150,7 @@ class IcebergSync:
         new = Ledger(dict(ledger.ends), dict(ledger.starts), dict(ledger.topics))
         paths, segments, rejected = self._accept(results, new, summary)
         summary.executor_peak_rss_mb = max((r.get("peak_rss_kb", 0) for r in results), default=0) / 1024
+        summary.executor_base_rss_mb = min((r.get("rss_before_kb", 0) for r in results), default=0) / 1024
         deletes = [] if o.keep else self._follow(planner, ledger, new)
         for pp in planner.plans:
             new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)
