@@ -135,6 +135,9 @@ def _iceberg(args: argparse.Namespace) -> int:
     from tierproxy.iceberg import run
 
     try:
+        if args.action == "metadata-location":
+            print(run.metadata_location(settings))
+            return 0
         if args.action == "snapshot-at":
             if not args.topic or not args.offsets:
                 print("tierproxy: iceberg snapshot-at needs --topic and --offsets", file=sys.stderr)
@@ -256,9 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "tier.retention.max.delete.fraction of a partition (confirm.retention)")
     tier.set_defaults(func=_tier)
     ice = sub.add_parser("iceberg", help="the tier as an Apache Iceberg table (a PySpark job), or snapshot-at")
-    ice.add_argument("action", nargs="?", default="sync", choices=["sync", "snapshot-at"],
+    ice.add_argument("action", nargs="?", default="sync", choices=["sync", "snapshot-at", "metadata-location"],
                      help="sync (default): add what is tiered and follow the tier; snapshot-at: the first "
-                     "snapshot holding --topic up to --offsets")
+                     "snapshot holding --topic up to --offsets; metadata-location: the table's current metadata "
+                     "file (what DuckDB's iceberg_scan reads)")
     ice.add_argument("--bootstrap-server", help="brokers HOST:PORT[,..] (bootstrap.servers)")
     ice.add_argument("--storage", help="the tier: file:///path or s3://bucket/prefix?endpoint=URL (storage)")
     ice.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")

@@ -119,4 +119,4 @@ def test_schemathesis_finds_no_server_errors(admin: tuple[TieredTopic, ProxyProc
                           "--exclude-path", "/v1/tiering/run"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "Tested: 11" in out.stdout and re.search(r"\d+ generated, \d+ passed", out.stdout)
+    assert "Tested: 12" in out.stdout and re.search(r"\d+ generated, \d+ passed", out.stdout)

@@ -34,8 +34,10 @@ def spark() -> Iterator[Any]:
 class Tiered:
     """A topic tiered to `storage`, deleted by the broker, and what Spark's Kafka source read before that."""
 
-    def __init__(self, bootstrap: str, topic: str, tmp: Path, expected: list[tuple[Any, ...]]) -> None:
+    def __init__(self, bootstrap: str, topic: str, tmp: Path, expected: list[tuple[Any, ...]],
+                 uncommitted: list[tuple[Any, ...]] | None = None) -> None:
         self.bootstrap, self.topic, self.tmp, self.expected = bootstrap, topic, tmp, expected
+        self.uncommitted = uncommitted or []
         self.storage, self.metadata = f"file://{tmp}/tier", f"file://{tmp}/meta"
 
     def args(self, *extra: str) -> list[str]:
@@ -56,7 +58,10 @@ def tiered(kafka: KafkaCluster, spark: Any, tmp_path_factory: pytest.TempPathFac
     produce_everything(kafka.bootstrap, topic)
     expected = kafka_source(spark, kafka.bootstrap, topic, includeHeaders="true",
                             **{"kafka.isolation.level": "read_committed"})
-    t = Tiered(kafka.bootstrap, topic, tmp, expected)
+    uncommitted = kafka_source(spark, kafka.bootstrap, topic, includeHeaders="true",
+                               **{"kafka.isolation.level": "read_uncommitted"})
+    assert len(uncommitted) > len(expected)  # aborted records are there to keep or drop
+    t = Tiered(kafka.bootstrap, topic, tmp, expected, uncommitted)
     tier_once(kafka.bootstrap, topic, t.storage, t.metadata, tmp)
     delete_on_broker(kafka.bootstrap, topic, 2)
     return t
@@ -73,11 +78,18 @@ def test_the_table_equals_sparks_kafka_source_read_committed(tiered: Tiered, spa
     assert len(t.expected) > 1500
     assert [r for r in got if r[1] is not None and r[1].startswith(b"abort-")] == []
     assert got == t.expected
-    assert duckdb_rows(table.metadata_location) == t.expected
+    # DuckDB from the metadata file the CLI names, as the README shows
+    located = iceberg_cli(t.tmp, "metadata-location", "--bootstrap-server", t.bootstrap, "--storage", t.storage)
+    assert located.stdout.strip() == table.metadata_location
+    assert duckdb_rows(located.stdout.strip()) == t.expected
     tier_df = read(spark, "tierproxy", {"kafka.bootstrap.servers": t.bootstrap, "storage": t.storage,
                                         "metadata": t.metadata, "subscribe": t.topic, "includeHeaders": "true",
                                         "kafka.isolation.level": "read_committed"})
     assert tier_df == t.expected
+    # --isolation read_uncommitted keeps aborted records (control batches still never become rows)
+    raw = iceberg_cli(t.tmp, *t.args("--once", "--isolation", "read_uncommitted", "--table", "kafka.raw"))
+    assert "iceberg pass" in raw.stdout
+    assert pyiceberg_rows(pyiceberg_table(uri, wh, "kafka.raw")) == t.uncommitted
     # a second pass adds nothing: the ledger says every tiered segment is in
     before = table.current_snapshot().snapshot_id
     again = iceberg_cli(t.tmp, *t.args("--once"))

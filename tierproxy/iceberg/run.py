@@ -15,7 +15,8 @@ from tierproxy.iceberg.ledger import snapshot_at
 from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync, SegmentDataError
 
 log = logging.getLogger(__name__)
-__all__ = ["SegmentDataError", "catalog_of", "options_of", "run_loop", "run_pass", "snapshot_for_offsets"]
+__all__ = ["SegmentDataError", "catalog_of", "metadata_location", "options_of", "run_loop", "run_pass",
+           "snapshot_for_offsets"]
 
 
 def catalog_of(s: TierSettings) -> CatalogConfig:
@@ -47,6 +48,13 @@ def run_loop(settings: TierSettings, spark: Callable[[], Any], *, once: bool,
         if once or (max_passes is not None and len(out) >= max_passes):
             return out
         time.sleep(settings.tier_interval_ms / 1000)
+
+
+def metadata_location(settings: TierSettings) -> str:
+    """The table's current metadata file: DuckDB's `iceberg_scan(...)` and other catalog-less readers start there."""
+    cfg = catalog_of(settings)
+    location: str = open_table(open_catalog(cfg), cfg, settings.iceberg_table).metadata_location
+    return location
 
 
 def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str) -> dict[str, Any]:
