@@ -79,7 +79,7 @@ def open_catalog(cfg: CatalogConfig) -> Any:
 
         return SqlCatalog("tierproxy", uri=cfg.uri, **props)
     except Exception as exc:
-        raise CatalogError(f"catalog {_safe(cfg.uri)} cannot be used: {_reason(exc)}") from None
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)} cannot be used: {_reason(exc)}") from None
 
 
 def open_table(catalog: Any, cfg: CatalogConfig, name: str) -> Any:
@@ -103,7 +103,7 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str) -> Any:
             return table
         if not _namespace_exists(catalog, namespace):
             if not cfg.embedded:
-                raise CatalogError(f"namespace {namespace!r} does not exist in catalog {_safe(cfg.uri)} "
+                raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)} "
                                    "(create it, or name another in iceberg.table)")
             catalog.create_namespace(namespace)
         return catalog.create_table(name, schema=iceberg_schema(), partition_spec=partition_spec(),
@@ -113,9 +113,9 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str) -> Any:
     except CatalogError:
         raise
     except NoSuchNamespaceError:
-        raise CatalogError(f"namespace {namespace!r} does not exist in catalog {_safe(cfg.uri)}") from None
+        raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)}") from None
     except Exception as exc:
-        raise CatalogError(f"catalog {_safe(cfg.uri)}: table {name}: {_reason(exc)}") from None
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc)}") from None
 
 
 def _namespace_exists(catalog: Any, namespace: str) -> bool:
@@ -135,7 +135,7 @@ def _columns(schema: Any) -> str:
     return ", ".join(f"{f.name} {_IDS.sub('', str(f.field_type))}" for f in schema.fields)
 
 
-def _safe(uri: str) -> str:
+def safe_uri(uri: str) -> str:
     """A catalog URI without its password."""
     u = urlparse(uri.removeprefix("rest:"))
     if u.password:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, _safe, open_catalog
+from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, safe_uri
 from tierproxy.iceberg.ledger import current_ledger
 
 
@@ -32,12 +32,12 @@ def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int],
     try:
         table = open_catalog(cfg).load_table(name)
     except NoSuchTableError:
-        return {"table": name, "catalog": _safe(cfg.uri), "exists": False, "partitions": [],
+        return {"table": name, "catalog": safe_uri(cfg.uri), "exists": False, "partitions": [],
                 "lag_offsets": sum(end for _, end in tier_ends.values())}
     except CatalogError:
         raise
     except Exception as exc:
-        raise CatalogError(f"catalog {_safe(cfg.uri)}: table {name}: {type(exc).__name__}: {exc}") from None
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {type(exc).__name__}: {exc}") from None
     snap = table.current_snapshot()
     props = dict(snap.summary.additional_properties) if snap is not None and snap.summary is not None else {}
     ledger = current_ledger(table)
@@ -46,7 +46,7 @@ def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int],
         table_end = ledger.ends.get(f"{tid}:{p}", ledger.starts.get(f"{tid}:{p}", 0))
         parts.append({"topic": topic, "partition": p, "tier_end": tier_end, "table_end": table_end,
                       "lag": max(0, tier_end - table_end)})
-    return {"table": name, "catalog": _safe(cfg.uri), "exists": True,
+    return {"table": name, "catalog": safe_uri(cfg.uri), "exists": True,
             "snapshot_id": snap.snapshot_id if snap is not None else None,
             "last_commit_ms": snap.timestamp_ms if snap is not None else None,
             "files": int(props.get("total-data-files", 0) or 0), "rows": int(props.get("total-records", 0) or 0),

@@ -162,7 +162,7 @@ class IcebergSync:
         if paths or deletes or new != Ledger(ledger.ends, ledger.starts, ledger.topics):
             summary.rows_deleted = self._commit(table, new, deletes, paths, segments, summary.pass_id)
             summary.committed = True
-            table = table.refresh() if hasattr(table, "refresh") else table
+            table = table.refresh()
         summary.snapshot_id = table.current_snapshot().snapshot_id if table.current_snapshot() else None
         _pause_point("commit")
         if deletes and not o.keep:
@@ -256,7 +256,7 @@ class IcebergSync:
             raise CatalogError(f"commit to table {self.o.table} failed, nothing of this pass is in it: "
                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
         removed = 0
-        snap = table.refresh().current_snapshot() if hasattr(table, "refresh") else None
+        snap = table.refresh().current_snapshot()
         if deletes and snap is not None:
             from pyiceberg.table.snapshots import ancestors_of
 
