@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
+from tests.bench.clients import produce
 from tests.kafkahelpers import create_topic
 from tierproxy.kafkadist import KafkaCluster
 
@@ -18,9 +18,5 @@ RECORD_SIZE = 1024
 def bench_topic(kafka: KafkaCluster) -> str:
     topic = "bench-1k"
     create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(256 << 20)})
-    cmd = ["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
-           "--topic", topic, "--num-records", str(BENCH_RECORDS), "--record-size", str(RECORD_SIZE),
-           "--throughput", "-1", "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1",
-           "linger.ms=20", "batch.size=262144", "compression.type=none"]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=900)
+    produce(kafka, topic, BENCH_RECORDS, RECORD_SIZE)
     return topic

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.bench.clients import produce
 from tests.bench.report import report
 from tests.kafkahelpers import create_topic
 from tests.spark.parts import local_session, tier_once
@@ -36,10 +36,7 @@ def _bytes_under(path: Path, suffix: str) -> int:
 def test_table_from_the_tier_vs_sparks_kafka_source_to_parquet(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = "bench-iceberg"
     create_topic(kafka.bootstrap, topic, partitions=2)
-    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
-                    "--topic", topic, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput", "-1",
-                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
-                    "batch.size=262144", "compression.type=none"], check=True, capture_output=True, timeout=900)
+    produce(kafka, topic, RECORDS)
     storage, metadata = f"file://{tmp_path}/tier", f"file://{tmp_path}/meta"
     tier_once(kafka.bootstrap, topic, storage, metadata, tmp_path, segment_bytes=32 << 20)
     tier_bytes = _bytes_under(tmp_path / "tier", ".log")

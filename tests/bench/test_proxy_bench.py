@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from protocol.requests import fetch_request
+from tests.bench.clients import kcat_seconds, perf_test_seconds
 from tests.bench.conftest import BENCH_RECORDS, RECORD_SIZE
 from tests.bench.report import busy_share, cpu_seconds, machine_ticks, report
 from tests.realparts import ProxyProcess
@@ -52,22 +52,11 @@ def test_cpu_cost_per_gb_on_the_tail(kafka: KafkaCluster, bench_proxy: ProxyProc
 
 
 def _kcat_seconds(kcat: str, bootstrap: str, topic: str) -> float:
-    start = time.perf_counter()
-    out = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%o\n",
-                          "-X", "fetch.message.max.bytes=4194304"], capture_output=True, timeout=600, check=True)
-    elapsed = time.perf_counter() - start
-    assert out.stdout.count(b"\n") == BENCH_RECORDS
-    return elapsed
+    return kcat_seconds(kcat, bootstrap, topic, BENCH_RECORDS)
 
 
 def _perf_test_seconds(kafka: KafkaCluster, bootstrap: str, topic: str) -> float:
-    cmd = ["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ConsumerPerformance",
-           "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(BENCH_RECORDS), "--timeout", "120000"]
-    start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    elapsed = time.perf_counter() - start
-    assert out.returncode == 0, out.stderr[-2000:]
-    return elapsed
+    return perf_test_seconds(kafka, bootstrap, topic, BENCH_RECORDS)
 
 
 def _compare(name: str, run: object) -> float:

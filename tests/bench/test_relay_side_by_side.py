@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from protocol.requests import fetch_request
+from tests.bench.clients import kcat_seconds, perf_test_seconds, produce
 from tests.bench.report import cpu_seconds, report
 from tests.kafkahelpers import create_topic
 from tests.realparts import ProxyProcess, stop_process
@@ -68,34 +69,14 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paths]:
     proxy = ProxyProcess(kafka.bootstrap, work)
     try:
         create_topic(kafka.bootstrap, TOPIC, config={"segment.bytes": str(256 << 20)})
-        subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
-                        "--topic", TOPIC, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput",
-                        "-1", "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
-                        "batch.size=262144", "compression.type=none"], check=True, capture_output=True, timeout=900)
+        produce(kafka, TOPIC, RECORDS)
         yield Paths(kafka, relay_port, relay, proxy)
     finally:
         proxy.stop()
         stop_process(relay, 10)
+        if relay.stdout is not None:
+            relay.stdout.close()
         kafka.stop()
-
-
-def _kcat(kcat: str, bootstrap: str) -> float:
-    start = time.perf_counter()
-    out = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", TOPIC, "-o", "beginning", "-e", "-q", "-f", "%o\n",
-                          "-X", "fetch.message.max.bytes=4194304"], capture_output=True, timeout=600, check=True)
-    took = time.perf_counter() - start
-    assert out.stdout.count(b"\n") == RECORDS
-    return took
-
-
-def _perf_test(kafka: KafkaCluster, bootstrap: str) -> float:
-    cmd = ["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ConsumerPerformance",
-           "--bootstrap-server", bootstrap, "--topic", TOPIC, "--messages", str(RECORDS), "--timeout", "120000"]
-    start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    took = time.perf_counter() - start
-    assert out.returncode == 0, out.stderr[-2000:]
-    return took
 
 
 def _side_by_side(name: str, p: Paths, run: Callable[[str], float]) -> dict[str, float]:
@@ -129,13 +110,15 @@ def _side_by_side(name: str, p: Paths, run: Callable[[str], float]) -> dict[str,
 
 
 def test_kcat_tail_side_by_side(paths: Paths, kcat: str) -> None:
-    rate = _side_by_side("tail vs bare relay (kcat)", paths, lambda path: _kcat(kcat, paths.bootstrap(path)))
+    rate = _side_by_side("tail vs bare relay (kcat)", paths,
+                         lambda path: kcat_seconds(kcat, paths.bootstrap(path), TOPIC, RECORDS))
     assert rate["proxy"] > 0 and rate["relay"] > 0
 
 
 def test_consumer_perf_test_tail_side_by_side(paths: Paths) -> None:
     rate = _side_by_side("tail vs bare relay (kafka-consumer-perf-test)", paths,
-                         lambda path: _perf_test(paths.kafka, paths.bootstrap(path)))
+                         lambda path: perf_test_seconds(paths.kafka, paths.bootstrap(path), TOPIC,
+                                                           RECORDS))
     assert rate["proxy"] > 0 and rate["relay"] > 0
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
+from tests.bench.clients import produce
 from tests.bench.report import cpu_seconds, report
 from tests.kafkahelpers import create_topic, set_retention, watermarks
 from tests.realparts import ProxyProcess, S3Server
@@ -39,10 +40,7 @@ CLIENT_BUSY: dict[str, float] = {}  # the last kcat run's CPU, in cores (1.0: th
 
 
 def _produce(kafka: KafkaCluster, topic: str, records: int, size: int = 1024) -> None:
-    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
-                    "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
-                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
-                    "batch.size=262144"], check=True, capture_output=True, timeout=900)
+    produce(kafka, topic, records, size)
 
 
 def _kcat_args(kcat: str, bootstrap: str, topic: str, count: int | None) -> list[str]:

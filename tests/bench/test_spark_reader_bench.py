@@ -7,13 +7,13 @@ scan (every column materialised by one aggregate), best of 3 alternating rounds 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.bench.clients import produce
 from tests.bench.report import report
 from tests.kafkahelpers import create_topic
 from tests.spark.parts import local_session, tier_once
@@ -99,10 +99,7 @@ def best_of(spark: Any, sources: dict[str, tuple[str, dict[str, str]]], rounds: 
 def test_tier_reader_vs_sparks_kafka_source(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = "bench-spark"
     create_topic(kafka.bootstrap, topic, partitions=2)
-    subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
-                    "--topic", topic, "--num-records", str(RECORDS), "--record-size", "1024", "--throughput", "-1",
-                    "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=1", "linger.ms=20",
-                    "batch.size=262144", "compression.type=none"], check=True, capture_output=True, timeout=900)
+    produce(kafka, topic, RECORDS)
     storage, metadata = f"file://{tmp_path}/tier", f"file://{tmp_path}/meta"
     tier_once(kafka.bootstrap, topic, storage, metadata, tmp_path, segment_bytes=32 << 20)
     spark = local_session("local[2]")
