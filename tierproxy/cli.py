@@ -223,6 +223,17 @@ def _check_storage(uri: str, *, unreachable_is_fatal: bool) -> int | None:
     return None
 
 
+def _spark_job_args(job: argparse.ArgumentParser) -> None:
+    """What `tier` and `iceberg` share as PySpark jobs: tierproxy's identity, Spark, a config file, once or a loop."""
+    job.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
+    job.add_argument("--master", help="Spark master (spark.master; default local[*])")
+    job.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark configuration")
+    job.add_argument("--config", help="properties file (key=value)")
+    mode = job.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="one pass, then exit")
+    mode.add_argument("--interval", help="pause between passes, e.g. 30s (tier.interval.ms)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tierproxy", description=__doc__)
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
@@ -246,13 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     tier.add_argument("--storage", help="file:///path or s3://bucket/prefix?endpoint=URL (storage)")
     tier.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
     tier.add_argument("--topics", help="regex of topics to tier (tier.topics)")
-    tier.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
-    tier.add_argument("--master", help="Spark master (spark.master; default local[*])")
-    tier.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark configuration")
-    tier.add_argument("--config", help="properties file (key=value)")
-    mode = tier.add_mutually_exclusive_group()
-    mode.add_argument("--once", action="store_true", help="one pass, then exit")
-    mode.add_argument("--interval", help="pause between passes, e.g. 30s (tier.interval.ms)")
+    _spark_job_args(tier)
     tier.add_argument("--no-progress", action="store_true", help="no live progress bar")
     tier.add_argument("--confirm-retention", action="store_true",
                       help="apply tier retention even where one pass deletes more than "
@@ -274,13 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="iceberg.isolation.level (default read_committed: aborted transactions never rows)")
     ice.add_argument("--retention", choices=["follow", "keep"],
                      help="iceberg.retention: follow (default) removes rows the tier deletes; keep keeps them")
-    ice.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
-    ice.add_argument("--master", help="Spark master (spark.master; default local[*])")
-    ice.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark configuration")
-    ice.add_argument("--config", help="properties file (key=value)")
-    ice_mode = ice.add_mutually_exclusive_group()
-    ice_mode.add_argument("--once", action="store_true", help="one pass, then exit")
-    ice_mode.add_argument("--interval", help="pause between passes, e.g. 30s (tier.interval.ms)")
+    _spark_job_args(ice)
     ice.add_argument("--topic", help="snapshot-at: the topic")
     ice.add_argument("--offsets", help='snapshot-at: {"partition": offset, ...}')
     ice.set_defaults(func=_iceberg)
