@@ -14,7 +14,7 @@ from typing import Any
 from protocol.apis.produce import produce_acks
 from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
-from protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameBuffer, frame_header
+from protocol.framing import DEFAULT_MAX_FRAME_SIZE, HEAD, FrameBuffer, frame_header
 from protocol.headers import (
     RequestHeader,
     decode_request_header,
@@ -25,11 +25,13 @@ from protocol.headers import (
 
 @dataclass(slots=True)
 class RequestEvent:
-    """A whole request frame; `frame` excludes the size prefix, the body starts at `header.body_offset`."""
+    """A whole request frame; `frame` excludes the size prefix, the body starts at `header.body_offset`; `wire`
+    is the frame as received, size prefix included (None when the event was not received from a peer)."""
 
     header: RequestHeader
     frame: memoryview
     expects_response: bool
+    wire: memoryview | None = None
 
     @property
     def body(self) -> memoryview:
@@ -38,7 +40,8 @@ class RequestEvent:
 
 @dataclass(slots=True)
 class ResponseEvent:
-    """A whole response frame matched to its request (`context` is what the sender attached)."""
+    """A whole response frame matched to its request (`context` is what the sender attached); `wire` is the
+    frame as received, size prefix included (None when the event was not received from a peer)."""
 
     correlation_id: int
     api_key: int
@@ -46,6 +49,7 @@ class ResponseEvent:
     frame: memoryview
     body_offset: int
     context: Any = None
+    wire: memoryview | None = None
 
 
 class _Receiving:
@@ -78,14 +82,15 @@ class ServerConnection(_Receiving):
         super().__init__(max_frame_size, trusted_sizes=False)
 
     def next_event(self) -> RequestEvent | None:
-        frame = self.frames.next_frame()
-        if frame is None:
+        wire = self.frames.next_wire()
+        if wire is None:
             return None
+        frame = wire[HEAD:]
         header = decode_request_header(frame)
         expects = True
         if header.api_key == ApiKey.PRODUCE:
             expects = produce_acks(frame, header.api_version, header.body_offset) != 0
-        return RequestEvent(header, frame, expects)
+        return RequestEvent(header, frame, expects, wire)
 
 
 @dataclass(slots=True)
@@ -123,13 +128,14 @@ class ClientConnection(_Receiving):
             if self.frames.buffered():
                 raise ProtocolError(f"{self.frames.buffered()} bytes received with no request in flight")
             return None
-        frame = self.frames.next_frame()
-        if frame is None:
+        wire = self.frames.next_wire()
+        if wire is None:
             return None
+        frame = wire[HEAD:]
         pending = self._in_flight.popleft()
         correlation_id, offset = decode_response_header(
             frame, response_header_version(pending.api_key, pending.api_version))
         if correlation_id != pending.correlation_id:
             raise ProtocolError(f"response correlation id {correlation_id} does not match the request in flight "
                                 f"({pending.correlation_id})", api_key=pending.api_key)
-        return ResponseEvent(correlation_id, pending.api_key, pending.api_version, frame, offset, pending.context)
+        return ResponseEvent(correlation_id, pending.api_key, pending.api_version, frame, offset, pending.context, wire)

@@ -22,6 +22,7 @@ from protocol.errors import ProtocolError
 FRAME_SIZE = struct.Struct(">i")
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 DEFAULT_STAGING_SIZE = 64 * 1024
+HEAD = FRAME_SIZE.size  # the size prefix in front of each frame handed out by `next_wire`
 
 
 class FrameBuffer:
@@ -68,10 +69,10 @@ class FrameBuffer:
                 self._advance_header()
             big = self._big
         if big is not None and self._big_w < self._big_size:
-            if self._big_w == len(big):  # untrusted sizes: grow with what arrived, up to the announced size
+            if HEAD + self._big_w == len(big):  # untrusted sizes: grow with what arrived, up to the announced size
                 big = self._grow(big)
             self._into_big = True
-            return memoryview(big)[self._big_w:]
+            return memoryview(big)[HEAD + self._big_w:]
         self._into_big = False
         if self._w == len(self._buf):
             self._compact()
@@ -99,6 +100,12 @@ class FrameBuffer:
 
     def next_frame(self) -> memoryview | None:
         """The next whole frame payload (no size prefix), or None until more bytes arrive."""
+        wire = self.next_wire()
+        return None if wire is None else wire[HEAD:]
+
+    def next_wire(self) -> memoryview | None:
+        """The next whole frame as it came on the wire, size prefix included (what a relay writes back out in one
+        piece, with no copy), or None until more bytes arrive."""
         big = self._big
         if big is not None:
             if self._big_w < self._big_size:
@@ -108,17 +115,17 @@ class FrameBuffer:
             return memoryview(big)
         self._advance_header()
         if self._big is not None:
-            return self.next_frame()
+            return self.next_wire()
         size = self._size
         if size < 0 or self._w - self._r < size:
             return None
         start = self._r
-        frame = bytes(self._buf[start:start + size])
+        wire = self._buf[start - HEAD:start + size]  # one copy: small frames outlive the staging buffer
         self._r = start + size
         self._size = -1
         if self._r == self._w:
             self._r = self._w = 0
-        return memoryview(frame)
+        return memoryview(wire)
 
     def _advance_header(self) -> None:
         if self._size >= 0 or self._w - self._r < 4:
@@ -132,8 +139,9 @@ class FrameBuffer:
             # a large frame: give it its own buffer so the rest lands there directly
             have = self._w - self._r
             take = min(have, size)
-            big = bytearray(size if self._trusted else min(size, max(take, len(self._buf))))
-            big[:take] = self._buf[self._r:self._r + take]
+            # HEAD bytes in front keep the size prefix: the frame goes back out as one piece (`next_wire`)
+            big = bytearray(HEAD + (size if self._trusted else min(size, max(take, len(self._buf)))))
+            big[:HEAD + take] = memoryview(self._buf)[self._r - HEAD:self._r + take]
             self._r += take
             self._big, self._big_w, self._big_size = big, take, size
             self._size = -1
@@ -141,7 +149,8 @@ class FrameBuffer:
                 self._r = self._w = 0
 
     def _grow(self, big: bytearray) -> bytearray:
-        more = bytes(min(len(big), self._big_size - len(big)))
+        room = len(big) - HEAD
+        more = bytes(min(room, self._big_size - room))
         try:
             big.extend(more)
         except BufferError:  # a caller still holds a view of it: move to a new buffer instead
@@ -150,11 +159,13 @@ class FrameBuffer:
         return big
 
     def _compact(self) -> None:
-        pending = self._w - self._r
-        if self._r == 0:
+        keep = HEAD if self._size >= 0 else 0  # a frame whose size was read keeps its prefix in front of it
+        src = self._r - keep
+        if src <= 0:
             return
-        self._buf[:pending] = self._buf[self._r:self._w]
-        self._r, self._w = 0, pending
+        pending = self._w - src
+        self._buf[:pending] = self._buf[src:self._w]
+        self._r, self._w = keep, pending
 
 
 def frame_header(payload_size: int) -> bytes:

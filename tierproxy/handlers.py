@@ -12,7 +12,7 @@ from protocol.constants import ApiKey, ErrorCode
 from protocol.errors import ProtocolError
 from tierproxy import rewrite
 from tierproxy.intercept import fetch, offsets
-from tierproxy.session import RequestHandler, ResponseHandler, Session, Slot, framed
+from tierproxy.session import RequestHandler, ResponseHandler, Session, Slot, as_received
 
 log = logging.getLogger("tierproxy.handlers")
 
@@ -27,7 +27,7 @@ def _decode(session: Session, slot: Slot, ev: ResponseEvent) -> dict[str, object
     if not registry.supports(ev.api_key, ev.api_version):
         log.warning("client %s uses %s v%d beyond the codec's range: relayed without rewriting", session.peer,
                     registry.SUPPORTED[ev.api_key].name, ev.api_version)
-        slot.chunks = framed(ev.frame)
+        slot.chunks = as_received(ev)
         return None
     return registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
 
@@ -57,7 +57,7 @@ def api_versions_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
 
 def sasl_authenticate_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     """Relayed untouched; the mechanism's last successful round lifts the pre-authentication request limit."""
-    slot.chunks = framed(ev.frame)
+    slot.chunks = as_received(ev)
     rounds = session.state.get("sasl_rounds")
     if rounds is None or not registry.supports(ev.api_key, ev.api_version):
         return

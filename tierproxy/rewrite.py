@@ -14,7 +14,7 @@ from protocol import registry
 from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
 from protocol.connection import ResponseEvent
 from protocol.constants import ApiKey
-from tierproxy.session import Session, Slot, framed
+from tierproxy.session import Session, Slot, as_received
 
 Data = dict[str, Any]
 AddressOf = Callable[[int, str, int], tuple[str, int]]  # (node_id, upstream host, port) → proxy address
@@ -88,16 +88,16 @@ def relay_with_endpoints(session: Session, slot: Slot, ev: ResponseEvent, data: 
     (for Fetch a scan tells, so a response without them is never decoded)."""
     is_fetch = ev.api_key == ApiKey.FETCH
     if ev.api_version < (16 if is_fetch else 10) or not registry.supports(ev.api_key, ev.api_version):
-        slot.chunks = framed(ev.frame)
+        slot.chunks = as_received(ev)
         return
     if is_fetch and data is None:
         scan = scan or scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
         if not scan.node_endpoints:
-            slot.chunks = framed(ev.frame)
+            slot.chunks = as_received(ev)
             return
     if data is None:
         data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
     if rewrite_node_endpoints(data, session.proxy.brokers.proxy_address):
         slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
     else:
-        slot.chunks = framed(ev.frame)
+        slot.chunks = as_received(ev)

@@ -50,6 +50,11 @@ def framed(frame: memoryview | bytes) -> Chunks:
     return [frame_header(len(frame)), frame]
 
 
+def as_received(ev: RequestEvent | ResponseEvent) -> Chunks:
+    """A frame relayed unchanged: the bytes as they arrived, size prefix included, in one write and no copy."""
+    return [ev.wire] if ev.wire is not None else framed(ev.frame)
+
+
 RequestHandler = Callable[["Session", RequestEvent], None]
 ResponseHandler = Callable[["Session", Slot, ResponseEvent], None]
 
@@ -138,7 +143,7 @@ class Session:
             slot = Slot(ev.header)
         if ev.expects_response:
             self.upstream_conn.expect_response(ev.header, slot)
-        for chunk in chunks if chunks is not None else framed(ev.frame):
+        for chunk in chunks if chunks is not None else as_received(ev):
             self.upstream.write(chunk)
         if slot is not None:
             self.add_slot(slot)
@@ -183,7 +188,7 @@ class Session:
                 if slot is None:
                     continue
                 if handler is None:
-                    slot.chunks = framed(ev.frame)
+                    slot.chunks = as_received(ev)
                 else:
                     handler(self, slot, ev)
                 self.flush()

@@ -9,6 +9,9 @@ Walks the wire grammar of `protocol.apis.fetch` (versions 4-18), skipping everyt
                      node_endpoints(tag 0, v16+)
     Flexible from v12: compact lengths, and tagged fields after every struct.
 A malformed or truncated response raises `ProtocolError`, as a full decode would.
+
+And a Fetch request's KIP-227 session fields, which sit at a fixed place (tagged fields come last):
+    FetchRequest => replica_id(v7-14) max_wait_ms min_bytes max_bytes isolation_level session_id session_epoch ...
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ NODE_ENDPOINTS_TAG = 0
 # partition_index:int32 error_code:int16 high_watermark:int64 last_stable_offset:int64 log_start_offset:int64 (v5+)
 PARTITION_V5 = struct.Struct(">ihqqq")
 PARTITION_V4 = struct.Struct(">ihqq")
+# session_id:int32 session_epoch:int32, after the request's fixed head
+SESSION = struct.Struct(">ii")
+# replica_id:int32 (v7-14) max_wait_ms:int32 min_bytes:int32 max_bytes:int32 isolation_level:int8
+HEAD_V7, HEAD_V15 = 17, 13
 # array count / string length / bytes length of the non-flexible versions
 INT32, INT16 = struct.Struct(">i"), struct.Struct(">h")
 
@@ -36,6 +43,19 @@ class PartitionError(NamedTuple):
 class FetchScan(NamedTuple):
     errors: list[PartitionError]  # partitions answered with a non-zero error code
     node_endpoints: bool  # a non-empty node_endpoints tagged field is present
+
+
+def fetch_request_session(frame: memoryview, version: int, body_offset: int) -> tuple[int, int, int] | None:
+    """A Fetch request's (session_id, session_epoch, position of session_id in `frame`); None before v7 (no
+    sessions). Reads nothing past the session fields."""
+    if version < 7:
+        return None
+    at = body_offset + (HEAD_V7 if version < 15 else HEAD_V15)
+    if at + SESSION.size > len(frame):
+        raise ProtocolError(f"Fetch request of {len(frame)} bytes ends before its session fields", api_key=1,
+                            api_version=version)
+    session_id, epoch = SESSION.unpack_from(frame, at)
+    return session_id, epoch, at
 
 
 def scan_fetch_response(frame: memoryview, version: int, body_offset: int) -> FetchScan:

@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import registry
-from protocol.apis.fetch_scan import PartitionError, scan_fetch_response
+from protocol.apis.fetch_scan import PartitionError, fetch_request_session, scan_fetch_response
 from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
+from protocol.headers import RequestHeader, decode_request_header, request_header_version
 from tests.protocol.samples import sample
 
 FETCH = registry.SUPPORTED[ApiKey.FETCH]
@@ -63,3 +64,27 @@ def test_scans_or_raises_protocol_error(version: int, junk: bytes) -> None:
     with contextlib.suppress(ProtocolError):  # anything else (IndexError, UnicodeError...) fails the test
         scan = scan_fetch_response(memoryview(junk), version, 0)
         assert all(e.error_code != 0 for e in scan.errors)
+
+
+@pytest.mark.parametrize("version", range(4, 19))
+@pytest.mark.parametrize("seed", range(4))
+def test_request_session_fields_match_the_full_decode(version: int, seed: int) -> None:
+    data = sample(FETCH.request, version, seed=seed)  # type: ignore[arg-type]
+    header = RequestHeader(ApiKey.FETCH, version, 3, "c", request_header_version(ApiKey.FETCH, version), 0)
+    frame = memoryview(b"".join(bytes(c) for c in registry.encode_request(header, data)))[4:]
+    body = decode_request_header(frame).body_offset
+    got = fetch_request_session(frame, version, body)
+    if version < 7:
+        assert got is None
+        return
+    assert got is not None
+    decoded = registry.decode_request(decode_request_header(frame), frame)
+    assert got[:2] == (decoded["session_id"], decoded["session_epoch"])
+    patched = bytearray(frame)  # the position found is the field's: rewriting it there changes only it
+    patched[got[2]:got[2] + 8] = bytes.fromhex("00000000ffffffff")
+    again = registry.decode_request(decode_request_header(memoryview(patched)), memoryview(patched))
+    assert (again["session_id"], again["session_epoch"]) == (0, -1)
+    assert {k: v for k, v in again.items() if not k.startswith("session")} == \
+        {k: v for k, v in decoded.items() if not k.startswith("session")}
+    with pytest.raises(ProtocolError):
+        fetch_request_session(frame[:got[2] + 7], version, body)

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from protocol import registry
-from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
+from protocol.apis.fetch_scan import FetchScan, fetch_request_session, scan_fetch_response
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
+from protocol.framing import HEAD
 from protocol.records import build_empty_batch
 from tierproxy import rewrite
 from tierproxy.intercept.errors import error_for
@@ -37,7 +39,7 @@ from tierproxy.metrics import FETCH_LATENCY, RemoteFetchStats
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.service import BrokerOffsets, RemoteTier
-from tierproxy.session import Session, Slot
+from tierproxy.session import Chunks, Session, Slot, as_received
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.storage import ObjectMissing
 
@@ -45,16 +47,20 @@ log = logging.getLogger("tierproxy.intercept.fetch")
 STALE_OFFSETS_S = 30.0
 Key = tuple[Any, int]  # (topic name or topic id, partition)
 Data = dict[str, Any]
+TAIL_LATENCY, REMOTE_LATENCY = FETCH_LATENCY.labels("tail"), FETCH_LATENCY.labels("remote")  # looked up once
+FINAL_EPOCH = -1  # KIP-227: a sessionless full request
+EPOCH = struct.Struct(">i")  # session_epoch:int32
 
 
 @dataclass
 class FetchPlan:
-    """What one client Fetch becomes: its decoded request (made sessionless, forwarded whole) and the partitions
+    """What one client Fetch becomes: its request (made sessionless, forwarded whole) and the partitions
     expected to be remote (below the broker's local start last time), whose reads start before the broker
-    answers."""
+    answers. A request forwarded as it came is decoded only if its answer needs the tier (`request`)."""
 
-    request: Data
+    decoded: Data | None  # the request made sessionless; None: decode `source` on first use
     by_id: bool  # v13+: topics named by id
+    source: RequestEvent | None = None
     remote: list[Key] = field(default_factory=list)
     reads: dict[Key, asyncio.Task[ReadResult]] = field(default_factory=dict)  # started early for `remote`
     budget: dict[Key, tuple[int, bool]] = field(default_factory=dict)  # early reads' (max bytes, min one batch)
@@ -65,6 +71,13 @@ class FetchPlan:
     reserved: int = 0  # bytes of queued.max.request.bytes held for this response's remote reads
     client_id: str = ""  # whose remote fetch quota the served bytes count against
     started: float = field(default_factory=time.monotonic)
+
+    @cached_property
+    def request(self) -> Data:
+        if self.decoded is None:
+            assert self.source is not None
+            self.decoded = sessionless(registry.decode_request(self.source.header, self.source.frame))
+        return self.decoded
 
     @cached_property
     def requested(self) -> dict[Key, Data]:
@@ -126,17 +139,46 @@ def _pc(tier: RemoteTier, by_id: bool, key: Key) -> PartitionCache | None:
     return tier.partition_by_id(key[0], key[1]) if by_id else tier.partition(key[0], key[1])
 
 
+def sessionless(data: Data) -> Data:
+    """KIP-227 sessions are not forwarded: sessionless upstream (the broker answers session_id 0, so the client
+    keeps sending full requests)."""
+    data["session_id"], data["session_epoch"], data["forgotten_topics_data"] = 0, -1, []
+    return data
+
+
+def as_full_request(ev: RequestEvent) -> Chunks | None:
+    """The request to forward without decoding it, when it asks for no session state: sessionless as it came, or
+    a full request (epoch 0) made sessionless by rewriting its epoch (a full request's forgotten topics are
+    ignored by the broker). None: it refers to a session (incremental), and goes through the full decode."""
+    found = fetch_request_session(ev.frame, ev.header.api_version, ev.header.body_offset)
+    if found is None or found[:2] == (0, FINAL_EPOCH):
+        return as_received(ev)
+    if found[:2] != (0, 0) or ev.wire is None:
+        return None
+    wire = bytearray(ev.wire)
+    EPOCH.pack_into(wire, HEAD + found[2] + 4, FINAL_EPOCH)
+    return [wire]
+
+
 def fetch_request(session: Session, ev: RequestEvent) -> None:
     tier: RemoteTier | None = session.proxy.remote
     if not registry.supports(ev.header.api_key, ev.header.api_version):
         session.forward(ev)
         return
+    known: dict[Key, int] = session.state.setdefault("remote", {})
+    by_id = ev.header.api_version >= 13
+    if tier is None or not known:  # the tail: nothing to read early, so nothing to decode now
+        chunks = as_full_request(ev)
+        if chunks is not None:
+            plan = FetchPlan(None, by_id, ev)
+            plan.client_id = ev.header.client_id or ""
+            session.forward(ev, chunks, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
+            return
     data = registry.decode_request(ev.header, ev.frame)
     changed = not (data["session_id"] == 0 and data["session_epoch"] == -1)
-    if changed:  # KIP-227 sessions are not forwarded: sessionless upstream, session_id 0 back
-        data["session_id"], data["session_epoch"], data["forgotten_topics_data"] = 0, -1, []
-    known: dict[Key, int] = session.state.setdefault("remote", {})
-    plan = plan_fetch(data, ev.header.api_version >= 13, known if tier is not None else {})
+    if changed:
+        sessionless(data)
+    plan = plan_fetch(data, by_id, known if tier is not None else {})
     plan.client_id = ev.header.client_id or ""
     if plan.remote and tier is not None:
         loop = asyncio.get_running_loop()
@@ -166,7 +208,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     if not oor and not beyond:
         release_memory(session, plan)
         rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
-        FETCH_LATENCY.labels("tail").observe(time.monotonic() - plan.started)
+        TAIL_LATENCY.observe(time.monotonic() - plan.started)
         return
     data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
     session.complete_later(slot, complete(session, slot, data, plan, oor, beyond))
@@ -358,7 +400,7 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
     rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
     slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
                                            response)
-    FETCH_LATENCY.labels("remote").observe(time.monotonic() - plan.started)
+    REMOTE_LATENCY.observe(time.monotonic() - plan.started)
     session.flush()
 
 

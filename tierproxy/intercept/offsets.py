@@ -18,7 +18,7 @@ from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ErrorCode, OffsetSpec
 from tierproxy.remote.service import RemoteTier
-from tierproxy.session import Session, Slot, framed
+from tierproxy.session import Session, Slot, as_received
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.logstart import delete_records_outcome
 
@@ -40,7 +40,7 @@ def _remembered(session: Session, slot: Slot, ev: ResponseEvent) -> tuple[Remote
     """The tier and the decoded response when the request was remembered; otherwise the response is relayed."""
     tier = session.proxy.remote
     if slot.ctx is None or tier is None:
-        slot.chunks = framed(ev.frame)
+        slot.chunks = as_received(ev)
         return None
     return tier, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
 
@@ -142,7 +142,7 @@ def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseE
                 p["leader_epoch"], p["end_offset"] = found
                 changed = True
     slot.chunks = (registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data) if changed
-                   else framed(ev.frame))
+                   else as_received(ev))
 
 
 def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
@@ -159,7 +159,7 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
     answered = [(t["name"], p) for t in data["topics"] for p in t["partitions"]
                 if p["error_code"] == ErrorCode.NONE and (t["name"], p["partition_index"]) in asked]
     if not answered:  # refused by the broker (authorization, unknown partition, beyond the high watermark)
-        slot.chunks = framed(ev.frame)
+        slot.chunks = as_received(ev)
         return
     timeout = min(max(int(slot.ctx.get("timeout_ms") or 0), 1000), 60_000) / 1000
 
