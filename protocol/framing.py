@@ -56,6 +56,10 @@ class FrameBuffer:
         """Bytes received but not yet handed out as frames."""
         return (self._w - self._r) + (self._big_w if self._big is not None else 0)
 
+    def inside_large_frame(self) -> bool:
+        """A large frame is being received and is not whole yet (no frame can be taken before it is)."""
+        return self._big is not None and self._big_w < self._big_size
+
     def allocated(self) -> int:
         """Bytes this buffer holds in memory (staging buffer and a large frame's buffer)."""
         return len(self._buf) + (len(self._big) if self._big is not None else 0)

@@ -281,13 +281,16 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        self.frames = session.upstream_conn.frames
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.session.upstream_conn.get_buffer(sizehint)
+        return self.frames.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.session.upstream_conn.buffer_updated(nbytes)
-        self.session.process_upstream()
+        frames = self.frames
+        frames.buffer_updated(nbytes)
+        if not frames.inside_large_frame():  # a large response arrives in many reads: act on its last one only
+            self.session.process_upstream()
 
     def eof_received(self) -> bool:
         return False
