@@ -197,6 +197,10 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         return
     # the tail path's only question is "any partition out of range?": a scan answers it without a decode
     scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
+    if not scan.errors and not plan.remote:  # the tail: nothing out of range, nothing read early
+        rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
+        TAIL_LATENCY.observe(time.monotonic() - plan.started)
+        return
     if not tier.serving and any(code == ErrorCode.OFFSET_OUT_OF_RANGE for _, _, code in scan.errors):
         release_memory(session, plan)
         data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
