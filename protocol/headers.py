@@ -23,6 +23,8 @@ from protocol.primitives import Reader, Writer
 
 # api_key:int16, api_version:int16, correlation_id:int32
 REQUEST_HEADER_V0 = struct.Struct(">hhi")
+# api_key:int16, api_version:int16, correlation_id:int32, client_id length:int16
+REQUEST_HEADER_V1 = struct.Struct(">hhih")
 # correlation_id:int32
 RESPONSE_HEADER_V0 = struct.Struct(">i")
 
@@ -62,8 +64,26 @@ class RequestHeader:
 
 def decode_request_header(frame: memoryview) -> RequestHeader:
     """Decode the header at the start of a request frame (without its size prefix)."""
-    if len(frame) < REQUEST_HEADER_V0.size:
-        raise ProtocolError(f"request frame of {len(frame)} bytes is shorter than a header")
+    if len(frame) < REQUEST_HEADER_V1.size:
+        if len(frame) < REQUEST_HEADER_V0.size:
+            raise ProtocolError(f"request frame of {len(frame)} bytes is shorter than a header")
+        return _decode_request_header(frame)
+    api_key, api_version, correlation_id, n = REQUEST_HEADER_V1.unpack_from(frame, 0)
+    version = request_header_version(api_key, api_version)
+    end = REQUEST_HEADER_V1.size + n
+    # the common shape, read in one go: a client id, and (v2) no tagged fields; anything else takes the Reader
+    if n < 0 or end + (version >= 2) > len(frame) or (version >= 2 and frame[end] != 0):
+        return _decode_request_header(frame)
+    try:
+        client_id = str(frame[REQUEST_HEADER_V1.size:end], "utf-8")
+    except UnicodeDecodeError:
+        return _decode_request_header(frame)
+    if version >= 2:
+        return RequestHeader(api_key, api_version, correlation_id, client_id, version, end + 1, b"\x00")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, version, end, b"")
+
+
+def _decode_request_header(frame: memoryview) -> RequestHeader:
     api_key, api_version, correlation_id = REQUEST_HEADER_V0.unpack_from(frame, 0)
     version = request_header_version(api_key, api_version)
     r = Reader(frame, REQUEST_HEADER_V0.size)

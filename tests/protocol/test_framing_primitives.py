@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol.errors import ProtocolError
 from protocol.framing import FrameBuffer, frame_header
-from protocol.headers import decode_request_header, decode_response_header, request_header_version
+from protocol.headers import (
+    _decode_request_header,
+    decode_request_header,
+    decode_response_header,
+    request_header_version,
+)
 from protocol.primitives import Reader, Writer, encode_unsigned_varint, encode_varint
 
 VARINTS = [(0, b"\x00"), (1, b"\x02"), (-1, b"\x01"), (63, b"\x7e"), (-64, b"\x7f"), (64, b"\x80\x01"),
@@ -192,3 +200,25 @@ def test_next_wire_hands_out_each_frame_exactly_as_it_came(trusted: bool, step: 
                 got.append(bytes(whole))
     assert b"".join(got) == wire
     assert [len(g) - 4 for g in got] == sizes
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=40),
+    st.builds(lambda key, ver, cid, client, tail: bytes.fromhex(f"{key:04x}{ver:04x}{cid:08x}") +
+              (len(client).to_bytes(2, "big") + client if client is not None else b"\xff\xff") + tail,
+              st.sampled_from([0, 1, 3, 18, 60, 999]), st.integers(0, 20), st.integers(0, 2**31 - 1),
+              st.one_of(st.none(), st.binary(max_size=12), st.text(max_size=8).map(str.encode)),
+              st.binary(max_size=12))))
+def test_the_request_header_fast_path_agrees_with_the_reader(frame: bytes) -> None:
+    """The one-struct read of the common header shape decodes exactly what the field-by-field read does, and
+    raises ProtocolError exactly where it does."""
+    slow = None
+    if len(frame) >= 8:
+        with contextlib.suppress(ProtocolError):
+            slow = _decode_request_header(memoryview(frame))
+    try:
+        fast = decode_request_header(memoryview(frame))
+    except ProtocolError:
+        fast = None
+    assert fast == slow
