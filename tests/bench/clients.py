@@ -9,12 +9,14 @@ import time
 from tierproxy.kafkadist import KafkaCluster
 
 
-def produce(kafka: KafkaCluster, topic: str, records: int, size: int = 1024, *, bootstrap: str | None = None) -> None:
-    """`records` records of `size` random bytes, uncompressed, as fast as the broker takes them."""
+def produce(kafka: KafkaCluster, topic: str, records: int, size: int = 1024, *, bootstrap: str | None = None,
+            batch_bytes: int = 262144) -> None:
+    """`records` records of `size` random bytes, uncompressed, as fast as the broker takes them, in batches of up
+    to `batch_bytes` (a fetch returns at least one whole batch, whatever its max bytes)."""
     subprocess.run(["java", "-Xmx512m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
                     "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
                     "--producer-props", f"bootstrap.servers={bootstrap or kafka.bootstrap}", "acks=1",
-                    "linger.ms=20", "batch.size=262144", "compression.type=none"],
+                    "linger.ms=20", f"batch.size={batch_bytes}", "compression.type=none"],
                    check=True, capture_output=True, timeout=900)
 
 

@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.bench, pytest.mark.kafka]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_RELAY_RECORDS", str(512 << 10)))
 ROUNDS = int(os.environ.get("TIERPROXY_BENCH_RELAY_ROUNDS", "3"))
 TOPIC = "side-by-side"
+SMALL = "side-by-side-16k"  # 16 KiB batches: a 16 KiB fetch answers 16 KiB (TOPIC's 256 KiB batches answer 256 KiB)
 PATHS = ("direct", "relay", "proxy")
 
 
@@ -70,6 +71,8 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paths]:
     try:
         create_topic(kafka.bootstrap, TOPIC, config={"segment.bytes": str(256 << 20)})
         produce(kafka, TOPIC, RECORDS)
+        create_topic(kafka.bootstrap, SMALL)
+        produce(kafka, SMALL, 20_000, batch_bytes=16384)
         yield Paths(kafka, relay_port, relay, proxy)
     finally:
         proxy.stop()
@@ -126,24 +129,32 @@ def _pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100)[q - 1] * 1e3
 
 
-def test_16_kib_tail_fetch_latency_side_by_side(paths: Paths) -> None:
-    body = fetch_request({TOPIC: {0: RECORDS - 100}}, max_bytes=16384)
+@pytest.mark.parametrize("topic, size", [(SMALL, "16 KiB"), (TOPIC, "256 KiB")])
+def test_tail_fetch_latency_side_by_side(paths: Paths, topic: str, size: str) -> None:
+    """One fetch of max_bytes 16 KiB at a time; it answers one whole batch: 16 KiB from SMALL, 256 KiB from TOPIC
+    (the broker returns at least one batch), so the second shows what storing a response whole costs."""
+    body = fetch_request({topic: {0: (20_000 if topic == SMALL else RECORDS) - 100}}, max_bytes=16384)
     lat: dict[str, list[float]] = {k: [] for k in PATHS}
     clients: dict[str, Any] = {k: WireClient(paths.broker_address(k)) for k in PATHS}
+    answered = 0
     try:
         for n in range(5300):  # alternate the paths; the first 300 rounds warm up
             for path in PATHS:
                 start = time.perf_counter()
-                clients[path].request_event(1, 12, body)
+                ev = clients[path].request_event(1, 12, body)
                 if n >= 300:
                     lat[path].append(time.perf_counter() - start)
+                answered = len(ev.frame)
     finally:
         for c in clients.values():
             c.close()
     p50 = {k: _pct(v, 50) for k, v in lat.items()}
     p99 = {k: _pct(v, 99) for k, v in lat.items()}
-    report("16 KiB tail fetch latency vs bare relay",
+    report(f"{size} tail fetch latency vs bare relay",
+           f"responses of {answered} bytes; " +
            "; ".join(f"{k} p50 {p50[k]:.3f} ms p99 {p99[k]:.3f} ms" for k in PATHS) +
            f"; added by tierproxy p50 {p50['proxy'] - p50['direct']:.3f} ms p99 {p99['proxy'] - p99['direct']:.3f} "
-           f"ms, by the relay p50 {p50['relay'] - p50['direct']:.3f} ms p99 {p99['relay'] - p99['direct']:.3f} ms")
+           f"ms, by the relay p50 {p50['relay'] - p50['direct']:.3f} ms p99 {p99['relay'] - p99['direct']:.3f} ms; "
+           f"proxy p50 - relay p50 {p50['proxy'] - p50['relay']:.3f} ms")
     assert p50["proxy"] > 0
+    assert (answered < 20_000) == (topic == SMALL)
