@@ -68,91 +68,143 @@ def scan_fetch_response(frame: memoryview, version: int, body_offset: int) -> Fe
         raise ProtocolError(f"malformed Fetch response: {exc}", api_key=1, api_version=version) from None
 
 
-def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
-    end = len(buf)
-    flexible = version >= 12
-
-    def uvarint() -> int:  # the position advances through the enclosing `p`
-        nonlocal p
+def _uvarint(buf: memoryview, p: int) -> tuple[int, int]:
+    """(value, position after it) of an unsigned varint of more than one byte (one-byte ones are read inline)."""
+    value, shift = 0, 0
+    while True:
         b = buf[p]
         p += 1
+        value |= (b & 0x7F) << shift
         if b < 0x80:
-            return b
-        value, shift = b & 0x7F, 7
-        while True:
-            b = buf[p]
-            p += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
-            if shift > 63:
-                raise ProtocolError("varint too long")
+            return value, p
+        shift += 7
+        if shift > 63:
+            raise ProtocolError("varint too long")
 
-    def skip(n: int) -> None:
-        nonlocal p
-        if n < 0 or p + n > end:
-            raise ProtocolError(f"truncated: need {n} bytes at {p}, have {end - p}")
-        p += n
 
-    def count() -> int:  # an array's item count; -1 (null) reads as 0
-        nonlocal p
-        if flexible:
-            n = uvarint() - 1
-        else:
-            n = INT32.unpack_from(buf, p)[0]
-            p += 4
-        if n > end - p:
-            raise ProtocolError(f"array count {n} exceeds the {end - p} bytes left")
-        return max(n, 0)
+def _skip_tagged(buf: memoryview, p: int, end: int) -> int:
+    """The position after a tagged-field section."""
+    n = buf[p]
+    p += 1
+    if n >= 0x80:
+        n, p = _uvarint(buf, p - 1)
+    for _ in range(n):
+        _, p = _uvarint(buf, p)  # tag
+        size, p = _uvarint(buf, p)
+        p += size
+        if p > end:
+            raise ProtocolError(f"truncated: a tagged field ends at {p}, past {end}")
+    return p
 
-    def skip_tagged() -> None:
-        for _ in range(uvarint()):
-            uvarint()
-            skip(uvarint())
 
+def _truncated(n: int, p: int, end: int) -> ProtocolError:
+    return ProtocolError(f"truncated: need {n} bytes at {p}, have {end - p}")
+
+
+def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
+    # straight-line reads on one position `p` (the tail path scans every response: no helper calls per field)
+    end = len(buf)
+    flexible = version >= 12
     part = PARTITION_V5 if version >= 5 else PARTITION_V4
-    skip(4 + (6 if version >= 7 else 0))  # throttle_time_ms, error_code + session_id
+    part_size = part.size
+    p += 4 + (6 if version >= 7 else 0)  # throttle_time_ms, error_code + session_id
+    if p > end:
+        raise _truncated(0, p, end)
     errors: list[PartitionError] = []
-    for _ in range(count()):
+    if flexible:
+        topics = buf[p]
+        p += 1
+        if topics >= 0x80:
+            topics, p = _uvarint(buf, p - 1)
+        topics -= 1
+    else:
+        topics = INT32.unpack_from(buf, p)[0]
+        p += 4
+    if topics > end - p:
+        raise ProtocolError(f"array count {topics} exceeds the {end - p} bytes left")
+    for _ in range(topics):
         topic: str | bytes
         if version >= 13:
+            if p + 16 > end:
+                raise _truncated(16, p, end)
             topic = bytes(buf[p:p + 16])
-            skip(16)
+            p += 16
         else:
-            n = uvarint() - 1 if flexible else INT16.unpack_from(buf, p)[0]
-            p += 0 if flexible else 2
-            start = p
-            skip(n)
-            topic = str(buf[start:p], "utf-8")
-        for _ in range(count()):
-            fields = part.unpack_from(buf, p)
-            skip(part.size)
-            for _ in range(count()):  # aborted transactions: producer_id, first_offset
-                skip(16)
-                if flexible:
-                    skip_tagged()
-            if version >= 11:
-                skip(4)  # preferred_read_replica
             if flexible:
-                skip(max(uvarint() - 1, 0))  # records (0: null)
-                skip_tagged()
+                n = buf[p]
+                p += 1
+                if n >= 0x80:
+                    n, p = _uvarint(buf, p - 1)
+                n -= 1
+            else:
+                n = INT16.unpack_from(buf, p)[0]
+                p += 2
+            if n < 0 or p + n > end:
+                raise _truncated(n, p, end)
+            topic = str(buf[p:p + n], "utf-8")
+            p += n
+        if flexible:
+            parts = buf[p]
+            p += 1
+            if parts >= 0x80:
+                parts, p = _uvarint(buf, p - 1)
+            parts -= 1
+        else:
+            parts = INT32.unpack_from(buf, p)[0]
+            p += 4
+        if parts > end - p:
+            raise ProtocolError(f"array count {parts} exceeds the {end - p} bytes left")
+        for _ in range(parts):
+            partition, error_code = part.unpack_from(buf, p)[:2]
+            p += part_size
+            if flexible:  # aborted transactions (null reads as none): producer_id, first_offset, tagged fields
+                aborted = buf[p]
+                p += 1
+                if aborted >= 0x80:
+                    aborted, p = _uvarint(buf, p - 1)
+                aborted -= 1
+            else:
+                aborted = INT32.unpack_from(buf, p)[0]
+                p += 4
+            if aborted > end - p:
+                raise ProtocolError(f"array count {aborted} exceeds the {end - p} bytes left")
+            for _ in range(aborted):
+                p += 16
+                if flexible:
+                    p = _skip_tagged(buf, p, end)
+            if version >= 11:
+                p += 4  # preferred_read_replica
+            if flexible:
+                n = buf[p]
+                p += 1
+                if n >= 0x80:
+                    n, p = _uvarint(buf, p - 1)
+                p += max(n - 1, 0)  # records (0: null)
+                if p > end:
+                    raise _truncated(n - 1, p - n + 1, end)
+                p = _skip_tagged(buf, p, end)
             else:
                 n = INT32.unpack_from(buf, p)[0]
                 p += 4
                 if n < -1:
                     raise ProtocolError(f"bad records length {n}")
-                skip(max(n, 0))
-            if fields[1]:
-                errors.append(PartitionError(topic, fields[0], fields[1]))
+                if p + max(n, 0) > end:
+                    raise _truncated(n, p, end)
+                p += max(n, 0)
+            if error_code:
+                errors.append(PartitionError(topic, partition, error_code))
         if flexible:
-            skip_tagged()
+            p = _skip_tagged(buf, p, end)
     endpoints = False
     if flexible:
-        for _ in range(uvarint()):
-            tag, size = uvarint(), uvarint()
+        tags, p = _uvarint(buf, p)
+        for _ in range(tags):
+            tag, p = _uvarint(buf, p)
+            size, p = _uvarint(buf, p)
             start = p
-            skip(size)
+            p += size
+            if p > end:
+                raise _truncated(size, start, end)
             if tag == NODE_ENDPOINTS_TAG and version >= 16:
                 endpoints = Reader(buf, start, p).compact_array_len() > 0
     if p != end:
