@@ -15,7 +15,7 @@ from tierproxy.identity import ClientIdentity
 
 
 class AsyncWireClient:
-    """One connection; requests are serialized (one in flight), which is all the control plane needs."""
+    """One connection; callers take turns (one exchange at a time), an exchange may carry several requests."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "tierproxy", ssl_context: ssl.SSLContext | None = None,
                  timeout: float = 10.0, identity: ClientIdentity | None = None) -> None:
@@ -58,14 +58,19 @@ class AsyncWireClient:
             pass
 
     async def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        return (await self.request_many([(api_key, version, body)]))[0]
+
+    async def request_many(self, requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Several requests written at once, their answers in order (Kafka answers a connection's requests in
+        the order it received them, one at a time): no turnaround of ours between them."""
         async with self._lock:
             if self._writer is None:
                 await self._connect()
             try:
-                return await self._exchange(api_key, version, body)
+                return await self._exchange_many(requests)
             except BaseException:
-                # cancelled (a caller's timeout) or failed mid-exchange: the stream may still bring this
-                # response, which the next request would take for its own. Start that one on a new connection.
+                # cancelled (a caller's timeout) or failed mid-exchange: the stream may still bring these
+                # responses, which the next request would take for its own. Start that one on a new connection.
                 self._drop()
                 raise
 
@@ -76,18 +81,25 @@ class AsyncWireClient:
         self._client = RequestClient(self.client_id)
 
     async def _exchange(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        return (await self._exchange_many([(api_key, version, body)]))[0]
+
+    async def _exchange_many(self, requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[str, Any]]:
         assert self._reader is not None and self._writer is not None
-        self._writer.writelines(self._client.send(api_key, version, body))
+        for api_key, version, body in requests:
+            self._writer.writelines(self._client.send(api_key, version, body))
         await self._writer.drain()
-        while True:
+        answers: list[dict[str, Any]] = []
+        while len(answers) < len(requests):
             ev = self._client.next_event()
             if ev is not None:
-                return self._client.decode(ev)
+                answers.append(self._client.decode(ev))
+                continue
             data = await asyncio.wait_for(self._reader.read(1 << 16), self.timeout)
             if not data:
                 await self.close()
                 raise ConnectionError(f"{self.host}:{self.port} closed the connection")
             self._client.receive_data(data)
+        return answers
 
     async def close(self) -> None:
         if self._writer is not None:

@@ -215,8 +215,9 @@ class RemoteTier:
 
     async def broker_offsets_many(self, pairs: list[tuple[str, int]], max_age: float = 1.0
                                   ) -> dict[tuple[str, int], BrokerOffsets]:
-        """`broker_offsets` of many partitions: one ListOffsets per leader and bound (three per leader), not three
-        per partition; partitions that cannot be asked are left out."""
+        """`broker_offsets` of many partitions: one ListOffsets per leader and bound (three per leader, written
+        together, so no turnaround of ours between them), not three per partition; partitions that cannot be
+        asked are left out."""
         now = time.monotonic()
         out = {k: c for k in pairs if (c := self._offsets.get(k)) is not None and now - c.at < max_age}
         by_leader: dict[str, list[tuple[str, int]]] = {}
@@ -227,15 +228,15 @@ class RemoteTier:
                 except (KeyError, OSError, TimeoutError, ConnectionError):
                     continue
         for leader, keys in by_leader.items():
-            asked: dict[str, dict[int, int]] = {}
-            got: dict[str, dict[tuple[str, int], int]] = {}
-            try:
-                for name, isolation, spec in PARTITION_BOUNDS:
-                    for topic, partition in keys:
-                        asked.setdefault(topic, {})[partition] = spec
-                    resp = await self.leaders.client(leader).request(
-                        ApiKey.LIST_OFFSETS, 7, list_offsets_request(asked, isolation=isolation))
-                    got[name] = listed_offsets(resp)
+            asks = []
+            for _, isolation, spec in PARTITION_BOUNDS:
+                asked: dict[str, dict[int, int]] = {}
+                for topic, partition in keys:
+                    asked.setdefault(topic, {})[partition] = spec
+                asks.append((int(ApiKey.LIST_OFFSETS), 7, list_offsets_request(asked, isolation=isolation)))
+            try:  # the three bounds written together (the broker still answers them one after another)
+                answers = await self.leaders.client(leader).request_many(asks)
+                got = {name: listed_offsets(resp) for (name, _, _), resp in zip(PARTITION_BOUNDS, answers, strict=True)}
             except (OSError, TimeoutError, ConnectionError):
                 await self.leaders.forget(leader)
                 continue
