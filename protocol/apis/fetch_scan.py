@@ -101,8 +101,29 @@ def _truncated(n: int, p: int, end: int) -> ProtocolError:
     return ProtocolError(f"truncated: need {n} bytes at {p}, have {end - p}")
 
 
+def _length(buf: memoryview, p: int, flexible: bool, fixed: struct.Struct) -> tuple[int, int]:
+    """A length or count (compact: an unsigned varint of n + 1; else `fixed`; null reads as -1) and the position
+    after it."""
+    if flexible:
+        n = buf[p]
+        p += 1
+        if n >= 0x80:
+            n, p = _uvarint(buf, p - 1)
+        return n - 1, p
+    return fixed.unpack_from(buf, p)[0], p + fixed.size
+
+
+def _count(buf: memoryview, p: int, end: int, flexible: bool) -> tuple[int, int]:
+    """An array's item count (null reads as -1: no items) and the position after it."""
+    n, p = _length(buf, p, flexible, INT32)
+    if n > end - p:
+        raise ProtocolError(f"array count {n} exceeds the {end - p} bytes left")
+    return n, p
+
+
 def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
-    # straight-line reads on one position `p` (the tail path scans every response: no helper calls per field)
+    # straight-line reads on one position `p` (the tail path scans every response: a helper call per array, not
+    # per field)
     end = len(buf)
     flexible = version >= 12
     part = PARTITION_V5 if version >= 5 else PARTITION_V4
@@ -111,17 +132,7 @@ def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
     if p > end:
         raise _truncated(0, p, end)
     errors: list[PartitionError] = []
-    if flexible:
-        topics = buf[p]
-        p += 1
-        if topics >= 0x80:
-            topics, p = _uvarint(buf, p - 1)
-        topics -= 1
-    else:
-        topics = INT32.unpack_from(buf, p)[0]
-        p += 4
-    if topics > end - p:
-        raise ProtocolError(f"array count {topics} exceeds the {end - p} bytes left")
+    topics, p = _count(buf, p, end, flexible)
     for _ in range(topics):
         topic: str | bytes
         if version >= 13:
@@ -130,45 +141,17 @@ def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
             topic = bytes(buf[p:p + 16])
             p += 16
         else:
-            if flexible:
-                n = buf[p]
-                p += 1
-                if n >= 0x80:
-                    n, p = _uvarint(buf, p - 1)
-                n -= 1
-            else:
-                n = INT16.unpack_from(buf, p)[0]
-                p += 2
+            n, p = _length(buf, p, flexible, INT16)
             if n < 0 or p + n > end:
                 raise _truncated(n, p, end)
             topic = str(buf[p:p + n], "utf-8")
             p += n
-        if flexible:
-            parts = buf[p]
-            p += 1
-            if parts >= 0x80:
-                parts, p = _uvarint(buf, p - 1)
-            parts -= 1
-        else:
-            parts = INT32.unpack_from(buf, p)[0]
-            p += 4
-        if parts > end - p:
-            raise ProtocolError(f"array count {parts} exceeds the {end - p} bytes left")
+        parts, p = _count(buf, p, end, flexible)
         for _ in range(parts):
             partition, error_code = part.unpack_from(buf, p)[:2]
             p += part_size
-            if flexible:  # aborted transactions (null reads as none): producer_id, first_offset, tagged fields
-                aborted = buf[p]
-                p += 1
-                if aborted >= 0x80:
-                    aborted, p = _uvarint(buf, p - 1)
-                aborted -= 1
-            else:
-                aborted = INT32.unpack_from(buf, p)[0]
-                p += 4
-            if aborted > end - p:
-                raise ProtocolError(f"array count {aborted} exceeds the {end - p} bytes left")
-            for _ in range(aborted):
+            aborted, p = _count(buf, p, end, flexible)  # aborted transactions (null: none)
+            for _ in range(aborted):  # producer_id, first_offset (and tagged fields)
                 p += 16
                 if flexible:
                     p = _skip_tagged(buf, p, end)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -118,20 +119,28 @@ def test_an_untrusted_size_claim_does_not_allocate_the_claimed_bytes() -> None:
 def test_a_growing_frame_buffer_hands_out_exactly_the_frame(size: int, step: int) -> None:
     payload = bytes(i % 251 for i in range(size))
     wire = frame_header(size) + payload + frame_header(3) + b"abc"
-    fb = FrameBuffer(trusted_sizes=False)
-    frames = []
-    for i in range(0, len(wire), step if size < 1_000_000 or step > 1 else 65536):
-        chunk = wire[i:i + (step if size < 1_000_000 or step > 1 else 65536)]
-        while chunk:  # as a BufferedProtocol receives: into get_buffer, whatever length it offers
+    frames = received(FrameBuffer(trusted_sizes=False), wire, step if size < 1_000_000 or step > 1 else 65536,
+                      FrameBuffer.next_frame)
+    assert frames == [payload, b"abc"]
+
+
+def received(fb: FrameBuffer, wire: bytes, step: int, take: Callable[[FrameBuffer], memoryview | None]
+             ) -> list[bytes]:
+    """`wire` arriving `step` bytes at a time as a BufferedProtocol receives it (into `get_buffer`, whatever length
+    it offers), and each frame `take` hands out after every read."""
+    out: list[bytes] = []
+    for i in range(0, len(wire), step):
+        chunk = wire[i:i + step]
+        while chunk:
             region = fb.get_buffer()
             n = min(len(region), len(chunk))
             region[:n] = chunk[:n]
             del region
             fb.buffer_updated(n)
             chunk = chunk[n:]
-            while (frame := fb.next_frame()) is not None:
-                frames.append(bytes(frame))
-    assert frames == [payload, b"abc"]
+            while (frame := take(fb)) is not None:
+                out.append(bytes(frame))
+    return out
 
 
 def test_a_view_still_held_by_the_caller_does_not_break_growth() -> None:
@@ -185,19 +194,7 @@ def test_next_wire_hands_out_each_frame_exactly_as_it_came(trusted: bool, step: 
     what a relay writes back out in one piece is byte for byte what arrived."""
     sizes = [0, 5, 20_000, 40_000, 33_000, 150_000, 7, 65_536]
     wire = b"".join(frame_header(n) + bytes((n + i) % 251 for i in range(n)) for n in sizes)
-    fb = FrameBuffer(trusted_sizes=trusted)
-    got: list[bytes] = []
-    for i in range(0, len(wire), step):
-        chunk = wire[i:i + step]
-        while chunk:
-            region = fb.get_buffer()
-            n = min(len(region), len(chunk))
-            region[:n] = chunk[:n]
-            del region
-            fb.buffer_updated(n)
-            chunk = chunk[n:]
-            while (whole := fb.next_wire()) is not None:
-                got.append(bytes(whole))
+    got = received(FrameBuffer(trusted_sizes=trusted), wire, step, FrameBuffer.next_wire)
     assert b"".join(got) == wire
     assert [len(g) - 4 for g in got] == sizes
 
