@@ -72,9 +72,9 @@ class FetchPlan:
     client_id: str = ""  # whose remote fetch quota the served bytes count against
     started: float = field(default_factory=time.monotonic)
 
-    @cached_property
+    @property
     def request(self) -> Data:
-        if self.decoded is None:
+        if self.decoded is None:  # kept in `decoded`: decoded once
             assert self.source is not None
             self.decoded = sessionless(registry.decode_request(self.source.header, self.source.frame))
         return self.decoded
