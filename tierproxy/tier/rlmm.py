@@ -2,10 +2,11 @@
 
 Writes are validated against the state machine, published, and return only once this instance's cache has
 applied them (read-your-writes). Every segment event is stored as a full RemoteLogSegmentMetadataRecord carrying
-its state, keyed `topicId:partition:endOffset:brokerLeaderEpoch`: in a compacted topic the latest record of a
-key must stand on its own. After DELETE_SEGMENT_FINISHED every key of that segment (same end offset, writer
-epochs up to the current one) gets a tombstone, unless a live segment still uses it; after
-DELETE_PARTITION_FINISHED every segment key of the partition does, and the partition marker stays.
+its state, keyed `topicId:partition:endOffset:brokerLeaderEpoch` once its copy finished (before: by its segment id,
+`serde.segment_id_key`): in a compacted topic the latest record of a key must stand on its own. After
+DELETE_SEGMENT_FINISHED every key of that segment (same end offset, writer epochs up to the current one) gets a
+tombstone, unless a live segment still uses it; after DELETE_PARTITION_FINISHED every segment key of the partition
+does, and the partition marker stays.
 
 Backends: `TopicRLMM` (a compacted topic on the upstream cluster, the default) and `FileRLMM` (one local file,
 for single-node development and unit tests).
@@ -30,7 +31,7 @@ from tierproxy.tier.model import (
     check_partition_transition,
     check_segment_transition,
 )
-from tierproxy.tier.serde import decode_value, encode_value, record_key
+from tierproxy.tier.serde import decode_value, encode_value, record_key, segment_id_key
 
 log = logging.getLogger("tierproxy.rlmm")
 
@@ -94,7 +95,7 @@ class RemoteLogMetadataManager(abc.ABC):
         pc = self.cache.get(md.tp.topic_id, md.tp.partition)
         current = pc.segments.get(md.segment_id.id) if pc else None
         check_segment_transition(current.state if current else None, md.state, md.segment_id)
-        await self.publish([(record_key(md), encode_value(md))])
+        await self.publish([(segment_id_key(md.segment_id), encode_value(md))])
 
     async def add_segments(self, mds: list[RemoteLogSegmentMetadata]) -> None:
         """COPY_SEGMENT_STARTED for many new segments in one publish (one wait for the cache)."""
@@ -102,7 +103,7 @@ class RemoteLogMetadataManager(abc.ABC):
             pc = self.cache.get(md.tp.topic_id, md.tp.partition)
             current = pc.segments.get(md.segment_id.id) if pc else None
             check_segment_transition(current.state if current else None, md.state, md.segment_id)
-        await self.publish([(record_key(md), encode_value(md)) for md in mds])
+        await self.publish([(segment_id_key(md.segment_id), encode_value(md)) for md in mds])
 
     async def update_segment(self, up: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
         pc = self.cache.get(up.segment_id.tp.topic_id, up.segment_id.tp.partition)
@@ -110,11 +111,23 @@ class RemoteLogMetadataManager(abc.ABC):
         check_segment_transition(current.state if current else None, up.state, up.segment_id)
         assert current is not None and pc is not None
         md = current.with_update(up)
-        records: list[tuple[bytes, bytes | None]] = [(record_key(md), encode_value(md))]
-        if up.state == SegmentState.DELETE_SEGMENT_FINISHED:
-            records += [(k, None) for k in self._dead_keys(pc, md)]
-        await self.publish(records)
+        await self.publish(self._lifecycle_records(pc, md))
         return md
+
+    def _lifecycle_records(self, pc: PartitionCache, md: RemoteLogSegmentMetadata) -> list[tuple[bytes, bytes | None]]:
+        """A segment's next state and the keys it retires. Until its copy finishes a segment lives under its id
+        key (serde: a planned range's end is not its real end); a copy that finishes moves to its KIP key."""
+        id_key = segment_id_key(md.segment_id)
+        unfinished = id_key in self.keys.get((md.tp.topic_id, md.tp.partition), set())
+        if unfinished and md.state != SegmentState.COPY_SEGMENT_FINISHED:
+            records: list[tuple[bytes, bytes | None]] = [(id_key, encode_value(md))]
+            return [*records, (id_key, None)] if md.state == SegmentState.DELETE_SEGMENT_FINISHED else records
+        records = [(record_key(md), encode_value(md))]
+        if unfinished:
+            records.append((id_key, None))
+        if md.state == SegmentState.DELETE_SEGMENT_FINISHED:
+            records += [(k, None) for k in self._dead_keys(pc, md)]
+        return records
 
     async def finish_copy(self, facts: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
         """COPY_SEGMENT_FINISHED carrying the copied segment's facts (its exact offsets, epochs, size), which may
@@ -126,10 +139,10 @@ class RemoteLogMetadataManager(abc.ABC):
         assert current is not None and pc is not None
         md = replace(facts, state=SegmentState.COPY_SEGMENT_FINISHED, event_timestamp_ms=now_ms(),
                      broker_leader_epoch=current.broker_leader_epoch)
-        records: list[tuple[bytes, bytes | None]] = [(record_key(md), encode_value(md))]
-        planned = record_key(current)
+        records = self._lifecycle_records(pc, md)
+        planned = record_key(current)  # a segment started under its planned end's key (older tierproxy)
         live = {record_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
-        if planned != record_key(md) and planned not in live:
+        if planned not in (record_key(md), *live) and planned in self.keys.get((md.tp.topic_id, md.tp.partition), ()):
             records.append((planned, None))
         await self.publish(records)
         return md

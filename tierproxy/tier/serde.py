@@ -8,10 +8,17 @@ Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka p
    64 RemoteLogStartOffsetRecord (tierproxy's own, v1: a purged partition's log start; Kafka's own RLMM keeps
       the log start in the broker, which tierproxy's brokers know only as their local start)
 Record key (compacted topic) => "topicId:partition:endOffset:brokerLeaderEpoch" for segment records,
+    except a segment that has not finished its copy: "topicId:partition:segment:segmentId" (see below),
     "topicId:partition" for partition-deletion records, "topicId:partition:logStart:offset" for log start
     records (topic ids in Kafka's base64 form). A log start's key names its offset, so compaction can never leave
     a lower one standing after a higher one: two replicas recording purges at once each write their own key, the
     cache keeps the highest, and the writer of a higher one tombstones the lower keys it knows.
+A broker uploads closed segments, so the compacted-metadata KIP keys even COPY_SEGMENT_STARTED by its (known) end
+offset. tierproxy plans ranges whose real end is known only once copied: a batch crossing a range boundary makes
+one copy end where the next range was planned to end, and that range, empty, would then be deleted under the
+very key of the live segment (compaction keeping the deletion). So a segment is keyed by its id from
+COPY_SEGMENT_STARTED until COPY_SEGMENT_FINISHED (that key is then tombstoned); a copy deleted before it finished
+stays under its id key to the end. Segments started under the end-offset key (older tierproxy) keep it.
 """
 
 from __future__ import annotations
@@ -179,6 +186,12 @@ def record_key(event: Event, end_offset: int | None = None) -> bytes:
     else:
         tp, end = event.segment_id.tp, event.end_offset if end_offset is None else end_offset
     return f"{uuid_str(tp.topic_id)}:{tp.partition}:{end}:{event.broker_leader_epoch}".encode()
+
+
+def segment_id_key(segment_id: RemoteLogSegmentId) -> bytes:
+    """The key of a segment that has not finished its copy: topicId:partition:segment:segmentId."""
+    tp = segment_id.tp
+    return f"{uuid_str(tp.topic_id)}:{tp.partition}:segment:{uuid_str(segment_id.id)}".encode()
 
 
 def murmur2(data: bytes) -> int:
