@@ -37,6 +37,8 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
     if (rc := _check_storage(settings.storage, unreachable_is_fatal=False)) is not None:
         return rc
+    if (rc := _check_owner(settings.storage, settings.own_bootstrap, settings.identity)) is not None:
+        return rc
     if settings.event_loop == "uvloop":
         import uvloop
 
@@ -60,6 +62,7 @@ def _tier(args: argparse.Namespace) -> int:
         return 2
     from tierproxy.identity.sasl import AuthenticationFailed
     from tierproxy.signals import stop_on_sigterm
+    from tierproxy.tier.ownership import WrongCluster
     from tierproxy.tier.rlmm import WriterFenced
     from tierproxy.tiering.job import run_loop
 
@@ -93,6 +96,9 @@ def _tier(args: argparse.Namespace) -> int:
     except WriterFenced as exc:
         print(f"tierproxy: stopped: {exc}", file=sys.stderr)
         return 4
+    except WrongCluster as exc:
+        print(f"tierproxy: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         if (rc := _iceberg_error(exc)) is not None:
             return rc
@@ -133,6 +139,7 @@ def _iceberg(args: argparse.Namespace) -> int:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
     from tierproxy.iceberg import run
+    from tierproxy.tier.ownership import WrongCluster
 
     try:
         if args.action == "metadata-location":
@@ -169,6 +176,9 @@ def _iceberg(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("tierproxy: iceberg stopped by a signal", file=sys.stderr)
         return 130
+    except WrongCluster as exc:
+        print(f"tierproxy: {exc}", file=sys.stderr)
+        return 2
     except (OSError, TimeoutError) as exc:
         print(f"tierproxy: the brokers at {settings.own_bootstrap} cannot be reached: {exc}", file=sys.stderr)
         return 6
@@ -190,6 +200,33 @@ def _port_problem(address: str) -> str | None:
         socket.create_server((host.strip("[]") or "0.0.0.0", int(port))).close()
     except OSError as exc:
         return exc.strerror or str(exc)
+    return None
+
+
+def _check_owner(storage: str, bootstrap: str, identity: Any) -> int | None:
+    """Exit 2 when the tier belongs to another cluster than the brokers' (`tier.ownership`). Brokers that cannot
+    be asked yet are let through with a warning: the proxy relays the tail meanwhile."""
+    import asyncio
+
+    from tierproxy.tier.ownership import WrongCluster, check_cluster
+    from tierproxy.tier.rsm import RemoteStorageManager
+    from tierproxy.tier.storage import StorageError
+    from tierproxy.tiering.cluster import describe_cluster
+
+    async def check(cluster_id: str | None) -> None:
+        rsm = RemoteStorageManager.from_uri(storage)
+        try:
+            await check_cluster(rsm, cluster_id, record=False, brokers=bootstrap)
+        finally:
+            await rsm.close()
+
+    try:
+        asyncio.run(check(describe_cluster(bootstrap, identity).cluster_id))
+    except WrongCluster as exc:
+        print(f"tierproxy: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, TimeoutError, StorageError) as exc:
+        logging.getLogger("tierproxy").warning("which cluster the tier belongs to was not checked: %s", exc)
     return None
 
 

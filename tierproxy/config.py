@@ -369,7 +369,8 @@ class TierSettings(CommonSettings):
                                      "Kafka Streams repartition topics, which Streams purges as it consumes)")
     tier_retention_max_delete_fraction: float = Field(
         0.5, gt=0, le=1, description="a pass refuses to delete more than this share of a partition's tiered bytes "
-        "by retention at once, unless confirm.retention (--confirm-retention)")
+        "by retention (of a partition of three or more segments), or of the whole tier's bytes by topic deletions, "
+        "at once, unless confirm.retention (--confirm-retention)")
     confirm_retention: bool = Field(False, description="apply tier retention even where it deletes more than "
                                     "tier.retention.max.delete.fraction at once (--confirm-retention)")
     tier_segment_bytes: int = Field(16 << 20, ge=1024, description="target size of a remote segment")
@@ -377,6 +378,9 @@ class TierSettings(CommonSettings):
     tier_orphan_timeout_ms: int = Field(600_000, ge=0,
                                         description="STARTED without FINISHED for this long = orphan")
     tier_task_max_attempts: int = Field(3, ge=1, description="copy attempts per segment (each with a new id)")
+    tier_topic_delete_delay_ms: int = Field(
+        600_000, ge=0, description="a tiered topic leaves the tier only once the cluster has answered UNKNOWN_TOPIC_ID "
+        "for its id in passes at least this far apart (README 'What deletes history')")
     spark_master: str = Field("local[*]", description="Spark master (local[*] by default)")
 
     @field_validator("spark_master")
@@ -404,7 +408,8 @@ class TierSettings(CommonSettings):
     def _check_state_dir(cls, v: Path) -> Path:
         return check_writable_dir(v)
 
-    @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", "iceberg_orphan_min_age_ms", mode="before")
+    @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", "iceberg_orphan_min_age_ms",
+                     "tier_topic_delete_delay_ms", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> int:
         return parse_duration_ms(v)

@@ -160,7 +160,8 @@ def test_the_table_follows_tier_retention_purges_and_topic_deletion_unless_kept(
     # the topic deleted: the tier deletes its partitions, then its rows leave the table
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     admin.delete_topics([topic])[topic].result(30)
-    assert tier_once(s).partitions_deleted == 1
+    assert tier_once(settings(kafka.bootstrap, tmp_path, topic, tier_topic_delete_delay_ms=0,
+                              confirm_retention=True)).partitions_deleted == 1
     step.run()
     step.run("--table", "kafka.kept", "--retention", "keep")
     assert pyiceberg_rows(step.table()) == []

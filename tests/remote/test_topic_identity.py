@@ -74,6 +74,7 @@ def test_a_recreated_topic_never_serves_the_old_topics_history(kafka: KafkaClust
         assert resp["topics"][0]["partitions"][0]["offset"] == -1  # nothing of the new topic is tiered
     finally:
         proxy.stop()
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_delete_delay_ms=0, confirm_retention=True)
     summary = tier_once(s)  # by topic id: the new topic's records under its new id; the old id's history deleted
     assert summary.failed == 0 and summary.partitions_deleted == 1, summary
     segs, raw, _ = tiered(s, topic_name)

@@ -19,6 +19,7 @@ from tests.tier.fetchraw import fetch_raw
 from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
 from tests.waiting import wait_until
 from tierproxy.kafkadist import KafkaCluster
+from tierproxy.tier.ownership import OWNER_OBJECT
 from tierproxy.tier.rlmm_file import FileRLMM
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -32,7 +33,9 @@ def _fill(bootstrap: str, topic: str, n: int, partitions: int = 1, size: int = 2
 
 
 def _objects(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".tmp-"))
+    """The segments' objects (not the tier's record of its cluster)."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".tmp-")
+                  and p.name != OWNER_OBJECT)
 
 
 def test_kill_9_mid_upload_then_rerun(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
@@ -94,7 +97,10 @@ def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: 
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     admin.delete_topics([topic_name])[topic_name].result(30)
     wait_until(lambda: topic_name not in admin.list_topics(timeout=5).topics, "the topic to be gone")
-    summary = tier_once(s)
+    # proven gone (UNKNOWN_TOPIC_ID for its id); the whole tier, so only with --confirm-retention
+    assert tier_once(s).partitions_deleted == 0 and tiered(s, topic_name)[0]
+    gone = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_delete_delay_ms=0, confirm_retention=True)
+    summary = tier_once(gone)
     assert summary.partitions_deleted == 1
     assert _objects(tmp_path / "tier") == []
 
@@ -122,6 +128,7 @@ def test_gap_alarm_when_retention_outruns_tiering(kafka: KafkaCluster, tmp_path:
     assert log_start > tiered_end + 1
     s = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": -1}})
     summary = tier_once(s)
+    assert summary.segments >= 1, summary
     assert summary.gaps == [{"topic": topic_name, "partition": 0, "first_missing": tiered_end + 1,
                              "last_missing": log_start - 1}]
     gaps = json.loads((tmp_path / "state" / "gaps.json").read_text())

@@ -16,6 +16,7 @@ the table follow the tier, clean up.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -31,6 +32,8 @@ from tierproxy.iceberg.ledger import Ledger, current_ledger
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
 from tierproxy.tier.model import uuid_bytes, uuid_str
+from tierproxy.tier.ownership import check_cluster
+from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tiering.cluster import ClusterView, describe_cluster
 
 log = logging.getLogger(__name__)
@@ -136,6 +139,7 @@ class IcebergSync:
         table = open_table(catalog, o.catalog, o.table)
         ledger = current_ledger(table)
         view = describe_cluster(o.bootstrap)
+        asyncio.run(self._check_owner(view.cluster_id))
         starting: dict[tuple[str, int], int] = {}
         for p in view.partitions:
             end = ledger.ends.get(f"{uuid_str(p.topic_id)}:{p.partition}")
@@ -170,6 +174,14 @@ class IcebergSync:
         summary.files_deleted = self._clean_orphans(table, summary.pass_id)
         summary.seconds = time.monotonic() - started
         return summary
+
+    async def _check_owner(self, cluster_id: str | None) -> None:
+        """WrongCluster when the tier belongs to another cluster than the brokers' (`tier.ownership`)."""
+        rsm = RemoteStorageManager.from_uri(self.o.storage)
+        try:
+            await check_cluster(rsm, cluster_id, record=False, brokers=self.o.bootstrap)
+        finally:
+            await rsm.close()
 
     # --- write --------------------------------------------------------------------------------------------------
     def _write(self, table: Any, slices: list[Slice], pass_id: str) -> list[dict[str, Any]]:

@@ -7,7 +7,9 @@ history from the tier, and nothing else ever does:
 2. the **tier's own retention** (`tier.retention.ms` / `tier.retention.bytes`, per topic in
    `tier.topic.overrides`; default -1, keep forever), and only of segments wholly below the broker's log start
    (`expired_segments`), with a guard against a mistyped value (`retention_guard`);
-3. the deletion of the topic.
+3. the deletion of the topic, proven: the cluster (the one the tier belongs to, `tier.ownership`) answered
+   UNKNOWN_TOPIC_ID for the topic's id in passes at least `tier.topic.delete.delay.ms` apart
+   (`topic_deletions_due`); a topic missing from a Metadata answer, or one the principal may not describe, stays.
 The broker's own retention (its topic `retention.*`, Kafka's `local.retention.*`) moves the *broker's* log start
 only: a move that no recorded purge explains is never taken for a purge, and the tier keeps serving below it.
 """
@@ -75,11 +77,28 @@ def expired_segments(segments: Iterable[RemoteLogSegmentMetadata], retention_ms:
 def retention_guard(expiring: list[RemoteLogSegmentMetadata], served: list[RemoteLogSegmentMetadata],
                     max_fraction: float) -> str | None:
     """Why one pass must not delete `expiring` (more than `max_fraction` of the partition's tiered bytes at
-    once: most likely a mistyped retention), or None. `--confirm-retention` overrides it."""
-    total = sum(md.segment_size_in_bytes for md in served)
-    doomed = sum(md.segment_size_in_bytes for md in expiring)
+    once: most likely a mistyped retention), or None. A partition of one or two segments is not guarded: the guard
+    is for mistakes of scale, and there any deletion is most of the bytes. `--confirm-retention` overrides it."""
+    if len(served) <= 2:
+        return None
+    return deletion_guard("tier retention", sum(md.segment_size_in_bytes for md in expiring),
+                          sum(md.segment_size_in_bytes for md in served), max_fraction)
+
+
+def deletion_guard(what: str, doomed: int, total: int, max_fraction: float) -> str | None:
+    """Why a pass must not delete `doomed` of `total` tiered bytes at once (more than `max_fraction`), or None."""
     if not total or doomed <= max_fraction * total:
         return None
-    return (f"tier retention would delete {doomed} of {total} tiered bytes ({doomed / total:.0%}) at once, more "
+    return (f"{what} would delete {doomed} of {total} tiered bytes ({doomed / total:.0%}) at once, more "
             f"than tier.retention.max.delete.fraction={max_fraction}; nothing deleted (check the value, or run "
             "with --confirm-retention)")
+
+
+def topic_deletions_due(gone: set[bytes], sightings: dict[bytes, int], now_ms: int, delay_ms: int
+                        ) -> tuple[set[bytes], dict[bytes, int]]:
+    """Rule 3: which tiered topic ids leave the tier now. `gone`: the ids the cluster answered UNKNOWN_TOPIC_ID for
+    in this pass (the only proof a topic was deleted); `sightings`: when each id was first so answered. An id goes
+    once it has been gone for `delay_ms`, seen in this pass too; an id not proven gone in this pass loses its
+    sighting (the delay starts again). → (ids to delete, the sightings to keep)."""
+    kept = {i: sightings.get(i, now_ms) for i in gone}
+    return {i for i, first in kept.items() if now_ms - first >= delay_ms}, kept

@@ -39,6 +39,10 @@ class RemoteStorageManager:
         store, prefix = open_store(uri)
         return cls(store, prefix)
 
+    def object_key(self, name: str) -> str:
+        """The key of one of the tier's own objects (not a segment's) under the prefix."""
+        return f"{self.prefix}/{name}" if self.prefix else name
+
     def key(self, md: RemoteLogSegmentMetadata, ext: str) -> str:
         tp = md.tp
         name = f"{tp.topic}-{uuid_str(tp.topic_id)}/{tp.partition}/{md.start_offset:020d}-{uuid_str(md.segment_id.id)}"

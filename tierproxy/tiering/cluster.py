@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.constants import ApiKey
+from protocol.constants import ApiKey, ErrorCode
 from protocol.requests import PARTITION_BOUNDS, list_offsets_request, listed_offsets
 from tierproxy.identity import ClientIdentity
 from tierproxy.identity.clients import aiokafka_options
@@ -39,6 +39,7 @@ class ClusterView:
     partitions: list[PartitionInfo]
     internal: set[str]
     identity: ClientIdentity | None = field(default=None, repr=False)  # how to connect to `brokers`
+    cluster_id: str | None = None
 
     def leader_address(self, p: PartitionInfo) -> str:
         return self.brokers[p.leader]
@@ -58,7 +59,23 @@ def describe_cluster(bootstrap: str, identity: ClientIdentity | None = None) -> 
         for p in t["partitions"]:
             parts.append(PartitionInfo(t["name"], t["topic_id"], p["partition_index"], p["leader_id"],
                                        p["leader_epoch"]))
-    return ClusterView(brokers, sorted(parts, key=lambda p: (p.topic, p.partition)), internal, identity)
+    return ClusterView(brokers, sorted(parts, key=lambda p: (p.topic, p.partition)), internal, identity,
+                       md["cluster_id"])
+
+
+def deleted_topic_ids(bootstrap: str, topic_ids: set[bytes], identity: ClientIdentity | None = None) -> set[bytes]:
+    """The ids among `topic_ids` the cluster says do not exist: a Metadata request naming each id answers
+    UNKNOWN_TOPIC_ID for it. Not a missing entry, nor TOPIC_AUTHORIZATION_FAILED (Kafka answers that for an id
+    the principal may not describe), nor any other error: those are no proof, and the topic is kept."""
+    if not topic_ids:
+        return set()
+    ids = sorted(topic_ids)
+    with WireClient(bootstrap, client_id="tierproxy-tier", identity=identity) as w:
+        md = w.request(ApiKey.METADATA, 12, {"topics": [{"topic_id": i, "name": None} for i in ids],
+                                             "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False})
+    return {bytes(t["topic_id"]) for t in md["topics"]
+            if t["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID and bytes(t["topic_id"]) in topic_ids}
 
 
 def list_offsets(view: ClusterView, parts: list[PartitionInfo]) -> dict[tuple[str, int], PartitionOffsets]:

@@ -1,5 +1,5 @@
 """The driver's lifecycle work besides copying: orphans, purges and the tier's retention (the rules are
-`tier.logstart`'s), deleted topics.
+`tier.logstart`'s), deleted topics (only those the cluster says are gone).
 
 Each deletion follows KIP-405: DELETE_SEGMENT_STARTED → delete the objects → DELETE_SEGMENT_FINISHED (the RLMM
 then tombstones the segment's keys); a topic id gone from the cluster goes DELETE_PARTITION_MARKED → STARTED →
@@ -12,12 +12,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from tierproxy.tier.logstart import expired_segments, retention_guard
+from tierproxy.tier.logstart import deletion_guard, expired_segments, retention_guard
 from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
     RemotePartitionDeleteMetadata,
     SegmentState,
+    uuid_str,
 )
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms, transition
 from tierproxy.tier.rsm import RemoteStorageManager
@@ -100,18 +101,29 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
     return out
 
 
-async def delete_gone_topics(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
-                             cluster_topic_ids: set[bytes], broker_id: int = -1) -> int:
-    """Every tiered partition whose topic id is no longer in the cluster is deleted from the tier."""
+async def delete_gone_topics(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, gone_ids: set[bytes],
+                             max_delete_fraction: float = 1.0, confirmed: bool = False, broker_id: int = -1
+                             ) -> tuple[int, str | None]:
+    """Delete every tiered partition of the topic ids `gone_ids` (proven deleted: `tier.logstart`'s rule 3).
+    More than `max_delete_fraction` of the whole tier's bytes at once is refused unless `confirmed`.
+    → (partitions deleted, the refusal or None)."""
+    finished = {k for k, d in rlmm.cache.deletions.items() if d.state == P.DELETE_PARTITION_FINISHED}
+    doomed = [(key, pc) for key, pc in rlmm.cache.partitions.items() if key[0] in gone_ids and key not in finished]
+    if not doomed:
+        return 0, None
+    tier_bytes = sum(md.segment_size_in_bytes for pc in rlmm.cache.partitions.values() for md in pc.finished())
+    doomed_bytes = sum(md.segment_size_in_bytes for _, pc in doomed for md in pc.finished())
+    refusal = None if confirmed else deletion_guard("deleting the tiered partitions of deleted topics",
+                                                     doomed_bytes, tier_bytes, max_delete_fraction)
+    if refusal is not None:
+        log.error("%s", refusal)
+        return 0, refusal
     n = 0
-    for (topic_id, partition), pc in list(rlmm.cache.partitions.items()):
-        if topic_id in cluster_topic_ids:
-            continue
+    for (topic_id, partition), pc in doomed:
         current = rlmm.cache.deletions.get((topic_id, partition))
         state = current.state if current else None
-        if state == P.DELETE_PARTITION_FINISHED:
-            continue
-        log.warning("topic %s (id gone from the cluster): deleting partition %d from the tier", pc.tp.topic, partition)
+        log.warning("topic %s (id %s: the cluster answers UNKNOWN_TOPIC_ID): deleting partition %d from the tier",
+                    pc.tp.topic, uuid_str(topic_id), partition)
         for target in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED):
             if state is None or state < target:
                 await rlmm.put_partition_delete(RemotePartitionDeleteMetadata(pc.tp, target, now_ms(), broker_id))
@@ -120,4 +132,4 @@ async def delete_gone_topics(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageM
         await rlmm.put_partition_delete(RemotePartitionDeleteMetadata(pc.tp, P.DELETE_PARTITION_FINISHED, now_ms(),
                                                                       broker_id))
         n += 1
-    return n
+    return n, None

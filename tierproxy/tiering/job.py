@@ -24,12 +24,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tierproxy.config import TierSettings
-from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition, new_uuid
+from tierproxy.tier.logstart import topic_deletions_due
+from tierproxy.tier.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    TopicIdPartition,
+    new_uuid,
+    uuid_bytes,
+    uuid_str,
+)
 from tierproxy.tier.open import open_metadata
+from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tiering import housekeeping
-from tierproxy.tiering.cluster import ClusterView, describe_cluster, list_offsets, topic_configs
+from tierproxy.tiering.cluster import ClusterView, deleted_topic_ids, describe_cluster, list_offsets, topic_configs
 from tierproxy.tiering.copy import copy_task
 from tierproxy.tiering.plan import Gap, Range, plan_partition, select_topics
 
@@ -50,6 +60,7 @@ class RunSummary:
     purged: int = 0  # segments deleted wholly below a recorded purge (DeleteRecords through a proxy)
     retention_refused: list[str] = field(default_factory=list)  # tier retention that would delete too much at once
     partitions_deleted: int = 0
+    topics_pending_deletion: list[str] = field(default_factory=list)  # proven gone, within the delete delay
     gaps: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
     errors: list[str] = field(default_factory=list)
@@ -63,7 +74,8 @@ class RunSummary:
                 f"({self.mb_per_s:.1f} MB/s); lag to LSO {sum(self.lag.values())} offsets; "
                 f"{len(self.gaps)} gaps; {self.expired} expired; {self.purged} purged; "
                 f"{len(self.retention_refused)} retention refused; {self.orphans_cleaned} orphans cleaned; "
-                f"{self.partitions_deleted} partitions deleted; {self.failed} failed copies")
+                f"{self.partitions_deleted} partitions deleted; {len(self.topics_pending_deletion)} deleted topics "
+                f"within the delete delay; {self.failed} failed copies")
 
 
 def spark_session(app_name: str, master: str, spark_conf: dict[str, str]) -> Any:
@@ -131,6 +143,7 @@ class TieringJob:
         started = time.monotonic()
         # first: a refused identity (command.config) fails here with its reason, not as aiokafka's bootstrap error
         view = self._view = describe_cluster(s.own_bootstrap, s.identity)
+        self.run(check_cluster(self.rsm, view.cluster_id, record=True, brokers=s.own_bootstrap))
         if not self._started:
             self.run(self.rlmm.start())
             self._started = True
@@ -140,8 +153,7 @@ class TieringJob:
         parts = select_topics(view, configs, s.tier_topics, s.tier_topics_exclude)
 
         summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
-        summary.partitions_deleted = self.run(housekeeping.delete_gone_topics(
-            self.rlmm, self.rsm, {p.topic_id for p in view.partitions}))
+        summary.partitions_deleted = self._delete_gone_topics(view, summary)
 
         offsets = list_offsets(view, parts)
         ranges: list[Range] = []
@@ -185,6 +197,33 @@ class TieringJob:
         summary.seconds = time.monotonic() - started
         self._write_state(summary)
         return summary
+
+    def _delete_gone_topics(self, view: ClusterView, summary: RunSummary) -> int:
+        """Tiered topics the cluster no longer lists are asked for by id; those it answers UNKNOWN_TOPIC_ID for,
+        in passes at least `tier.topic.delete.delay.ms` apart, leave the tier (`logstart.topic_deletions_due`).
+        When each was first seen gone is kept in the state directory (lost with it: the delay starts again)."""
+        s = self.settings
+        listed = {p.topic_id for p in view.partitions}
+        cache = self.rlmm.cache
+        absent = {tid for (tid, p) in cache.partitions if tid not in listed and not cache.is_deleted(tid, p)}
+        gone = deleted_topic_ids(s.own_bootstrap, absent, s.identity)
+        for tid in sorted(absent - gone):
+            log.info("tiered topic id %s is not in the cluster's answer but not proven deleted: kept", uuid_str(tid))
+        path = Path(s.tier_state_dir) / "topics_gone.json"
+        seen = {uuid_bytes(k): int(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+        due, seen = topic_deletions_due(gone, seen, int(time.time() * 1000), s.tier_topic_delete_delay_ms)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({uuid_str(k): v for k, v in seen.items()}, indent=1))
+        names = {tid: pc.tp.topic for (tid, _), pc in cache.partitions.items()}
+        summary.topics_pending_deletion = sorted(f"{names[t]} ({uuid_str(t)})" for t in gone - due)
+        for t in gone - due:
+            log.warning("topic %s (id %s) is deleted from the cluster; its tier data goes once it has been gone for "
+                        "tier.topic.delete.delay.ms=%d", names[t], uuid_str(t), s.tier_topic_delete_delay_ms)
+        deleted, refusal = self.run(housekeeping.delete_gone_topics(
+            self.rlmm, self.rsm, due, s.tier_retention_max_delete_fraction, s.confirm_retention))
+        if refusal is not None:
+            summary.retention_refused.append(refusal)
+        return deleted
 
     def _copy(self, ranges: list[Range], summary: RunSummary) -> None:
         pending = ranges
