@@ -283,6 +283,45 @@ def test_tail_passthrough_keeps_working_when_tierproxys_identity_is_refused(secu
         proxy.stop()
 
 
+def test_a_pass_whose_principal_may_not_describe_a_tiered_topic_deletes_nothing_of_it(secured: Secured,
+                                                                                      tmp_path: Path) -> None:
+    """The topic drops out of tierproxy's all-topics Metadata answer when its DESCRIBE is revoked, and a by-id
+    Metadata answers TOPIC_AUTHORIZATION_FAILED, not UNKNOWN_TOPIC_ID: no proof of deletion, nothing deleted
+    (before: "id gone from the cluster", the whole topic deleted from the tier)."""
+    mech = MECHANISMS["PLAIN"]
+    topic, meta = "secured-undescribed", "__tierproxy_meta_undescribed"
+    create_topic(secured.admin, topic, config={"segment.ms": "2000"})
+    grants = tierproxy_acls(PRINCIPAL, [topic], meta)
+    create_acls(secured.admin, grants)
+    _fill(secured.admin, topic)
+    cfg = command_config(secured, mech, tmp_path / "client.properties")
+
+    def tier() -> subprocess.CompletedProcess[str]:  # deletions as eager as they can be: no delay, confirmed
+        return subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
+                               "--confirm-retention", "--bootstrap-server", secured.listener(mech.listener),
+                               "--command-config", str(cfg), "--storage", f"file://{tmp_path}/tier",
+                               "--metadata", f"topic:{meta}?partitions=3&replication=1", "--topics", ".*"],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state"),
+                                   "TIERPROXY_TIER_TOPIC_DELETE_DELAY_MS": "0", "TIERPROXY_SPARK_MASTER": "local[1]"})
+
+    def segments() -> list[Path]:
+        return sorted((tmp_path / "tier").rglob("*.log"))
+
+    first = tier()
+    assert first.returncode == 0 and segments(), first.stderr[-3000:]
+    tiered = [p.read_bytes() for p in segments()]
+    revoked = [b for b in grants if b.name == topic]
+    delete_acls(secured.admin, revoked)
+    try:
+        again = tier()
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "0 partitions deleted" in again.stdout and "deleting partition" not in again.stderr, again.stdout
+        assert [p.read_bytes() for p in segments()] == tiered
+    finally:
+        create_acls(secured.admin, revoked)
+
+
 def test_a_certificate_refused_is_a_tls_failure(secured: Secured, tmp_path: Path) -> None:
     """The SSL listener requires a client certificate: without one, `tier` says TLS failed (exit 3)."""
     topic, meta = "secured-mtls", "__tierproxy_meta_mtls"

@@ -135,11 +135,11 @@ class IcebergSync:
         o = self.o
         summary = IcebergSummary(uuid.uuid4().hex[:12])
         started = time.monotonic()
+        view = describe_cluster(o.bootstrap)
+        asyncio.run(self._check_owner(view.cluster_id))
         catalog = open_catalog(o.catalog)
         table = open_table(catalog, o.catalog, o.table)
         ledger = current_ledger(table)
-        view = describe_cluster(o.bootstrap)
-        asyncio.run(self._check_owner(view.cluster_id))
         starting: dict[tuple[str, int], int] = {}
         for p in view.partitions:
             end = ledger.ends.get(f"{uuid_str(p.topic_id)}:{p.partition}")

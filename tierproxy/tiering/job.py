@@ -186,7 +186,8 @@ class TieringJob:
         log_starts = {k: o.log_start for k, o in after.items()}
         kept = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention, log_starts,
                                                        s.tier_retention_max_delete_fraction, s.confirm_retention))
-        summary.expired, summary.purged, summary.retention_refused = kept.expired, kept.purged, kept.refused
+        summary.expired, summary.purged = kept.expired, kept.purged
+        summary.retention_refused += kept.refused
 
         for p in parts:
             o = after.get((p.topic, p.partition))
