@@ -33,7 +33,7 @@ class RemoteFetchStats:
     expired: int = 0  # partitions expired in purgatory (DelayedRemoteFetchMetrics.ExpiresPerSec)
     purgatory: int = 0  # delayed remote fetches waiting now
     loading_retriable: int = 0  # answers made retriable (REPLICA_NOT_AVAILABLE) while the metadata was not loaded
-    gap_skips: int = 0  # fetches in a gap below the broker's log start answered from there (never tiered)
+    gap_skips: int = 0  # fetches in a gap (never tiered) moved to the first offset the tier or broker holds
     offsets_unknown: int = 0  # remote answers made retriable: the leader's HW / LSO / log start could not be asked
     iceberg: dict[str, Any] | None = None  # the Iceberg table's status (iceberg.status.table_status), refreshed by
     # the admin API every 30 s when iceberg.catalog is set

@@ -1,7 +1,8 @@
 """A copy that keeps failing (its storage refuses it on every attempt) while the copies after it succeed: the
 later segments stay (O item 10: the broker may already have deleted their data), the next pass fills the hole
-first, and while the hole exists a fetch inside it is answered from the next tiered segment (O item 3) instead of
-OFFSET_OUT_OF_RANGE, which would reset the client to before the hole, or past everything."""
+first. While the hole exists, a fetch inside it is answered by the broker where it still holds the offsets, and
+over what neither holds as over any gap: from the first offset either holds (never OFFSET_OUT_OF_RANGE, which would
+reset the client to before the hole, or past everything; never records from above a hole the broker still holds)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
@@ -22,7 +24,13 @@ from tests.realparts import ProxyProcess
 from tests.tiering.helpers import offsets_of, settings, tiered
 from tests.waiting import wait_until
 from tierproxy.config import TierSettings
+from tierproxy.iceberg.catalog import open_catalog, open_table
+from tierproxy.iceberg.run import options_of as iceberg_options
+from tierproxy.iceberg.run import run_pass
+from tierproxy.iceberg.sync import IcebergSync
 from tierproxy.kafkadist import KafkaCluster
+from tierproxy.spark.options import parse_options
+from tierproxy.spark.plan import Planner
 from tierproxy.tiering.job import TieringJob
 from tierproxy.wireclient import WireClient
 
@@ -151,3 +159,62 @@ def test_a_fetch_inside_a_hole_reads_on_from_the_next_segment(kafka: KafkaCluste
             [o for o in range(RECORDS) if not a <= o < b] + list(range(log_start, hw))
     finally:
         proxy.stop()
+
+
+def _slices_cover(s: TierSettings, topic: str) -> list[int]:
+    """The offsets the DataFrame reader's plan reads (includeLive, failOnDataLoss=false), tier and brokers."""
+    plan = Planner(parse_options({"kafka.bootstrap.servers": s.bootstrap_servers, "storage": s.storage,
+                                  "metadata": str(s.metadata), "subscribe": topic, "includeLive": "true",
+                                  "failOnDataLoss": "false"})).plan()
+    return sorted({o for sl in plan for o in range(sl.start, sl.end)})
+
+
+def _iceberg_offsets(s: TierSettings, job: TieringJob) -> list[int]:
+    """One Iceberg pass (the embedded catalog beside the tier), then the table's offsets."""
+    options = iceberg_options(s)
+    run_pass(IcebergSync(options, job.spark))
+    table = open_table(open_catalog(options.catalog), options.catalog, options.table)
+    return sorted(table.scan(selected_fields=("offset",)).to_arrow().column("offset").to_pylist())
+
+
+def test_a_hole_under_the_brokers_log_start_skips_nothing_either_holds(kafka: KafkaCluster, tmp_path: Path,
+                                                                     topic_name: str, kcat: str) -> None:
+    """The broker's log start moves into the hole: [a, cut) is gone from both (a gap), [cut, b) only the broker
+    holds. A consumer from 0 reads [0, a) from the tier, then the broker from cut; the DataFrame reader plans the
+    same; the Iceberg table stops at the hole until the next pass fills [cut, b), then gets those rows once.
+    Before: the proxy answered the fetch at a from the tiered segment at b, skipping [cut, b)."""
+    s = _topic(kafka, tmp_path, topic_name)
+    a, b = _pass_with_a_refused_copy(s, topic_name)
+    cut = a + (b - a) // 2
+    assert a < cut < b
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    (done,) = admin.delete_records([TopicPartition(topic_name, 0, cut)]).values()
+    assert done.result(30).low_watermark == cut  # the broker alone: no purge recorded in the tier
+    held = [o for o in range(RECORDS) if o < a or o >= cut]
+
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": s.storage,
+                                                           "TIERPROXY_METADATA": str(s.metadata)})
+    try:
+        out = subprocess.run([kcat, "-b", proxy.bootstrap, "-C", "-t", topic_name, "-p", "0", "-o", "0", "-e", "-q",
+                              "-f", "%o\n"], capture_output=True, text=True, timeout=120)
+        assert [int(x) for x in out.stdout.split()] == held, out.stderr[-500:]
+        assert "are neither tiered nor on the broker" in proxy.log_text()  # the gap [a, cut), logged as such
+    finally:
+        proxy.stop()
+    assert _slices_cover(s, topic_name) == held
+
+    iceberg = settings(s.bootstrap_servers, tmp_path, topic_name, iceberg_catalog="embedded")
+    job = TieringJob(iceberg, progress=False)
+    try:
+        assert _iceberg_offsets(iceberg, job) == list(range(a))  # held back at the hole the next pass fills
+        filled = job.run_once()
+        assert [(g["first_missing"], g["last_missing"]) for g in filled.gaps] == [(a, cut - 1)]
+        # the refill copies whole batches: the one straddling cut comes whole (its records below cut are not a
+        # recorded purge, so the tier keeps them, as it keeps what the broker's retention deletes)
+        refilled = offsets_of(tiered(s, topic_name)[1])
+        straddle = next(o for o in refilled if o >= a)
+        assert a < straddle <= cut and refilled == [o for o in range(RECORDS) if o < a or o >= straddle]
+        assert _iceberg_offsets(iceberg, job) == refilled  # the refilled rows, once; past the gap for good
+        assert _iceberg_offsets(iceberg, job) == refilled
+    finally:
+        job.close()

@@ -112,8 +112,8 @@ class ProxyCollector(Collector):
                 ("tierproxy_remote_fetch_throttled", "Remote fetch parts held back by a remote fetch quota "
                  "(remote.log.manager.fetch.max.bytes.per.second, remote.fetch.client.max.bytes.per.second)",
                  tier.quota.throttled),
-                ("tierproxy_remote_gap_skips", "Fetches in a gap below the broker's log start (deleted before it "
-                 "was tiered) answered from the broker's log start", stats.gap_skips),
+                ("tierproxy_remote_gap_skips", "Fetches in a gap (deleted before it was tiered) answered up to the "
+                 "first offset the tier or the broker holds", stats.gap_skips),
                 ("tierproxy_remote_answers_without_broker_offsets", "Remote answers made retriable "
                  "(REPLICA_NOT_AVAILABLE): the leader's high watermark could not be asked", stats.offsets_unknown),
                 ("tierproxy_remote_fetch_rejected", "Remote reads rejected by a full pool", tier.pool.rejected),

@@ -144,6 +144,7 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     return {"path": path if rows else None, "rows": rows, "topic": s.topic, "partition": s.partition,
             "segment": uuid_str(s.segment.segment_id.id), "topic_id": uuid_str(s.segment.segment_id.tp.topic_id),
             "start": s.start, "end": s.end, "segment_end": s.segment.end_offset, "opens": tracker.opens,
+            "byte_start": s.byte_range[0] if s.byte_range else 0,
             "closes": sorted(tracker.closes), "error": None, "peak_rss_kb": _peak_rss_kb(),
             "rss_before_kb": rss_before}
 

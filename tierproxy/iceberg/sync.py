@@ -31,6 +31,7 @@ from tierproxy.iceberg.files import write_slice
 from tierproxy.iceberg.ledger import Ledger, current_ledger
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
+from tierproxy.tier.logstart import first_open_hole, holes_between
 from tierproxy.tier.model import uuid_bytes, uuid_str
 from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rsm import RemoteStorageManager
@@ -152,7 +153,11 @@ class IcebergSync:
         results = self._write(table, slices, summary.pass_id)
 
         new = Ledger(dict(ledger.ends), dict(ledger.starts), dict(ledger.topics))
-        paths, segments, rejected = self._accept(results, new, summary)
+        # the ledger never moves past a hole the tier job may still fill: its rows come when it is filled
+        stops = {(pp.info.topic, pp.info.partition): first_open_hole(holes_between(pp.segments),
+                                                                     pp.live.log_start if pp.live else None)
+                 for pp in planner.plans}
+        paths, segments, rejected = self._accept(results, new, summary, stops)
         summary.executor_peak_rss_mb = max((r.get("peak_rss_kb", 0) for r in results), default=0) / 1024
         summary.executor_base_rss_mb = min((r.get("rss_before_kb", 0) for r in results), default=0) / 1024
         deletes = [] if o.keep else self._follow(planner, ledger, new)
@@ -200,9 +205,10 @@ class IcebergSync:
             raise SegmentDataError(f"{errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
         return out
 
-    def _accept(self, results: list[dict[str, Any]], new: Ledger,
-                summary: IcebergSummary) -> tuple[list[str], list[str], list[str]]:
-        """Files to commit, their segments, and files held back; advances `new.ends`."""
+    def _accept(self, results: list[dict[str, Any]], new: Ledger, summary: IcebergSummary,
+                stops: dict[tuple[str, int], int | None]) -> tuple[list[str], list[str], list[str]]:
+        """Files to commit, their segments, and files held back (an undecided transaction, or above an open hole
+        in `stops`); advances `new.ends`."""
         by_partition: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         for r in results:
             by_partition[(r["topic"], r["partition"])].append(r)
@@ -210,10 +216,14 @@ class IcebergSync:
         segments: list[str] = []
         rejected: list[str] = []
         for (topic, partition), rs in by_partition.items():
-            rs.sort(key=lambda r: (r["start"], r["path"] or ""))
+            rs.sort(key=lambda r: (r["start"], r["byte_start"]))  # a segment's slices in byte order
             hold = held_back_from(rs) if self.o.read_committed else None
+            stop = stops.get((topic, partition))
+            if stop is not None:
+                log.info("iceberg: %s-%d held back from offset %d: a hole between tiered segments the tier job may "
+                         "still fill", topic, partition, stop)
             for r in rs:
-                if hold is not None and r["segment_end"] >= hold:
+                if (hold is not None and r["segment_end"] >= hold) or (stop is not None and r["start"] >= stop):
                     summary.files_held_back += r["path"] is not None
                     if r["path"]:
                         rejected.append(r["path"])

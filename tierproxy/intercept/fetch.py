@@ -41,6 +41,7 @@ from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.service import BrokerOffsets, RemoteTier
 from tierproxy.session import Chunks, Session, Slot, as_received
 from tierproxy.tier.cache import PartitionCache
+from tierproxy.tier.logstart import resume_offset
 from tierproxy.tier.storage import ObjectMissing
 
 log = logging.getLogger("tierproxy.intercept.fetch")
@@ -207,7 +208,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         session.complete_later(slot, answer_while_loading(session, slot, data, plan, tier))
         return
     oor = remote_after_broker(plan, scan, tier)
-    beyond = beyond_the_tier(plan, scan, tier, oor)
+    beyond = past_the_tier(plan, scan, tier, oor)
     _drop_unused_reads(session, plan, oor)
     if not oor and not beyond:
         release_memory(session, plan)
@@ -270,10 +271,11 @@ def remote_after_broker(plan: FetchPlan, scan: FetchScan, tier: RemoteTier) -> l
     return oor
 
 
-def beyond_the_tier(plan: FetchPlan, scan: FetchScan, tier: RemoteTier, oor: list[Key]) -> list[Key]:
-    """Partitions of a tiered topic the broker answered OFFSET_OUT_OF_RANGE above the tier's end: either ahead of
-    the log (the broker's answer stands) or in a gap the broker deleted before it was tiered (answered from the
-    broker's log start, not reset to the tier's start: that loops). Which one, the leader's offsets tell."""
+def past_the_tier(plan: FetchPlan, scan: FetchScan, tier: RemoteTier, oor: list[Key]) -> list[Key]:
+    """Partitions of a tiered topic the broker answered OFFSET_OUT_OF_RANGE above the tier's start that the tier
+    does not serve: inside a hole between tiered segments, or above the tier's end. Either ahead of the log (the
+    broker's answer stands) or in a gap the broker deleted before it was tiered (answered from the first offset the
+    tier or the broker holds, not reset to the tier's start: that loops). Which one, the leader's offsets tell."""
     out: list[Key] = []
     for topic, partition, error_code in scan.errors:
         key = (topic, partition)
@@ -281,7 +283,8 @@ def beyond_the_tier(plan: FetchPlan, scan: FetchScan, tier: RemoteTier, oor: lis
             continue
         pc = _pc(tier, plan.by_id, key)
         req = plan.requested.get(key)
-        if pc is not None and req is not None and 0 <= pc.latest_tiered_offset() < req["fetch_offset"]:
+        start = pc.earliest_offset() if pc is not None else None
+        if start is not None and req is not None and start < req["fetch_offset"]:
             out.append(key)
     return out
 
@@ -300,8 +303,8 @@ async def _under_current_ids(tier: RemoteTier, plan: FetchPlan, oor: list[Key], 
 
 
 def _tier_answers(pc: PartitionCache, offset: int) -> bool:
-    """The tier holds `offset`, or it falls in a hole between tiered segments (answered from the next one)."""
-    return pc.answering_segment(offset) is not None
+    """A served segment holds `offset` (inside a hole the broker may hold it: `past_the_tier`)."""
+    return pc.segment_for_offset(offset) is not None
 
 
 def within_memory(session: Session, plan: FetchPlan, budget: dict[Key, tuple[int, bool]]
@@ -477,10 +480,14 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
 
 async def _across_the_gap(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, key: Key,
                           offsets_task: asyncio.Task[dict[Key, BrokerOffsets]]) -> Data | None:
-    """A fetch between the tier's end and the broker's log start (records deleted before they were tiered; the
-    tiering job reports the gap): answered with the broker's records from its log start, as a broker answers
-    across a compacted gap. None: the offset is ahead of the log, the broker's OFFSET_OUT_OF_RANGE stands. Runs
-    beside the fetch's remote reads, within its deadline."""
+    """A fetch the tier does not serve and the broker no longer holds, inside a hole between tiered segments or
+    past the tier's end: records deleted before they were tiered (the tiering job reports the gap). Answered with
+    a batch of no records up to the first offset above it that either holds (`logstart.resume_offset`: the
+    broker's log start, or the next tiered segment), as over a batch the log cleaner emptied: the client moves
+    there and its next fetch is answered by whichever holds it. Never records from above a hole while the broker
+    still holds part of it, nor the broker's records below its log start (a batch straddling a DeleteRecords
+    offset). None: the offset is ahead of the log, the broker's OFFSET_OUT_OF_RANGE stands. Reads nothing, so it
+    holds no memory beyond its ~61 bytes. Runs beside the fetch's remote reads, within its deadline."""
     pc = _pc(tier, plan.by_id, key)
     req = plan.requested[key]
     if pc is None:
@@ -490,30 +497,20 @@ async def _across_the_gap(tier: RemoteTier, stats: RemoteFetchStats, plan: Fetch
     except (OSError, TimeoutError, ConnectionError):
         fresh = {}
     broker = _last_known(tier, plan, [key], fresh).get(key)
-    if broker is not None and broker.log_start <= req["fetch_offset"]:
+    offset = req["fetch_offset"]
+    if broker is not None and broker.log_start <= offset:
         return None
     entry = partition_entry(key[1], None, broker, pc.earliest_offset())
     if broker is None:  # cannot tell ahead-of-log from gap: retriable, never a reset
         entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
         stats.offsets_unknown += 1
         return entry
-    try:
-        part = await tier.fetch_from_leader(pc.tp.topic, key[1], broker.log_start, req["partition_max_bytes"],
-                                            plan.request["isolation_level"])
-    except KeyError as exc:
-        log.warning("%s: records after the gap below the broker's log start unavailable: %s", key, exc)
-        entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
-        return entry
-    records = part["records"]
-    if part["error_code"] == ErrorCode.NONE and not records:
-        # nothing after the gap yet (the broker deleted everything it had): a batch with no records over the
-        # gap moves the client to the log start, as over a batch the log cleaner emptied — without it the
-        # client would fetch inside the gap forever, one short of the high watermark
-        records = memoryview(build_empty_batch(req["fetch_offset"], broker.log_start - 1))
-    entry.update(error_code=part["error_code"], high_watermark=part["high_watermark"],
-                 last_stable_offset=part["last_stable_offset"], records=records,
-                 aborted_transactions=part["aborted_transactions"] if plan.read_committed else None)
+    following = pc.next_segment_after(offset)
+    resume = resume_offset(offset, following.start_offset if following is not None else None, broker.log_start)
     stats.gap_skips += 1
+    log.warning("%s-%d: offsets %d..%d are neither tiered nor on the broker (deleted before they were tiered): "
+                "the client reads on from %d", pc.tp.topic, pc.tp.partition, offset, resume - 1, resume)
+    entry["records"] = memoryview(build_empty_batch(offset, resume - 1))
     return entry
 
 

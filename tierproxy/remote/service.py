@@ -158,12 +158,11 @@ class RemoteTier:
                     deadline: float, min_one: bool = True) -> asyncio.Task[ReadResult] | None:
         """Whole batches from `offset` (at least one if `min_one`), up to `max_bytes`, read through the bounded
         pool by `deadline` (loop time); None when no tiered segment holds `offset`. Raises PoolFull when the pool
-        is. Inside a hole between served segments the read starts at the next segment (as a broker answers across a
-        compacted gap: the client moves on to the first offset that exists)."""
-        md = pc.answering_segment(offset)
+        is. An offset inside a hole between served segments is not the tier's to answer (the broker may hold it, or
+        it is a gap: `intercept.fetch` decides)."""
+        md = pc.segment_for_offset(offset)
         if md is None:
             return None
-        offset = max(offset, md.start_offset)  # inside a hole: from the next segment's start
         # a transaction open at this segment's end is looked for in the later segments
         following = [m for m in pc.finished() if m.start_offset > md.end_offset]
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from protocol.records import iter_batches
 from tierproxy.spark.options import EARLIEST, LATEST, OptionError, ReadOptions
 from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_position, lookup_time
+from tierproxy.tier.logstart import holes_between
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
@@ -206,7 +207,7 @@ class Planner:
             start = self._lost(pp, start, pp.log_start)
         if end <= start:
             return []
-        self._check_coverage(pp, start, end)
+        out: list[Slice] = self._holes(view, pp, start, end)
         if o.read_committed:
             pp.aborted = [(a.producer_id, a.first_offset, a.last_offset)
                           for md in pp.segments if not md.txn_index_empty and md.end_offset >= start
@@ -218,7 +219,6 @@ class Planner:
                 pp.aborted += [(pid, first, 1 << 62) for pid, first in
                                live_aborted_reaching(self.leaders[info], info.topic, info.partition,
                                                      pp.live.log_start) if first <= pp.tier_end]
-        out: list[Slice] = []
         for md in pp.segments:
             if md.end_offset < start or md.start_offset >= end:
                 continue
@@ -231,19 +231,28 @@ class Planner:
             if pp.live.log_start > live_start:
                 live_start = self._lost(pp, live_start, pp.live.log_start)
             out.append(Slice(info.topic, info.partition, live_start, end, leader=view.leader_address(info)))
-        return out
-
-    def _check_coverage(self, pp: PartitionPlan, start: int, end: int) -> None:
-        """Holes between tiered segments, or before the tier, inside [start, end)."""
-        expect = start
-        for md in pp.segments:
-            if md.end_offset < start or md.start_offset >= end:
-                continue
-            if md.start_offset > expect:
-                self._lost(pp, expect, md.start_offset)
-            expect = md.end_offset + 1
-        if not self.o.include_live and pp.segments and end > pp.tier_end + 1:
+        elif not o.include_live and pp.segments and end > pp.tier_end + 1:
             self._lost(pp, pp.tier_end + 1, end)
+        return sorted(out, key=lambda s: s.start)
+
+    def _holes(self, view: ClusterView, pp: PartitionPlan, start: int, end: int) -> list[Slice]:
+        """Holes between tiered segments inside [start, end): with includeLive, the part the brokers still hold
+        is read from them (as a consumer through the proxy reads it); what neither holds is lost, as is anything
+        asked for before the tier's first segment."""
+        out = []
+        if pp.segments and start < pp.segments[0].start_offset:
+            self._lost(pp, start, min(end, pp.segments[0].start_offset))
+        for a, b in holes_between(pp.segments):
+            a, b = max(a, start), min(b, end)
+            if a >= b:
+                continue
+            held = pp.live.log_start if (self.o.include_live and pp.live is not None and pp.info.leader >= 0) else b
+            if held > a:
+                self._lost(pp, a, min(held, b))
+            if held < b:
+                out.append(Slice(pp.info.topic, pp.info.partition, max(a, held), b,
+                                 leader=view.leader_address(pp.info)))
+        return out
 
     def _lost(self, pp: PartitionPlan, first: int, until: int) -> int:
         what = f"{pp.info.topic}-{pp.info.partition} offsets [{first}, {until})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
+from tierproxy.tier.logstart import holes_between
 from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
@@ -171,28 +172,13 @@ class PartitionCache:
         return e, (later[0][1] if later else hi + 1)
 
     def next_segment_after(self, offset: int) -> RemoteLogSegmentMetadata | None:
-        """The first served segment starting above `offset` (a fetch inside a hole reads on from there)."""
+        """The first served segment starting above `offset` (where a read inside a hole may go on)."""
         return next((md for md in self.finished() if md.start_offset > offset), None)
-
-    def answering_segment(self, offset: int) -> RemoteLogSegmentMetadata | None:
-        """The segment a fetch at `offset` is answered from: the one holding it, or inside a hole between served
-        segments the next one (as a broker answers across a compacted gap); None below or beyond the tier."""
-        md = self.segment_for_offset(offset)
-        if md is not None:
-            return md
-        earliest = self.earliest_offset()
-        return self.next_segment_after(offset) if earliest is not None and offset > earliest else None
 
     def holes(self) -> list[tuple[int, int]]:
         """[first missing, next start) between served segments, oldest first: what a failed copy left behind while
         later copies of its pass succeeded. The next tiering pass fills them while the broker still has them."""
-        out: list[tuple[int, int]] = []
-        end = -1
-        for md in self.finished():
-            if end >= 0 and md.start_offset > end + 1:
-                out.append((end + 1, md.start_offset))
-            end = max(end, md.end_offset)
-        return out
+        return holes_between(self.finished())
 
     def earliest_offset(self) -> int | None:
         """The first offset the tier serves: its oldest segment's start, or the purged log start inside it."""

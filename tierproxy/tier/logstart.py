@@ -12,6 +12,11 @@ history from the tier, and nothing else ever does:
    (`topic_deletions_due`); a topic missing from a Metadata answer, or one the principal may not describe, stays.
 The broker's own retention (its topic `retention.*`, Kafka's `local.retention.*`) moves the *broker's* log start
 only: a move that no recorded purge explains is never taken for a purge, and the tier keeps serving below it.
+
+What a gap is, also once, here: offsets neither the tier serves nor the broker holds (the broker deleted them
+before they were tiered). A **hole** between tiered segments (a copy that failed) is not a gap while the broker
+still holds any of it: the next tiering pass fills it. A reader never skips what either holds
+(`resume_offset`), and the Iceberg ledger never moves past a hole that may still be filled (`first_open_hole`).
 """
 
 from __future__ import annotations
@@ -102,3 +107,29 @@ def topic_deletions_due(gone: set[bytes], sightings: dict[bytes, int], now_ms: i
     sighting (the delay starts again). → (ids to delete, the sightings to keep)."""
     kept = {i: sightings.get(i, now_ms) for i in gone}
     return {i for i, first in kept.items() if now_ms - first >= delay_ms}, kept
+
+
+def holes_between(segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int]]:
+    """[first missing, next start) between served segments (in offset order), oldest first."""
+    ordered = sorted(segments, key=lambda m: m.start_offset)
+    out: list[tuple[int, int]] = []
+    end = -1
+    for md in ordered:
+        if end >= 0 and md.start_offset > end + 1:
+            out.append((end + 1, md.start_offset))
+        end = max(end, md.end_offset)
+    return out
+
+
+def resume_offset(offset: int, next_tiered: int | None, broker_log_start: int) -> int:
+    """Where a read at `offset`, which the tier does not serve and the broker no longer holds, goes on: the first
+    offset above it that either holds — the broker's log start, or the start of the next tiered segment
+    (`next_tiered`, None: none above), whichever is lower. Everything in between is a gap."""
+    return broker_log_start if next_tiered is None else min(broker_log_start, next_tiered)
+
+
+def first_open_hole(holes: list[tuple[int, int]], broker_log_start: int | None) -> int | None:
+    """The start of the first hole a later tiering pass may still fill: the broker holds some of it (its log start
+    below the hole's end), or the broker's log start is not known. None: every hole is a gap for good. Nothing at
+    or above it may be taken as complete (the Iceberg ledger stops there)."""
+    return next((a for a, b in holes if broker_log_start is None or broker_log_start < b), None)
