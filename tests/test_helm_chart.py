@@ -53,13 +53,19 @@ def test_chart_lints_renders_and_validates(values: list[str]) -> None:
     assert "Invalid: 0, Errors: 0" in summary
     if values:
         assert kinds == ["ConfigMap", "ConfigMap", "Deployment", "Deployment", "HorizontalPodAutoscaler",
-                         "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceMonitor"]
+                         "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceMonitor"]
     else:
-        assert kinds == ["ConfigMap", "CronJob", "Deployment", "PodDisruptionBudget", "Service"]
+        assert kinds == ["ConfigMap", "CronJob", "Deployment", "PodDisruptionBudget", "Service", "Service"]
     docs = {d["kind"] + "/" + d["metadata"]["name"]: d for d in yaml.safe_load_all(manifests) if d}
     service = docs["Service/demo-tierproxy"]
     ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
     assert ports["bootstrap"] == 9192 and ports["broker-0"] == 9200  # port-per-broker exposed
+    assert "admin" not in ports  # the admin API on its own Service, inside the cluster only
+    admin = docs["Service/demo-tierproxy-admin"]
+    assert admin["spec"]["type"] == "ClusterIP" and [p["name"] for p in admin["spec"]["ports"]] == ["admin"]
+    if values:  # the ServiceMonitor scrapes the admin Service alone
+        monitor = docs["ServiceMonitor/demo-tierproxy"]
+        assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "admin"
 
 
 @pytest.mark.parametrize("bad", ["storage.uri=ftp://nope", "proxy.brokerPortCount=0", "tier.mode=sometimes",

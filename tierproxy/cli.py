@@ -103,9 +103,7 @@ def _tier(args: argparse.Namespace) -> int:
         if (rc := _iceberg_error(exc)) is not None:
             return rc
         raise
-    if summaries and summaries[-1].failed and summaries[-1].segments == 0:
-        return 1
-    return 5 if summaries and summaries[-1].retention_refused else 0
+    return summaries[-1].exit_code if summaries else 0
 
 
 def _iceberg_error(exc: BaseException) -> int | None:

@@ -94,6 +94,29 @@ def _writable_dir(p: Path) -> Path:
     return p
 
 
+URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):[^@\s/]*@")
+SECRET_KEYS = ("password", "secret", "token", "credential")
+
+
+def hide_url_passwords(text: str) -> str:
+    """Every `scheme://user:password@` in `text` with its password as ***."""
+    return URL_PASSWORD.sub(r"\g<head>:***@", text)
+
+
+def _hidden(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if any(s in key for s in SECRET_KEYS):
+        return "***"
+    if isinstance(value, str):
+        return hide_url_passwords(value)
+    if isinstance(value, dict):
+        return {k: _hidden(str(k), v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hidden(key, v) for v in value]
+    return value
+
+
 class CommonSettings(BaseModel):
     """What `serve` and `tier` share: the cluster, the tier's storage and its metadata."""
 
@@ -166,6 +189,17 @@ class CommonSettings(BaseModel):
         if v is not None:
             load_command_config(v)  # fails at start, naming the key
         return v
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective settings with secrets hidden (for logs and the admin API): secret keys as ***, and the
+        password of any URL (a catalog's `postgresql://user:password@host/db`) as ***."""
+        out = {k: _hidden(k, v) for k, v in self.model_dump(mode="json").items()}
+        out["identity"] = self.identity.describe() if self.identity is not None else None  # never its secrets
+        return out
+
+    def __repr_args__(self) -> Any:  # repr() and str() hide what redacted() hides
+        for key, value in super().__repr_args__():
+            yield key, (_hidden(key, value) if key is not None and not isinstance(value, SecretStr) else value)
 
     @cached_property
     def identity(self) -> ClientIdentity | None:
@@ -338,14 +372,6 @@ class ProxySettings(CommonSettings):
         host = self.listen_address[0]
         return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
 
-    def redacted(self) -> dict[str, Any]:
-        """The effective settings with secrets hidden (for logs and the admin API)."""
-        out = self.model_dump(mode="json")
-        for k in out:
-            if any(s in k for s in ("password", "secret", "token", "credential")) and out[k] is not None:
-                out[k] = "***"
-        out["identity"] = self.identity.describe() if self.identity is not None else None  # never its secrets
-        return out
 
 
 def parse_duration_ms(value: str | int) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import select
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ import pytest
 from tests.realparts import ProxyProcess
 from tests.remote.conftest import TieredTopic, make_tiered_topic
 from tests.waiting import wait_until
+from tierproxy.admin.app import COOKIE, session_value
 from tierproxy.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -105,11 +108,103 @@ def test_admin_cli_status_partitions_and_tier_now(admin: tuple[TieredTopic, Prox
     assert parts.returncode == 0 and "tier start" in parts.stdout
     segs = subprocess.run([*base, "segments", tt.topic, "0"], capture_output=True, text=True, env=env, timeout=60)
     assert segs.returncode == 0 and "COPY_SEGMENT_FINISHED" in segs.stdout
-    run = subprocess.run([*base, "tier-now"], capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0 and "succeeded" in run.stdout, run.stdout + run.stderr
     missing = subprocess.run([*base, "partitions", "no-such-topic"], capture_output=True, text=True, env=env,
                              timeout=60)
     assert missing.returncode != 0 and "404" in missing.stderr
+
+
+def test_tier_now_is_picked_up_by_the_running_tier_job(admin: tuple[TieredTopic, ProxyProcess, str],
+                                                       kafka: KafkaCluster) -> None:
+    """`admin tier-now` asks the running `tier` job (its own configuration, its writer fence kept) for a pass
+    through the metadata; the job runs it at once, though its interval is an hour, and the run turns succeeded.
+    Before: the proxy started a second `tier --once` without the job's properties file, which fenced the job."""
+    tt, _, url = admin
+    out = tt.tmp / "tier-job.out"
+    with out.open("w") as sink:
+        job = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "tier", "--no-progress", "--interval", "1h",
+                                "--bootstrap-server", kafka.bootstrap, "--storage", f"file://{tt.tmp}/tier",
+                                "--metadata", f"file://{tt.tmp}/meta", "--topics", re.escape(tt.topic)],
+                               stdout=sink, stderr=subprocess.STDOUT, cwd=tt.tmp,
+                               env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(tt.tmp / "state-job"),
+                                    "TIERPROXY_SPARK_MASTER": "local[1]"})
+    try:
+        wait_until(lambda: out.read_text().count("tiered ") >= 1, "the tier job's first pass", timeout=180)
+        env = {**os.environ, "TIERPROXY_ADMIN_URL": url, "TIERPROXY_ADMIN_TOKEN": TOKEN, "COLUMNS": "200"}
+        run = subprocess.run([sys.executable, "-m", "tierproxy.cli", "admin", "tier-now", "--timeout", "120"],
+                             capture_output=True, text=True, env=env, timeout=180)
+        assert run.returncode == 0 and "succeeded" in run.stdout, run.stdout + run.stderr + out.read_text()[-3000:]
+        assert out.read_text().count("tiered ") >= 2 and job.poll() is None  # a second pass, the job still running
+    finally:
+        job.terminate()
+        job.wait(60)
+
+
+def test_the_cookie_reads_but_never_changes_and_bodies_are_bounded(admin: tuple[TieredTopic, ProxyProcess, str]
+                                                                   ) -> None:
+    _, proxy, url = admin
+    with httpx.Client(base_url=url, timeout=30) as browser, _c(url) as bearer:
+        login = browser.post("/ui/login", data={"token": TOKEN}, follow_redirects=False)
+        assert login.status_code == 303
+        cookie = browser.cookies.get(COOKIE)
+        assert cookie == session_value(TOKEN) and TOKEN not in cookie  # derived, never the token itself
+        assert browser.get("/v1/topics").status_code == 200  # the status page's reads
+        refused = browser.post("/v1/tiering/run")
+        assert refused.status_code == 401 and "bearer" in refused.json()["error"]
+        asked = bearer.post("/v1/tiering/run")  # no tier job runs now: it stays pending
+        assert asked.status_code == 202 and asked.json()["status"] == "requested", asked.text
+        again = bearer.post("/v1/tiering/run")
+        assert again.status_code == 409 and asked.json()["run_id"] in again.json()["error"]
+        assert bearer.get(f"/v1/tiering/runs/{asked.json()['run_id']}").json()["status"] == "requested"
+
+    rss = _rss_kib(proxy)
+    for chunked in (False, True):
+        status = _huge_login_post(url, chunked)
+        assert status == 413, chunked
+    assert _rss_kib(proxy) - rss < 16 << 10  # 1 GiB offered twice, never held
+    with _c(url) as c:
+        assert c.get("/v1/topics").status_code == 200  # still serving
+
+
+def _rss_kib(proxy: ProxyProcess) -> int:
+    status = Path(f"/proc/{proxy.proc.pid}/status").read_text()
+    return int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+
+
+def _huge_login_post(url: str, chunked: bool) -> int:
+    """POST /ui/login offering 1 GiB (declared, or chunked), sent until the server answers; its status code."""
+    host, port = url.removeprefix("http://").split(":")
+    head = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {1 << 30}"
+    chunk = b"token=" + b"x" * ((1 << 20) - 6)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"POST /ui/login HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded"
+                     f"\r\n{head}\r\n\r\n".encode())
+        for _ in range(1024):  # at most the whole 1 GiB
+            if select.select([sock], [], [], 0)[0]:
+                break
+            try:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        answer = sock.recv(4096).decode(errors="replace")
+    return int(answer.split()[1])
+
+
+def test_config_hides_a_password_inside_a_catalog_url(kafka: KafkaCluster, tmp_path: Path) -> None:
+    secret = "pw-in-the-url-7f3"
+    port = free_port()
+    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+        "TIERPROXY_STORAGE": f"file://{tmp_path}/tier", "TIERPROXY_METADATA": f"file://{tmp_path}/meta",
+        "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{port}",
+        "TIERPROXY_ICEBERG_CATALOG": f"postgresql+psycopg2://tierproxy:{secret}@127.0.0.1:1/catalog"})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        shown = wait_until(lambda: httpx.get(url + "/v1/config", timeout=5).text, "the admin API", timeout=30)
+        assert "tierproxy:***@127.0.0.1:1/catalog" in shown and secret not in shown
+        iceberg = httpx.get(url + "/v1/iceberg", timeout=30)
+        assert secret not in iceberg.text
+    finally:
+        proxy.stop()
+    assert secret not in proxy.log_text()
 
 
 def test_schemathesis_finds_no_server_errors(admin: tuple[TieredTopic, ProxyProcess, str], tmp_path: Path) -> None:

@@ -2,19 +2,22 @@
 
 Served by `tierproxy serve --admin-listen HOST:PORT` on the proxy's own event loop (uvicorn); handlers only read
 in-memory state or make small control-plane requests, never blocking the Kafka path. With `admin.token` set,
-every endpoint but /healthz and /readyz needs `Authorization: Bearer <token>` (compared in constant time).
+every endpoint but /healthz and /readyz needs `Authorization: Bearer <token>` (compared in constant time); the
+status page may use its login cookie instead (a value derived from the token, never the token), but a request
+that changes anything (POST /v1/tiering/run) takes the bearer token only, so another page of the same site cannot
+make a browser send it. Every request body is bounded (`MAX_BODY_BYTES`, 413 beyond): the admin port shares the
+process, and its memory, with the Kafka path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
-import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -25,13 +28,14 @@ from pydantic import BaseModel
 
 from tierproxy.admin import ui
 from tierproxy.admin.metrics import REGISTRY, ProxyCollector
-from tierproxy.tier.model import uuid_str
+from tierproxy.tier.model import TierPass, uuid_str
 
 if TYPE_CHECKING:
     from tierproxy.server import Proxy
 
 log = logging.getLogger("tierproxy.admin")
-COOKIE = "tierproxy_admin_token"  # the status page's copy of admin.token (HttpOnly, SameSite=Strict)
+COOKIE = "tierproxy_admin_session"  # the status page's login: derived from admin.token (HttpOnly, SameSite=Strict)
+MAX_BODY_BYTES = 64 << 10  # the largest request body read (a login form, an empty POST): 413 beyond
 
 
 class PartitionStatus(BaseModel):
@@ -115,30 +119,76 @@ class TieringRun(BaseModel):
     returncode: int | None
 
 
-@dataclass
-class Runs:
-    runs: dict[str, TieringRun] = field(default_factory=dict)
+class BoundedBodies:
+    """ASGI middleware: a request body larger than `limit` is answered 413 without being read whole (a declared
+    Content-Length at once; a chunked body once its bytes pass the limit), so no request holds more than `limit`
+    bytes of the process's memory."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._too_large(send)
+            return
+        body, more = b"", True
+        while more:  # at most `limit` + one chunk held
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await self._too_large(send)
+                return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return dict(await receive())
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Any) -> None:
+        payload = json.dumps({"error": f"request body over {self.limit} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode()), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": payload})
 
 
 def create_app(proxy: Proxy) -> FastAPI:
     app = FastAPI(title="tierproxy admin", version="1", description=__doc__)
     REGISTRY.register(ProxyCollector(proxy)) if not getattr(proxy, "_collector", None) else None
     proxy._collector = True  # type: ignore[attr-defined]
-    runs = Runs()
     token = proxy.settings.admin_token
 
-    def authorized(request: Request) -> bool:
-        """The bearer token, or the status page's cookie holding the same token."""
+    session = session_value(token.get_secret_value()) if token is not None else ""
+
+    def authorized(request: Request, cookie_ok: bool = True) -> bool:
+        """The bearer token, or (for reads) the status page's login cookie."""
         if token is None:
             return True
-        secret = token.get_secret_value().encode()
         given = request.headers.get("authorization", "")
-        cookie = request.cookies.get(COOKIE, "")
-        return hmac.compare_digest(given.encode(), b"Bearer " + secret) or hmac.compare_digest(cookie.encode(), secret)
+        if hmac.compare_digest(given.encode(), b"Bearer " + token.get_secret_value().encode()):
+            return True
+        return cookie_ok and hmac.compare_digest(request.cookies.get(COOKIE, "").encode(), session.encode())
 
     async def auth(request: Request) -> None:
         if not authorized(request):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    async def bearer_only(request: Request) -> None:
+        if not authorized(request, cookie_ok=False):
+            raise HTTPException(401, "this request changes state: it needs the bearer token (a cookie is not "
+                                "enough)", headers={"WWW-Authenticate": "Bearer"})
 
     guarded = [Depends(auth)]
 
@@ -250,24 +300,35 @@ def create_app(proxy: Proxy) -> FastAPI:
         if token is None or not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
             return HTMLResponse(ui.login_page("Wrong token."), status_code=401)
         out = RedirectResponse("/ui", status_code=303)
-        out.set_cookie(COOKIE, given, httponly=True, samesite="strict")
+        out.set_cookie(COOKIE, session, httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return out
 
-    @app.post("/v1/tiering/run", dependencies=guarded, response_model=TieringRun, status_code=202)
+    @app.post("/v1/tiering/run", dependencies=[Depends(bearer_only)], response_model=TieringRun, status_code=202,
+              responses={409: {"description": "a pass is already asked for, or no tier is configured"}})
     async def tier_now() -> TieringRun:
-        """Start one tiering pass (`tierproxy tier --once` with this proxy's cluster, storage and metadata)."""
-        run = TieringRun(run_id=uuid.uuid4().hex[:12], status="running", started_ms=int(time.time() * 1000),
-                         finished_ms=None, summary=None, returncode=None)
-        runs.runs[run.run_id] = run
-        proxy.spawn(_tier_pass(proxy, run))
-        return run
+        """Ask the running tier job (`tierproxy tier`) for a pass now, with its own configuration: recorded in the
+        remote log metadata and picked up within a second by the job between passes. One at a time: while a
+        request is pending, another is refused (409) with the pending run's id."""
+        rlmm = proxy.remote.rlmm if proxy.remote is not None and proxy.remote.ready.is_set() else None
+        if rlmm is None:
+            raise HTTPException(409, "no remote log metadata here (storage not set, or still loading)")
+        await rlmm.catch_up()
+        pending = rlmm.cache.pass_pending()
+        if pending is not None:
+            raise HTTPException(409, f"a tiering pass is already asked for: run {pending.request_id}")
+        asked = TierPass(uuid.uuid4().hex[:12], True, int(time.time() * 1000))
+        await rlmm.put_tier_pass(asked)
+        return _run_of(asked, None)
 
     @app.get("/v1/tiering/runs/{run_id}", dependencies=guarded, response_model=TieringRun)
     async def tier_run(run_id: str) -> TieringRun:
-        run = runs.runs.get(run_id)
-        if run is None:
-            raise HTTPException(404, f"unknown run {run_id!r}")
-        return run
+        """A requested pass: `requested` until the tier job has run it, then `succeeded` or `failed`."""
+        cache = proxy.remote.rlmm.cache if proxy.remote is not None else None
+        asked = cache.pass_requested if cache is not None else None
+        if cache is None or asked is None or asked.request_id != run_id:
+            raise HTTPException(404, f"unknown run {run_id!r} (only the latest is kept)")
+        done = cache.pass_done
+        return _run_of(asked, done if done is not None and done.request_id == run_id else None)
 
     @app.get("/v1/config", dependencies=guarded)
     async def config() -> dict[str, Any]:
@@ -276,6 +337,20 @@ def create_app(proxy: Proxy) -> FastAPI:
         return data
 
     return app
+
+
+def session_value(token: str) -> str:
+    """The status page's cookie: derived from the token (a stolen cookie does not give the bearer token)."""
+    return hmac.new(token.encode(), b"tierproxy admin session v1", hashlib.sha256).hexdigest()
+
+
+def _run_of(asked: TierPass, done: TierPass | None) -> TieringRun:
+    if done is None:
+        return TieringRun(run_id=asked.request_id, status="requested", started_ms=asked.event_timestamp_ms,
+                          finished_ms=None, summary=None, returncode=None)
+    return TieringRun(run_id=asked.request_id, status="succeeded" if done.returncode == 0 else "failed",
+                      started_ms=asked.event_timestamp_ms, finished_ms=done.event_timestamp_ms, summary=done.summary,
+                      returncode=done.returncode)
 
 
 def _summary(proxy: Proxy, name: str, t: dict[str, Any]) -> TopicSummary:
@@ -339,7 +414,6 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
 async def iceberg_status(proxy: Proxy) -> dict[str, Any]:
     """The table's status from its catalog against the tier's metadata this replica holds."""
     from tierproxy.iceberg.status import serve_catalog, table_status
-    from tierproxy.tier.model import uuid_str
 
     s = proxy.settings
     cfg = serve_catalog(s.storage, s.iceberg_catalog, s.iceberg_catalog_credential, s.iceberg_catalog_token)
@@ -378,23 +452,6 @@ async def refresh_tier_status(proxy: Proxy, interval_s: float = 30.0) -> None:
         await asyncio.sleep(interval_s)
 
 
-async def _tier_pass(proxy: Proxy, run: TieringRun) -> None:
-    s = proxy.settings
-    cmd = [sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress", "--bootstrap-server",
-           s.bootstrap_servers, "--storage", s.storage]
-    if s.metadata:
-        cmd += ["--metadata", s.metadata]
-    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, _ = await proc.communicate()
-    lines = [line for line in out.decode(errors="replace").splitlines() if line.startswith("tiered ")]
-    run.returncode = proc.returncode
-    run.status = "succeeded" if proc.returncode == 0 else "failed"
-    run.summary = lines[-1] if lines else None
-    run.finished_ms = int(time.time() * 1000)
-    if proxy.remote is not None and proxy.remote.ready.is_set():
-        await proxy.remote.rlmm.catch_up()
-
-
 async def start_admin(proxy: Proxy) -> None:
     """The admin HTTP API on `admin.listen`, on the proxy's event loop; it stops when the proxy does."""
     if not proxy.settings.admin_listen:
@@ -402,7 +459,8 @@ async def start_admin(proxy: Proxy) -> None:
     import uvicorn
 
     host, _, port = proxy.settings.admin_listen.rpartition(":")
-    config = uvicorn.Config(create_app(proxy), host=host or "0.0.0.0", port=int(port), log_level="warning",
+    config = uvicorn.Config(BoundedBodies(create_app(proxy), MAX_BODY_BYTES), host=host or "0.0.0.0", port=int(port),
+                            log_level="warning",
                             lifespan="off", access_log=False)
     server = uvicorn.Server(config)
     # uvicorn captures SIGTERM/SIGINT while it serves and raises them again once it exits, so the proxy's own

@@ -26,7 +26,7 @@ def add_admin_parser(sub: Any) -> None:
     s.add_argument("topic")
     s.add_argument("partition", type=int)
     cmds.add_parser("iceberg", help="the Iceberg table: per partition the tier's end, the table's end, the lag")
-    t = cmds.add_parser("tier-now", help="run one tiering pass and wait for it")
+    t = cmds.add_parser("tier-now", help="ask the running tier job for a pass now and wait for it")
     t.add_argument("--timeout", type=float, default=600)
     admin.set_defaults(func=run_admin)
 
@@ -100,7 +100,7 @@ def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
             with Progress(SpinnerColumn(), TextColumn("tiering run {task.fields[run]}"), TimeElapsedColumn(),
                           console=console) as bar:
                 bar.add_task("run", run=run["run_id"], total=None)
-                while run["status"] == "running" and time.monotonic() < deadline:
+                while run["status"] == "requested" and time.monotonic() < deadline:
                     time.sleep(0.5)
                     run = _get(client, f"/v1/tiering/runs/{run['run_id']}")
             console.print(f"run {run['run_id']}: {run['status']}" + (f" — {run['summary']}" if run["summary"] else ""))

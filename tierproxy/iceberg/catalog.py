@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tierproxy.config import hide_url_passwords
 from tierproxy.iceberg.schema import iceberg_schema, partition_spec, same_columns, sort_order
 
 
@@ -137,10 +138,7 @@ def _columns(schema: Any) -> str:
 
 def safe_uri(uri: str) -> str:
     """A catalog URI without its password."""
-    u = urlparse(uri.removeprefix("rest:"))
-    if u.password:
-        uri = uri.replace(f":{u.password}@", ":***@")
-    return uri
+    return hide_url_passwords(uri)
 
 
 def _reason(exc: BaseException) -> str:

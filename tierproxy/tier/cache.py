@@ -19,6 +19,7 @@ from tierproxy.tier.model import (
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
+    TierPass,
     TopicIdPartition,
     check_partition_transition,
     check_segment_transition,
@@ -207,6 +208,8 @@ class MetadataCache:
     def __init__(self) -> None:
         self.partitions: dict[PartitionKey, PartitionCache] = {}
         self.deletions: dict[PartitionKey, RemotePartitionDeleteMetadata] = {}
+        self.pass_requested: TierPass | None = None  # the latest tiering pass asked for (admin API)
+        self.pass_done: TierPass | None = None  # the latest pass that served a request
         self.events_applied = 0
 
     def partition(self, tp: TopicIdPartition) -> PartitionCache:
@@ -244,8 +247,13 @@ class MetadataCache:
         self.events_applied += 1
 
     def apply(self, event: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
-              | RemotePartitionDeleteMetadata | RemoteLogStartOffset) -> None:
-        if isinstance(event, RemoteLogStartOffset):
+              | RemotePartitionDeleteMetadata | RemoteLogStartOffset | TierPass) -> None:
+        if isinstance(event, TierPass):
+            if event.requested:
+                self.pass_requested = event
+            else:
+                self.pass_done = event
+        elif isinstance(event, RemoteLogStartOffset):
             if not self.is_deleted(event.tp.topic_id, event.tp.partition):
                 self.partition(event.tp).purge_below(event.log_start_offset)
         elif isinstance(event, RemoteLogSegmentMetadata):
@@ -269,3 +277,8 @@ class MetadataCache:
 
     def is_deleted(self, topic_id: bytes, partition: int) -> bool:
         return (topic_id, partition) in self.deletions
+
+    def pass_pending(self) -> TierPass | None:
+        """The tiering pass asked for that no pass has served yet (None: none)."""
+        asked, done = self.pass_requested, self.pass_done
+        return asked if asked is not None and (done is None or done.request_id != asked.request_id) else None

@@ -171,3 +171,14 @@ class RemoteLogStartOffset:
     log_start_offset: int
     event_timestamp_ms: int
     broker_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TierPass:
+    """A tiering pass asked for (`requested`: the admin API's trigger, which the running tier job picks up) or
+    done (`requested` False: the pass that served the request `request_id`, its summary line and exit code)."""
+    request_id: str
+    requested: bool
+    event_timestamp_ms: int
+    summary: str | None = None
+    returncode: int = 0

@@ -27,6 +27,7 @@ from tierproxy.tier.model import (
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
+    TierPass,
     TopicIdPartition,
     check_partition_transition,
     check_segment_transition,
@@ -170,6 +171,10 @@ class RemoteLogMetadataManager(abc.ABC):
             marker = record_key(pdm)
             records += [(k, None) for k in sorted(self.keys.get(key, set())) if k != marker]
         await self.publish(records)
+
+    async def put_tier_pass(self, event: TierPass) -> None:
+        """A tiering pass asked for (the admin API's trigger), or the pass that served it (the tier job)."""
+        await self.publish([(record_key(event), encode_value(event))])
 
     async def put_log_start(self, tp: TopicIdPartition, log_start_offset: int, broker_id: int = -1) -> bool:
         """Record a purge: the partition's log start moved to `log_start_offset` (False: it is not above the

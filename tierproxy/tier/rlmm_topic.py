@@ -23,7 +23,7 @@ from typing import Any
 
 from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer
-from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate
+from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate, TierPass
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, WriterFenced
 from tierproxy.tier.serde import decode_value, metadata_partition
 
@@ -281,6 +281,8 @@ class TopicRLMM(RemoteLogMetadataManager):
     def _partition_for(self, key: bytes, value: bytes | None) -> int:
         if value is not None:
             event = decode_value(value)
+            if isinstance(event, TierPass):
+                return 0  # not a partition's: the first metadata partition
             tp = event.segment_id.tp if isinstance(event, RemoteLogSegmentMetadataUpdate) else event.tp
             return metadata_partition(tp, self.partitions)
         for p, latest in self.latest.items():  # a tombstone goes where its key lives

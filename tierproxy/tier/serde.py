@@ -7,6 +7,8 @@ Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka p
     2 RemotePartitionDeleteMetadataRecord  (v1 adds tag 0 BrokerLeaderEpoch, tag 1 EndOffset)
    64 RemoteLogStartOffsetRecord (tierproxy's own, v1: a purged partition's log start; Kafka's own RLMM keeps
       the log start in the broker, which tierproxy's brokers know only as their local start)
+   65 TierPassRecord (tierproxy's own, v1: a tiering pass asked for through the admin API, and the pass that
+      served it; keys "tierproxy:tierPass:requested" / "tierproxy:tierPass:done", metadata partition 0)
 Record key (compacted topic) => "topicId:partition:endOffset:brokerLeaderEpoch" for segment records,
     except a segment that has not finished its copy: "topicId:partition:segment:segmentId" (see below),
     "topicId:partition" for partition-deletion records, "topicId:partition:logStart:offset" for log start
@@ -34,11 +36,13 @@ from tierproxy.tier.model import (
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
+    TierPass,
     TopicIdPartition,
     uuid_str,
 )
 
-Event = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata | RemoteLogStartOffset
+Event = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+         | RemoteLogStartOffset | TierPass)
 VERSION = 1
 
 _TIP = [F("name", "string", "0+"), F("id", "uuid", "0+"), F("partition", "int32", "0+")]
@@ -87,7 +91,16 @@ LOG_START_RECORD = Message("RemoteLogStartOffsetRecord", api_key=64, versions="1
     F("log_start_offset", "int64", "1+"),
 ])
 
-_BY_KEY = {m.api_key: m for m in (SEGMENT_RECORD, UPDATE_RECORD, PARTITION_DELETE_RECORD, LOG_START_RECORD)}
+TIER_PASS_RECORD = Message("TierPassRecord", api_key=65, versions="1", flexible="1+", fields=[
+    F("request_id", "string", "1+"),
+    F("requested", "bool", "1+"),
+    F("event_timestamp_ms", "int64", "1+"),
+    F("summary", "string", "1+", nullable="1+", default=None),
+    F("returncode", "int32", "1+"),
+])
+
+_BY_KEY = {m.api_key: m for m in (SEGMENT_RECORD, UPDATE_RECORD, PARTITION_DELETE_RECORD, LOG_START_RECORD,
+                                  TIER_PASS_RECORD)}
 
 
 def _tip(tp: TopicIdPartition) -> dict[str, object]:
@@ -127,6 +140,10 @@ def encode_value(event: Event, version: int = VERSION) -> bytes:
             "event_timestamp_ms": event.event_timestamp_ms, "custom_metadata": event.custom_metadata,
             "remote_log_segment_state": int(event.state), "broker_leader_epoch": event.broker_leader_epoch,
             "end_offset": event.end_offset}
+    elif isinstance(event, TierPass):
+        msg, data = TIER_PASS_RECORD, {
+            "request_id": event.request_id, "requested": event.requested,
+            "event_timestamp_ms": event.event_timestamp_ms, "summary": event.summary, "returncode": event.returncode}
     elif isinstance(event, RemoteLogStartOffset):
         msg, data = LOG_START_RECORD, {
             "topic_id_partition": _tip(event.tp), "broker_id": event.broker_id,
@@ -164,6 +181,8 @@ def decode_value(value: bytes | memoryview) -> Event:
                 SegmentState(d["remote_log_segment_state"]), d["broker_id"],
                 None if d["custom_metadata"] is None else bytes(d["custom_metadata"]), d["broker_leader_epoch"],
                 d["end_offset"])
+        if api_key == TIER_PASS_RECORD.api_key:
+            return TierPass(d["request_id"], d["requested"], d["event_timestamp_ms"], d["summary"], d["returncode"])
         if api_key == LOG_START_RECORD.api_key:
             return RemoteLogStartOffset(_from_tip(d["topic_id_partition"]), d["log_start_offset"],
                                         d["event_timestamp_ms"], d["broker_id"])
@@ -179,6 +198,8 @@ def record_key(event: Event, end_offset: int | None = None) -> bytes:
     """The compacted topic's key: topicId:partition:endOffset:brokerLeaderEpoch (partitions: topicId:partition)."""
     if isinstance(event, RemotePartitionDeleteMetadata):
         return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}".encode()
+    if isinstance(event, TierPass):
+        return b"tierproxy:tierPass:requested" if event.requested else b"tierproxy:tierPass:done"
     if isinstance(event, RemoteLogStartOffset):
         return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}:logStart:{event.log_start_offset}".encode()
     if isinstance(event, RemoteLogSegmentMetadata):

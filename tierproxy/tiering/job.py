@@ -29,6 +29,7 @@ from tierproxy.tier.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     SegmentState,
+    TierPass,
     TopicIdPartition,
     new_uuid,
     uuid_bytes,
@@ -64,6 +65,14 @@ class RunSummary:
     gaps: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """What `tier --once` exits with after this pass: 1 when copies failed and none succeeded, 5 when a
+        deletion was refused by the guard, else 0."""
+        if self.failed and self.segments == 0:
+            return 1
+        return 5 if self.retention_refused else 0
 
     @property
     def mb_per_s(self) -> float:
@@ -117,6 +126,7 @@ class TieringJob:
         self._spark: Any = None
         self._started = False
         self._view: ClusterView | None = None  # the cluster as last described: where copies fetch from
+        self.serving: TierPass | None = None  # the requested pass the current one serves
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -148,6 +158,7 @@ class TieringJob:
             self.run(self.rlmm.start())
             self._started = True
         self.run(self.rlmm.catch_up())
+        self.serving = self.rlmm.cache.pass_pending()  # a pass asked for through the admin API: this one serves it
         topics = sorted({p.topic for p in view.partitions})
         configs = topic_configs(s.own_bootstrap, topics, s.identity) if topics else {}
         parts = select_topics(view, configs, s.tier_topics, s.tier_topics_exclude)
@@ -198,6 +209,25 @@ class TieringJob:
         summary.seconds = time.monotonic() - started
         self._write_state(summary)
         return summary
+
+    def report(self, summary: RunSummary) -> None:
+        """Record that this pass served the pass asked for through the admin API (its run turns succeeded or
+        failed there)."""
+        if self.serving is not None:
+            done = TierPass(self.serving.request_id, False, int(time.time() * 1000), summary.line(), summary.exit_code)
+            self.run(self.rlmm.put_tier_pass(done))
+            self.serving = None
+
+    def wait(self, seconds: float) -> None:
+        """Until the next pass is due, or one is asked for through the admin API (looked for every second)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(1.0, left))
+            if self._started:
+                self.run(self.rlmm.catch_up())
+                if (asked := self.rlmm.cache.pass_pending()) is not None:
+                    log.info("a tiering pass was asked for (run %s): starting it now", asked.request_id)
+                    return
 
     def _delete_gone_topics(self, view: ClusterView, summary: RunSummary) -> int:
         """Tiered topics the cluster no longer lists are asked for by id; those it answers UNKNOWN_TOPIC_ID for,
@@ -378,6 +408,7 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
         while True:
             summary = job.run_once()
             out.append(summary)
+            job.report(summary)
             log.info("run %s: %s", summary.run_id, summary.line())
             print(summary.line(), flush=True)
             for refusal in summary.retention_refused:
@@ -389,7 +420,7 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
                 after_pass(job)
             if once or (max_passes is not None and len(out) >= max_passes):
                 return out
-            time.sleep(settings.tier_interval_ms / 1000)
+            job.wait(settings.tier_interval_ms / 1000)
     finally:
         job.close()
 
