@@ -108,3 +108,18 @@ def test_a_port_in_use_and_unreachable_brokers_are_one_line(tmp_path: Path) -> N
     assert out.returncode == 6, out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("tierproxy: the brokers at 127.0.0.1:9 cannot be reached: ")
     assert "Traceback" not in out.stderr
+
+
+def test_secrets_and_passwords_inside_urls_never_show(tmp_path: Path) -> None:
+    """`/v1/config`, logs and reprs show no secret: secret keys as ***, and a password inside any URL (a catalog's
+    `postgresql://user:password@host/db`) as ***."""
+    for model in (ProxySettings, TierSettings):
+        s = model(bootstrap_servers="127.0.0.1:9092", storage=f"file://{tmp_path}/tier",
+                  iceberg_catalog="postgresql+psycopg2://tp:hunter2-pw@db.example:5432/catalog",
+                  iceberg_catalog_token="t0k3n-secret",
+                  **({"tier_state_dir": tmp_path / "state"} if model is TierSettings else {}))
+        shown = [repr(s), str(s), str(s.redacted())]
+        for text in shown:
+            assert "hunter2-pw" not in text and "t0k3n-secret" not in text, text
+        assert s.redacted()["iceberg_catalog"] == "postgresql+psycopg2://tp:***@db.example:5432/catalog"
+        assert s.iceberg_catalog is not None and "hunter2-pw" in s.iceberg_catalog  # the value itself stays usable
