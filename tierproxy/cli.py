@@ -75,8 +75,19 @@ def _tier(args: argparse.Namespace) -> int:
         from tierproxy.iceberg.run import run_pass
         from tierproxy.iceberg.sync import IcebergSync
 
+        failures = [0]
+
         def after_pass(job: Any) -> None:
-            run_pass(IcebergSync(iceberg_options(settings), job.spark))
+            try:
+                run_pass(IcebergSync(iceberg_options(settings), job.spark))
+            except Exception as exc:  # the tier loop goes on: tiering must not stop for the table (--once: exit code)
+                if args.once:
+                    raise
+                failures[0] += 1
+                logging.getLogger("tierproxy.iceberg").error(
+                    "the Iceberg step failed (%d so far); the tier loop goes on and the next pass retries: %s: %s",
+                    failures[0], type(exc).__name__, exc)
+                print(f"ICEBERG STEP FAILED ({failures[0]} so far): {type(exc).__name__}: {exc}", flush=True)
     try:
         summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress,
                              after_pass=after_pass)

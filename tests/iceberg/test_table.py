@@ -216,3 +216,56 @@ def test_an_s3_tier_makes_the_same_table_on_s3(tiered: Tiered, s3: S3Server, tmp
     assert table.location().startswith("s3://tier/history/iceberg/")
     assert pyiceberg_rows(table) == t.expected
     assert duckdb_rows(table.metadata_location, s3=s3) == t.expected
+
+
+def test_the_ledger_survives_another_writer_and_snapshot_expiry(tiered: Tiered) -> None:
+    """Another writer appends a row of its own, then every snapshot but the current is expired: the ledger is a
+    table property set in each pass's commit, so the next pass adds nothing (before: the ledger lived only in the
+    summaries of expired snapshots, and the pass appended the whole tier again)."""
+    import pyarrow as pa
+
+    t = tiered
+    uri, wh = t.embedded
+    iceberg_cli(t.tmp, *t.args("--once", "--table", "kafka.shared"))
+    table = pyiceberg_table(uri, wh, "kafka.shared")
+    assert pyiceberg_rows(table) == t.expected
+    one = table.scan(limit=1).to_arrow()
+    column = one.schema.get_field_index("topic")
+    table.append(one.set_column(column, one.schema.field(column), pa.array(["manual"], one.schema.field(column).type)))
+    table = table.refresh()
+    current = table.current_snapshot().snapshot_id
+    table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in table.metadata.snapshots
+                                                 if s.snapshot_id != current]).commit()
+    assert [s.snapshot_id for s in table.refresh().metadata.snapshots] == [current]
+
+    again = iceberg_cli(t.tmp, *t.args("--once", "--table", "kafka.shared"))
+    assert " 0 files, 0 rows added" in again.stdout, again.stdout
+    located = iceberg_cli(t.tmp, "metadata-location", "--bootstrap-server", t.bootstrap, "--storage", t.storage,
+                          "--table", "kafka.shared").stdout.strip()
+    rows = duckdb_rows(located)
+    assert len(rows) == len(t.expected) + 1  # DuckDB's count: Spark's Kafka source's, and the other writer's row
+    assert [r for r in rows if r[2] != "manual"] == t.expected
+
+
+def test_a_table_another_pass_holds_is_left_unchanged(tiered: Tiered) -> None:
+    """The single-writer lease: while another pass holds the table (its lease younger than
+    iceberg.orphan.min.age.ms), a pass refuses with one line (exit 7) and changes nothing; a lease that old is a
+    dead pass's, and the next pass goes on."""
+    import time
+
+    t = tiered
+    uri, wh = t.embedded
+    iceberg_cli(t.tmp, *t.args("--once", "--table", "kafka.leased"))
+    table = pyiceberg_table(uri, wh, "kafka.leased")
+    before = (table.current_snapshot().snapshot_id, pyiceberg_rows(table))
+    hour = {"TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "3600000"}
+    for started, refused in ((int(time.time() * 1000), True), (int(time.time() * 1000) - 3_700_000, False)):
+        with table.transaction() as tx:
+            tx.set_properties({"tierproxy.writer": f"otherpass {started}"})
+        run = iceberg_cli(t.tmp, *t.args("--once", "--table", "kafka.leased"), env=hour, check=False)
+        if refused:
+            assert run.returncode == 7 and "being written by pass otherpass" in run.stderr.strip().splitlines()[-1]
+        else:
+            assert run.returncode == 0, run.stderr[-2000:]
+        table = pyiceberg_table(uri, wh, "kafka.leased")
+        assert (table.current_snapshot().snapshot_id, pyiceberg_rows(table)) == before

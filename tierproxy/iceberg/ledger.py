@@ -1,4 +1,9 @@
-"""What each commit records in its snapshot summary, and reading it back: the table's own exactly-once ledger.
+"""What each commit records, and reading it back: the table's own exactly-once ledger.
+
+The ledger is a table property (`tierproxy.ledger`, the JSON of ends, starts and topics), set in the same commit as
+the rows it describes: another writer's commits and snapshot expiry cannot remove it. Each commit's snapshot summary
+carries it too, as its history (`snapshot-at` reads that); a table written before the property existed is read
+from the newest summary that carries it. The summary's keys:
 
     tierproxy.ends      {"<topic id>:<partition>": next offset}: the table holds every visible record below it
     tierproxy.starts    {"<topic id>:<partition>": offset}: no row below it (the tier's start when last followed)
@@ -6,10 +11,9 @@
     tierproxy.segments  the tiered segment ids this commit added
     tierproxy.pass      the pass that made the commit
 
-A pass reads the newest snapshot that carries them (a commit by another writer carries none: it is skipped) and adds
-only segments at or past `ends`, in the same commit as the new `ends`. A pass killed before its commit leaves the
-ledger as it was, so the next pass writes the same segments again and nothing twice; one killed after it finds its
-segments recorded.
+A pass reads the ledger and adds only segments at or past `ends`, in the same commit as the new `ends`. A pass
+killed before its commit leaves the ledger as it was, so the next pass writes the same segments again and nothing
+twice; one killed after it finds its segments recorded.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 ENDS, STARTS, TOPICS, SEGMENTS, PASS = ("tierproxy.ends", "tierproxy.starts", "tierproxy.topics",
                                         "tierproxy.segments", "tierproxy.pass")
+LEDGER = "tierproxy.ledger"  # the table property holding the current ledger
+WRITER = "tierproxy.writer"  # "<pass id> <started ms>": a pass writing data files now (released by its commit)
 
 
 @dataclass
@@ -28,6 +34,10 @@ class Ledger:
     starts: dict[str, int] = field(default_factory=dict)
     topics: dict[str, str] = field(default_factory=dict)
     snapshot_id: int | None = None
+
+    def property(self) -> str:
+        """The ledger as the table property's value."""
+        return json.dumps({"ends": self.ends, "starts": self.starts, "topics": self.topics}, sort_keys=True)
 
     def summary(self, pass_id: str, segments: list[str]) -> dict[str, str]:
         return {ENDS: json.dumps(self.ends, sort_keys=True), STARTS: json.dumps(self.starts, sort_keys=True),
@@ -49,10 +59,15 @@ def ledger_of(snapshot: Any) -> Ledger | None:
 
 
 def current_ledger(table: Any) -> Ledger:
-    """The newest snapshot's ledger in the current branch's ancestry (empty for a new table)."""
+    """The table's ledger: its property, or (a table from before the property) the newest snapshot summary in the
+    current branch's ancestry that carries one; empty for a new table."""
     from pyiceberg.table.snapshots import ancestors_of
 
     current = table.current_snapshot()
+    if LEDGER in table.properties:
+        d = json.loads(table.properties[LEDGER])
+        return Ledger({k: int(v) for k, v in d["ends"].items()}, {k: int(v) for k, v in d["starts"].items()},
+                      dict(d["topics"]), current.snapshot_id if current is not None else None)
     if current is None:
         return Ledger()
     for snap in ancestors_of(current, table.metadata):

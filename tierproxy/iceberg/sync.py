@@ -28,7 +28,7 @@ from typing import Any
 
 from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, open_table
 from tierproxy.iceberg.files import write_slice
-from tierproxy.iceberg.ledger import Ledger, current_ledger
+from tierproxy.iceberg.ledger import LEDGER, WRITER, Ledger, current_ledger
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
 from tierproxy.tier.logstart import first_open_hole, holes_between
@@ -75,6 +75,20 @@ class IcebergSummary:
                 f"{self.rows_added} rows added; {self.files_held_back} files held back; {self.rows_deleted} rows "
                 f"removed; {self.snapshots_expired} snapshots expired; {self.files_deleted} files deleted; "
                 f"lag {sum(self.lag.values())} offsets; snapshot {self.snapshot_id} in {self.seconds:.1f}s")
+
+
+class TableBusy(CatalogError):
+    """Another pass holds the table (its single-writer lease): this pass changes nothing."""
+
+
+def writer_of(table: Any, max_age_ms: int) -> str | None:
+    """The pass holding the table's writer lease, None when none does (or its lease is older than `max_age_ms`:
+    that pass died, and its files are orphans)."""
+    raw = table.properties.get(WRITER, "")
+    pass_id, _, started = raw.partition(" ")
+    if not pass_id or not started.isdigit():
+        return None
+    return pass_id if time.time() * 1000 - int(started) < max_age_ms else None
 
 
 class SegmentDataError(RuntimeError):
@@ -150,6 +164,13 @@ class IcebergSync:
                                            include_headers=True, read_committed=o.read_committed,
                                            fail_on_data_loss=False), ledger.topics)
         slices = [s for s in planner.plan() if s.segment is not None]
+        holder = writer_of(table, self.o.orphan_min_age_ms)
+        if holder is not None:
+            raise TableBusy(f"table {o.table} is being written by pass {holder} (a pass's lease lasts at most "
+                            f"iceberg.orphan.min.age.ms={o.orphan_min_age_ms}): this pass changed nothing; the "
+                            "next one goes on")
+        if slices:  # data files about to be written: no other pass may commit, nor clean them up as orphans
+            table = self._lease(table, summary.pass_id)
         results = self._write(table, slices, summary.pass_id)
 
         new = Ledger(dict(ledger.ends), dict(ledger.starts), dict(ledger.topics))
@@ -172,6 +193,8 @@ class IcebergSync:
             summary.rows_deleted = self._commit(table, new, deletes, paths, segments, summary.pass_id)
             summary.committed = True
             table = table.refresh()
+        elif WRITER in table.properties:
+            table = self._release(table)
         summary.snapshot_id = table.current_snapshot().snapshot_id if table.current_snapshot() else None
         _pause_point("commit")
         if deletes and not o.keep:
@@ -187,6 +210,23 @@ class IcebergSync:
             await check_cluster(rsm, cluster_id, record=False, brokers=self.o.bootstrap)
         finally:
             await rsm.close()
+
+    # --- the single-writer lease ---------------------------------------------------------------------------------
+    def _lease(self, table: Any, pass_id: str) -> Any:
+        """Take the table for this pass (a property commit: the catalog's compare-and-swap lets one of two passes
+        starting together have it; the other fails cleanly)."""
+        try:
+            with table.transaction() as tx:
+                tx.set_properties({WRITER: f"{pass_id} {int(time.time() * 1000)}"})
+        except Exception as exc:
+            raise TableBusy(f"table {self.o.table}: another pass took it first ({type(exc).__name__}): this pass "
+                            "changed nothing; the next one goes on") from None
+        return table.refresh()
+
+    def _release(self, table: Any) -> Any:
+        with table.transaction() as tx:
+            tx.remove_properties(WRITER)
+        return table.refresh()
 
     # --- write --------------------------------------------------------------------------------------------------
     def _write(self, table: Any, slices: list[Slice], pass_id: str) -> list[dict[str, Any]]:
@@ -269,11 +309,18 @@ class IcebergSync:
                 pass_id: str) -> int:
         """One catalog commit for the whole pass; returns the rows it removed."""
         props = new.summary(pass_id, segments)
+        held = writer_of(table.refresh(), self.o.orphan_min_age_ms)
+        if held is not None and held != pass_id:  # our lease expired and another pass took the table
+            raise TableBusy(f"table {self.o.table} was taken by pass {held} while this one wrote: nothing of this "
+                            "pass is in it; the next pass writes it again")
         try:
             with table.transaction() as tx:
                 for f in deletes:
                     tx.delete(f, snapshot_properties=props)
                 tx.add_files(paths, snapshot_properties=props)
+                tx.set_properties({LEDGER: new.property()})  # in the same commit: expiry cannot lose it
+                if WRITER in table.properties:
+                    tx.remove_properties(WRITER)
         except Exception as exc:
             raise CatalogError(f"commit to table {self.o.table} failed, nothing of this pass is in it: "
                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
@@ -306,6 +353,8 @@ class IcebergSync:
         """Delete data files under the table's data/ that no snapshot references and that are older than the
         orphan age (a killed pass's, and those of expired snapshots)."""
         table = table.refresh()
+        if writer_of(table, self.o.orphan_min_age_ms) is not None:
+            return 0  # another pass is writing: its files are referenced by no snapshot yet
         referenced: set[str] = set()
         for snap in table.metadata.snapshots:
             for manifest in snap.manifests(table.io):
