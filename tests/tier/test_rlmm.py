@@ -373,10 +373,48 @@ def test_an_existing_metadata_topic_that_does_not_fit_is_a_clear_error(kafka: Ka
     async def go() -> None:
         r = TopicRLMM(kafka.bootstrap, topic=topic, partitions=3, replication=1)
         try:
-            with pytest.raises(MetadataTopicMismatch, match=named) as exc:
-                await r.start()
-            assert topic in str(exc.value)
+            for _ in range(2):  # the caller retries: each failed start leaves no client behind
+                with pytest.raises(MetadataTopicMismatch, match=named) as exc:
+                    await r.start()
+                assert topic in str(exc.value)
+                assert r._consumer is None and r._producer is None
+                assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []  # none running
         finally:
             await r.close()
 
     run(go())
+
+
+@pytest.mark.kafka
+def test_a_large_metadata_topic_is_read_however_long_it_takes_while_it_moves(kafka: KafkaCluster) -> None:
+    """No fixed deadline for catch-up, only one on progress: a topic whose reading takes many times the stall
+    timeout (here 0.3 s, 60 s by default; no checkpoint) is read whole. Before: a fixed 60 s for the whole
+    catch-up, so a large metadata topic never became ready and the tier job could not start."""
+    from confluent_kafka import Producer
+
+    from tierproxy.tier.serde import segment_id_key
+
+    topic, n = f"__rlmm-{uuid.uuid4().hex[:8]}", 40_000
+
+    async def create() -> None:
+        async with opened(TopicRLMM(kafka.bootstrap, topic=topic, partitions=1, replication=1)):
+            pass
+
+    run(create())
+    t = tp("large")
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 20})
+    for i in range(n):
+        md = seg(t, i * 10, i * 10 + 9)
+        p.produce(topic, encode_value(md), segment_id_key(md.segment_id), partition=0)
+        if i % 5000 == 4999:
+            p.flush(30)
+    p.flush(30)
+
+    async def read() -> tuple[int, float]:
+        r = TopicRLMM(kafka.bootstrap, topic=topic, partitions=1, replication=1, stall_timeout_s=0.3)
+        started = time.monotonic()
+        async with opened(r):
+            return len(r.segments(t)), time.monotonic() - started
+
+    count, took = asyncio.run(read())
+    assert count == n and took > 3 * 0.3, (count, took)

@@ -23,6 +23,7 @@ from typing import Any
 
 from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer
+from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate, TierPass
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, WriterFenced
 from tierproxy.tier.serde import decode_value, metadata_partition
@@ -43,10 +44,12 @@ class TopicRLMM(RemoteLogMetadataManager):
     def __init__(self, bootstrap: str, *, topic: str = DEFAULT_TOPIC, partitions: int = 50,
                  replication: int | None = None, checkpoint_dir: Path | None = None, audit_topic: str | None = None,
                  topic_config: dict[str, str] | None = None, client_options: dict[str, Any] | None = None,
-                 writer: bool = False) -> None:
+                 writer: bool = False, stall_timeout_s: float = 60.0) -> None:
         """`writer`: the tier job's view. Its writes go through a transactional producer whose id is the metadata
         topic's (`tierproxy-tier-<topic>`): a second job that starts fences the first (its next write fails with
-        WriterFenced), and every reader reads committed writes only."""
+        WriterFenced), and every reader reads committed writes only. `stall_timeout_s`: a catch-up (or a write
+        waiting to be applied) fails once its view has not moved for that long — however long the whole takes
+        while it moves (a large topic read without a checkpoint)."""
         super().__init__()
         self.writer_id = f"tierproxy-tier-{topic}" if writer else None
         self.bootstrap = bootstrap
@@ -60,6 +63,7 @@ class TopicRLMM(RemoteLogMetadataManager):
         self.positions: dict[int, int] = {}
         self.latest: dict[int, dict[bytes, tuple[int, bytes]]] = {}  # metadata partition → key → (offset, value)
         self.records_consumed = 0
+        self.stall_timeout_s = stall_timeout_s
         self._progress = asyncio.Condition()
         self._producer: Any = None
         self._consumer: Any = None
@@ -67,6 +71,28 @@ class TopicRLMM(RemoteLogMetadataManager):
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Create the topic if needed, load the checkpoint, consume to the end. A start that fails leaves nothing
+        behind (clients stopped, view emptied), so the caller's retry starts afresh."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._stop_clients()
+            self.cache, self.keys, self.latest, self.positions = MetadataCache(), {}, {}, {}
+            raise
+
+    async def _stop_clients(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        for client in (self._consumer, self._producer):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.stop()
+        self._consumer = self._producer = None
+
+    async def _start(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
         self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
@@ -159,11 +185,10 @@ class TopicRLMM(RemoteLogMetadataManager):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self.checkpoint_dir is not None and self.failure is None:
+            self._task = None
+        if self.checkpoint_dir is not None and self.failure is None and self._consumer is not None:
             self.write_checkpoint()
-        for client in (self._consumer, self._producer):
-            if client is not None:
-                await client.stop()
+        await self._stop_clients()
 
     # --- consume -----------------------------------------------------------------------------------------------
     async def _consume(self, backoff_s: float = 1.0, backoff_max_s: float = 30.0) -> None:
@@ -236,12 +261,23 @@ class TopicRLMM(RemoteLogMetadataManager):
             lag += max(0, (end or 0) - pos)
         return lag
 
-    async def _wait(self, targets: dict[int, int], timeout: float = 60.0) -> None:
+    async def _wait(self, targets: dict[int, int]) -> None:
+        """Until the view reaches `targets` (metadata partition → offset); TimeoutError once it has not moved for
+        `stall_timeout_s`."""
         async def reached() -> None:
             async with self._progress:
                 await self._progress.wait_for(
                     lambda: self.failure is not None or all(self.positions.get(p, 0) >= o for p, o in targets.items()))
-        await asyncio.wait_for(reached(), timeout)
+        while True:
+            moved = sum(self.positions.values())
+            try:
+                await asyncio.wait_for(reached(), self.stall_timeout_s)
+                break
+            except TimeoutError:
+                if sum(self.positions.values()) == moved:
+                    behind = sum(max(0, o - self.positions.get(p, 0)) for p, o in targets.items())
+                    raise TimeoutError(f"metadata topic {self.topic}: no progress for {self.stall_timeout_s:.0f}s "
+                                       f"with {behind} records still to read") from None
         if self.failure is not None:
             raise RuntimeError(f"metadata consumer failed: {self.failure}")
 
