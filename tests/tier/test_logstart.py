@@ -9,7 +9,11 @@ from tierproxy.tier.logstart import (
     DeleteRecordsOutcome,
     delete_records_outcome,
     expired_segments,
+    first_open_hole,
+    holes_between,
+    resume_offset,
     retention_guard,
+    topic_deletions_due,
 )
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 
@@ -77,3 +81,47 @@ def test_retention_guard(doomed: int, fraction: float, refused: bool) -> None:
     assert (why is not None) == refused
     if why is not None:
         assert "tier.retention.max.delete.fraction" in why and f"{doomed * 10_000} of 40000" in why
+
+
+@pytest.mark.parametrize(("served", "doomed", "refused"), [(1, 1, False), (2, 2, False), (2, 1, False), (3, 3, True)])
+def test_the_retention_guard_spares_a_partition_of_one_or_two_segments(served: int, doomed: int,
+                                                                      refused: bool) -> None:
+    """The guard is for mistakes of scale: on a partition of one or two segments any deletion is most of its
+    bytes, and the retention asked for applies (before: every pass refused it, exit 5, forever)."""
+    segs = _segments()[:served]
+    assert (retention_guard(segs[:doomed], segs, 0.5) is not None) == refused
+
+
+# holes, the broker's log start → the first hole a later pass may still fill
+OPEN_HOLES = [
+    ([], 50, None),
+    ([(10, 20)], 5, 10),  # the broker holds the whole hole
+    ([(10, 20)], 15, 10),  # it holds [15, 20): the next pass copies that part
+    ([(10, 20)], 20, None),  # all of it gone from the broker: a gap for good
+    ([(10, 20), (30, 40)], 25, 30),
+    ([(10, 20)], None, 10),  # the broker's log start unknown: assume it may be filled
+]
+
+
+@pytest.mark.parametrize(("holes", "broker_start", "expected"), OPEN_HOLES)
+def test_first_open_hole(holes: list[tuple[int, int]], broker_start: int | None, expected: int | None) -> None:
+    assert first_open_hole(holes, broker_start) == expected
+
+
+@pytest.mark.parametrize(("offset", "next_tiered", "broker_start", "expected"), [
+    (10, 20, 15, 15),  # inside a hole the broker holds from 15: from the broker
+    (10, 20, 25, 20),  # the broker starts above the hole: from the next tiered segment
+    (10, None, 25, 25),  # past the tier's end: from the broker's log start
+])
+def test_resume_offset(offset: int, next_tiered: int | None, broker_start: int, expected: int) -> None:
+    assert resume_offset(offset, next_tiered, broker_start) == expected
+
+
+def test_holes_between_and_topic_deletions_due() -> None:
+    t = tp()
+    assert holes_between([seg(t, 50, 59), seg(t, 0, 9), seg(t, 10, 19), seg(t, 30, 39)]) == [(20, 30), (40, 50)]
+    a, b = b"a" * 16, b"b" * 16
+    due, seen = topic_deletions_due({a, b}, {a: 1_000}, 10_000, 5_000)
+    assert (due, seen) == ({a}, {a: 1_000, b: 10_000})  # a gone since 1 s: due; b first seen now
+    due, seen = topic_deletions_due({b}, seen, 20_000, 5_000)
+    assert (due, seen) == ({b}, {b: 10_000})  # a no longer proven gone: its sighting dropped

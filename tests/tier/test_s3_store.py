@@ -16,6 +16,8 @@ import pytest
 
 from tests.realparts import S3Server
 from tests.remote.s3_faults import fault_relay
+from tierproxy.tier.model import uuid_str
+from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.storage import S3Store, StorageRefused, StorageUnavailable
 
 pytestmark = [pytest.mark.s3]
@@ -78,19 +80,24 @@ def test_multipart_objects_read_back_exactly_at_part_boundaries(s3: S3Server) ->
 
 
 def test_unfinished_multipart_uploads_are_aborted(s3: S3Server) -> None:
+    """Only the tier's own: another application's upload in the same bucket stays, with the tier's prefix or none
+    (before: an empty prefix aborted every upload in the bucket)."""
     s3.create_bucket("killed")
+    seg = f"t-{uuid_str(os.urandom(16))}/0/{0:020d}-{uuid_str(os.urandom(16))}.log"
 
-    async def work(st: S3Store) -> tuple[int, int, int]:
+    async def work(st: S3Store) -> tuple[int, int, list[str]]:
         c = await st._c()
-        up = await c.create_multipart_upload(Bucket="killed", Key="tier/t-x/0/00000000000000000000-a.log")
-        await c.upload_part(Bucket="killed", Key="tier/t-x/0/00000000000000000000-a.log", UploadId=up["UploadId"],
-                            PartNumber=1, Body=os.urandom(5 << 20))  # a copy killed here leaves billed parts
-        young = await st.clean_incomplete("tier/", older_than_s=3600)
-        aborted = await st.clean_incomplete("tier/", older_than_s=0)
+        for key in (f"tier/{seg}", seg, "other-app/big.bin", "tier/other-app.bin"):
+            up = await c.create_multipart_upload(Bucket="killed", Key=key)
+            await c.upload_part(Bucket="killed", Key=key, UploadId=up["UploadId"], PartNumber=1,
+                                Body=os.urandom(5 << 20))  # a copy killed here leaves billed parts
+        young = await RemoteStorageManager(st, "tier").clean_incomplete(older_than_s=3600)
+        aborted = await RemoteStorageManager(st, "tier").clean_incomplete(older_than_s=0)
+        aborted += await RemoteStorageManager(st, "").clean_incomplete(older_than_s=0)
         left = (await c.list_multipart_uploads(Bucket="killed")).get("Uploads", [])
-        return young, aborted, len(left)
+        return young, aborted, sorted(u["Key"] for u in left)
 
-    assert run(store(s3, "killed"), work) == (0, 1, 0)
+    assert run(store(s3, "killed"), work) == (0, 2, ["other-app/big.bin", "tier/other-app.bin"])
 
 
 def test_uploads_are_retried_through_slowdown_and_not_when_refused(s3: S3Server) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import re
 
 from tierproxy.tier.indexes import SegmentFiles
 from tierproxy.tier.model import RemoteLogSegmentMetadata, TopicIdPartition, uuid_str
@@ -25,6 +26,8 @@ class IndexType(enum.Enum):
 
 
 LOG_EXT = "log"
+# a segment object's name under the prefix: {topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.{ext}
+SEGMENT_OBJECT = re.compile(r"[^/]+-[A-Za-z0-9_-]{22}/\d+/\d{20}-[A-Za-z0-9_-]{22}\.[a-z-]+")
 
 
 class RemoteStorageManager:
@@ -79,9 +82,16 @@ class RemoteStorageManager:
         await self.store.delete_many(keys)
         return len(keys)
 
+    def is_segment_object(self, key: str) -> bool:
+        """Whether `key` names one of this tier's segment objects (under its prefix, in its layout)."""
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        return key.startswith(prefix) and SEGMENT_OBJECT.fullmatch(key[len(prefix):]) is not None
+
     async def clean_incomplete(self, older_than_s: float) -> int:
-        """Uploads a killed copy left unfinished (multipart uploads, temporary files), older than given."""
-        return await self.store.clean_incomplete(f"{self.prefix}/" if self.prefix else "", older_than_s)
+        """Uploads a killed copy left unfinished (multipart uploads, temporary files), older than given: only this
+        tier's segment objects, never another application's upload in the same bucket."""
+        return await self.store.clean_incomplete(f"{self.prefix}/" if self.prefix else "", older_than_s,
+                                                 self.is_segment_object)
 
     async def close(self) -> None:
         await self.store.close()

@@ -66,7 +66,8 @@ class ObjectStore(Protocol):
     async def delete(self, key: str) -> None: ...
     async def delete_many(self, keys: list[str]) -> None: ...
     async def list(self, prefix: str) -> list[str]: ...
-    async def clean_incomplete(self, prefix: str, older_than_s: float) -> int: ...
+    async def clean_incomplete(self, prefix: str, older_than_s: float,
+                               owned: Callable[[str], bool] = lambda key: True) -> int: ...
     async def probe(self) -> None: ...
     async def close(self) -> None: ...
 
@@ -134,8 +135,10 @@ class FileStore:
         return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()
                       and not p.name.startswith(".tmp-") and str(p.relative_to(base)).startswith(prefix))
 
-    async def clean_incomplete(self, prefix: str, older_than_s: float) -> int:
-        """Remove temporary files of writes a killed process left behind (older than `older_than_s`)."""
+    async def clean_incomplete(self, prefix: str, older_than_s: float,
+                               owned: Callable[[str], bool] = lambda key: True) -> int:
+        """Remove temporary files of writes a killed process left behind (older than `older_than_s`; a temporary
+        file has no final name yet, so `owned` cannot be asked: the root is the tier's own directory)."""
         cutoff = time.time() - older_than_s
         n = 0
         for p in self.root.rglob(".tmp-*"):
@@ -304,17 +307,19 @@ class S3Store:
                                      f"({len(failed)} of {len(keys)} keys not deleted)",
                                      e.get("Code") in RETRIABLE_CODES or e.get("Code") == "InternalError")
 
-    async def clean_incomplete(self, prefix: str, older_than_s: float) -> int:
-        """Abort multipart uploads under `prefix` started more than `older_than_s` ago (a killed copy's: S3
-        keeps, and bills, their parts until they are aborted)."""
-        cutoff = time.time() - older_than_s
+    async def clean_incomplete(self, prefix: str, older_than_s: float,
+                               owned: Callable[[str], bool] = lambda key: True) -> int:
+        """Abort multipart uploads under `prefix` whose key is `owned` (the tier's own objects: another
+        application may share the bucket) started more than `older_than_s` ago by S3's own clock (its answer's
+        Date; this machine's clock may be off): a killed copy's, whose parts S3 keeps, and bills, until then."""
         n = 0
         try:
             c = await self._c()
             paginator = c.get_paginator("list_multipart_uploads")
             async for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                cutoff = _server_time(page) - older_than_s
                 for up in page.get("Uploads", []):
-                    if up["Initiated"].timestamp() < cutoff:
+                    if owned(up["Key"]) and up["Initiated"].timestamp() < cutoff:
                         await c.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"])
                         n += 1
         except Exception as exc:
@@ -364,6 +369,17 @@ class S3Store:
             with contextlib.suppress(Exception):
                 await self._ctx.__aexit__(None, None, None)
         self._client = self._ctx = None
+
+
+def _server_time(answer: dict[str, Any]) -> float:
+    """The time an S3 answer was sent, by the server's clock (its Date header); this machine's when it has none."""
+    from email.utils import parsedate_to_datetime
+
+    date = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    try:
+        return parsedate_to_datetime(date).timestamp() if date else time.time()
+    except (TypeError, ValueError):
+        return time.time()
 
 
 def _invalid_range(exc: Exception) -> bool:
