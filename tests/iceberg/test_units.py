@@ -80,3 +80,26 @@ def test_the_schema_check_ignores_field_ids_but_not_columns() -> None:
     assert not same_columns(ours, fewer)
     other = Schema(*ours.fields[:-1], NestedField(99, "producerId", BinaryType(), required=True))
     assert not same_columns(ours, other)
+
+
+def test_the_slices_of_a_segment_are_accepted_in_byte_order() -> None:
+    """Four slices of one segment: a transaction opens in the one at byte 20,000 and its marker is in the one at
+    byte 100,000. Ordered by path (whose byte offset is not zero-padded, "-100000-" before "-20000-"), the marker
+    came first and the partition was held back for good; ordered by byte offset, every outcome is known."""
+    from types import SimpleNamespace
+
+    from tierproxy.iceberg.sync import IcebergSummary, IcebergSync
+
+    def result(byte: int, opens: dict[int, int], closes: list[int]) -> dict[str, Any]:
+        return {"topic": "t", "partition": 0, "topic_id": "id", "segment": "seg", "start": 0, "segment_end": 99,
+                "byte_start": byte, "path": f"data/00000000000000000000-seg-{byte}-pass.parquet", "rows": 1,
+                "opens": opens, "closes": closes}
+
+    results = [result(b, o, c) for b, o, c in ((100_000, {}, [7]), (0, {}, []), (3_000_000, {}, []),
+                                                (20_000, {7: 40}, []))]
+    assert sorted(r["path"] for r in results)[0].endswith("-0-pass.parquet")  # "-0-", "-100000-", "-20000-", ...
+    sync = IcebergSync(SimpleNamespace(read_committed=True), spark=None)  # type: ignore[arg-type]
+    new = Ledger()
+    paths, _, rejected = sync._accept(results, new, IcebergSummary("p"), {("t", 0): None})
+    assert rejected == [] and new.ends == {"id:0": 100}
+    assert paths == [f"data/00000000000000000000-seg-{b}-pass.parquet" for b in (0, 20_000, 100_000, 3_000_000)]
