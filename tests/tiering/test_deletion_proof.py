@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -23,7 +24,9 @@ from tests.kafkahelpers import broker_forgets, create_topic, watermarks
 from tests.realparts import ProxyProcess
 from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
 from tests.waiting import wait_until
+from tierproxy.config import ProxySettings, TierSettings
 from tierproxy.kafkadist import KafkaCluster
+from tierproxy.remote.service import RemoteTier
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]
 RECORDS = 3000
@@ -69,6 +72,9 @@ def test_tier_serve_and_iceberg_against_another_cluster_refuse_and_delete_nothin
         runs = {"tier": _cli("tier", "--once", "--no-progress", "--confirm-retention", *common, env=env),
                 "serve": _cli("serve", "--listen", "127.0.0.1:0", *common),
                 "iceberg": _cli("iceberg", "--once", *common, env=env)}
+        # a proxy whose brokers could not be asked at start checks again before its tier serves: never ready
+        problem = asyncio.run(_remote_tier_problem(other.bootstrap, s))
+        assert kafka.cluster_id in problem and other.cluster_id in problem, problem
     finally:
         other.stop()
     for name, run in runs.items():
@@ -84,6 +90,20 @@ def test_tier_serve_and_iceberg_against_another_cluster_refuse_and_delete_nothin
         assert _kcat_offsets(kcat, proxy.bootstrap, topic_name) == list(range(RECORDS)) + list(range(log_start, hw))
     finally:
         proxy.stop()
+
+
+async def _remote_tier_problem(bootstrap: str, s: TierSettings) -> str:
+    tier = RemoteTier(ProxySettings(bootstrap_servers=bootstrap, storage=s.storage, metadata=str(s.metadata)))
+    await tier.start()
+    try:
+        for _ in range(100):
+            if tier.loading_problem is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert not tier.ready.is_set()  # nothing served from that tier
+        return tier.loading_problem or ""
+    finally:
+        await tier.close()
 
 
 def test_a_deleted_topic_leaves_the_tier_after_the_delay_and_within_the_guard(kafka: KafkaCluster, tmp_path: Path,

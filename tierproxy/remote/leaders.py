@@ -54,6 +54,11 @@ class OwnLeaders:
             for t in stale:
                 self._topics[t] = (time.monotonic(), _leaders(md, t))
 
+    async def cluster_id(self) -> str | None:
+        """The cluster's id, as a broker names it in a Metadata answer (for no topic)."""
+        cluster: str | None = (await self._metadata([]))["cluster_id"]
+        return cluster
+
     async def _ask(self, topic: str) -> dict[int, str]:
         return _leaders(await self._metadata([topic]), topic)
 

@@ -27,6 +27,7 @@ from tierproxy.remote.reader import Backoff, BrokerLogUnavailable, ReadResult, R
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import AbortedTxn, lookup_time
 from tierproxy.tier.open import open_metadata
+from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
@@ -72,7 +73,9 @@ class RemoteTier:
     async def _run(self) -> None:
         delay = 1.0
         while True:
-            try:
+            try:  # never the history of another cluster's tier (a mistyped bootstrap): not ready, relaying the tail
+                await check_cluster(self.rsm, await self.leaders.cluster_id(), record=False,
+                                    brokers=self.settings.own_bootstrap)
                 await self.rlmm.start()
                 break
             except Exception as exc:  # the tier is optional for tail reads: keep trying in the background
