@@ -125,6 +125,7 @@ class Session:
         if self.upstream is None or self.closed:
             return
         self.last_active = self.proxy.loop.time()
+        ev = None
         try:
             while not self.closed and (ev := self.server.next_event()) is not None:
                 handler = self.proxy.request_handlers.get(ev.header.api_key)
@@ -134,6 +135,10 @@ class Session:
                     handler(self, ev)
         except ProtocolError as exc:
             log.warning("client %s: malformed request, closing the connection: %s", self.peer, exc)
+            self.close()
+        except Exception:  # one error boundary (h11's rule): this connection only, never the process
+            log.exception("client %s: handling request %s (correlation id %s) failed; closing the connection",
+                          self.peer, ev.header.api_key if ev else "?", ev.header.correlation_id if ev else "?")
             self.close()
 
     def forward(self, ev: RequestEvent, chunks: Chunks | None = None, slot: Slot | None = None) -> Slot | None:
@@ -181,6 +186,7 @@ class Session:
     # --- upstream side -----------------------------------------------------------------------------------------
     def process_upstream(self) -> None:
         self.last_active = self.proxy.loop.time()
+        ev = None
         try:
             while not self.closed and (ev := self.upstream_conn.next_event()) is not None:
                 slot = ev.context
@@ -194,6 +200,10 @@ class Session:
                 self.flush()
         except ProtocolError as exc:
             log.error("broker %s: malformed response, closing client %s: %s", self.upstream_name, self.peer, exc)
+            self.close()
+        except Exception:  # one error boundary: this connection only, never the process
+            log.exception("client %s: handling the response to %s (correlation id %s) failed; closing the "
+                          "connection", self.peer, ev.api_key if ev else "?", ev.correlation_id if ev else "?")
             self.close()
 
     def flush(self) -> None:

@@ -69,3 +69,37 @@ def test_a_deferred_response_whose_work_fails_closes_the_connection(failure: str
             assert "injected failure" in caplog.text
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("side", ["request", "response"])
+def test_a_handler_that_raises_closes_only_its_connection_with_a_log_line(side: str,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """One error boundary for the synchronous path too: an exception in a handler (here a KeyError, as a bad key
+    lookup would raise) closes that connection with a line naming the client, the API and the correlation id;
+    it never reaches the transport's callback (before: only ProtocolError was caught there)."""
+    from protocol.constants import ApiKey
+    from tests.core.harness import Wire
+    from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+
+    def broken(*args: object) -> None:
+        raise KeyError("partition_index")
+
+    async def go() -> None:
+        proxy = InProcessProxy()
+        if side == "request":
+            proxy.request_handlers = {**REQUEST_HANDLERS, ApiKey.METADATA: broken}
+        else:
+            proxy.response_handlers = {**RESPONSE_HANDLERS, ApiKey.METADATA: broken}
+        wire = Wire(proxy)
+        body = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+        with caplog.at_level(logging.ERROR, logger="tierproxy"):
+            sent = wire.client_sends(ApiKey.METADATA, 12, body)
+            if side == "response":
+                ((got, _),) = wire.broker_receives()
+                wire.broker_answers(got, {"throttle_time_ms": 0, "brokers": [], "cluster_id": "c",
+                                          "controller_id": 1, "topics": []})
+        assert wire.session.closed and wire.client.closed and proxy.closed_sessions == [wire.session]
+        assert f"correlation id {sent.correlation_id}" in caplog.text and "partition_index" in caplog.text
+        assert f"{int(ApiKey.METADATA)}" in caplog.text or "METADATA" in caplog.text
+
+    asyncio.run(go())
