@@ -11,8 +11,12 @@ from tierproxy.tier.logstart import (
     expired_segments,
     first_open_hole,
     holes_between,
+    lost_range,
     resume_offset,
     retention_guard,
+    served_segments,
+    tier_start,
+    tiering_lag,
     topic_deletions_due,
 )
 from tierproxy.tier.model import RemoteLogSegmentMetadata
@@ -125,3 +129,27 @@ def test_holes_between_and_topic_deletions_due() -> None:
     assert (due, seen) == ({a}, {a: 1_000, b: 10_000})  # a gone since 1 s: due; b first seen now
     due, seen = topic_deletions_due({b}, seen, 20_000, 5_000)
     assert (due, seen) == ({b}, {b: 10_000})  # a no longer proven gone: its sighting dropped
+
+
+@pytest.mark.parametrize(("first", "until", "broker_start", "expected"), [
+    (100, 200, 150, (100, 149)),  # the broker deleted [100, 150) before it was tiered
+    (100, 200, 250, (100, 199)),  # a hole the broker no longer holds any of
+    (100, 200, 100, None),  # the broker still holds all of it
+    (100, 100, 150, None),  # nothing asked
+])
+def test_lost_range(first: int, until: int, broker_start: int, expected: tuple[int, int] | None) -> None:
+    assert lost_range(first, until, broker_start) == expected
+
+
+@pytest.mark.parametrize(("tier_end", "broker_start", "lso", "lag"), [
+    (-1, 0, 500, 500), (199, 0, 500, 300), (199, 300, 500, 200), (499, 0, 500, 0), (600, 0, 500, 0),
+])
+def test_tiering_lag(tier_end: int, broker_start: int, lso: int, lag: int) -> None:
+    assert tiering_lag(tier_end, broker_start, lso) == lag
+
+
+def test_served_segments_and_tier_start() -> None:
+    t = tp()
+    segs = [seg(t, 0, 99), seg(t, 100, 199), seg(t, 200, 299)]
+    assert served_segments(segs, 150) == segs[1:] and tier_start(served_segments(segs, 150), 150) == 150
+    assert tier_start(served_segments(segs, 0), 0) == 0 and tier_start(served_segments(segs, 300), 300) is None

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from tierproxy.admin import ui
 from tierproxy.admin.metrics import REGISTRY, ProxyCollector
+from tierproxy.tier.logstart import lost_range, tiering_lag
 from tierproxy.tier.model import TierPass, uuid_str
 
 if TYPE_CHECKING:
@@ -397,10 +398,10 @@ async def _status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) 
     gap = None
     lag = None
     if offsets is not None:
-        lag = max(0, offsets.last_stable - max(tier_end + 1, offsets.log_start))
+        lag = tiering_lag(tier_end, offsets.log_start, offsets.last_stable)
         first_missing = max(tier_end + 1, pc.log_start_offset if pc else 0)  # below a purge: deleted on purpose
-        if tier_end >= 0 and offsets.log_start > first_missing:
-            gap = [first_missing, offsets.log_start - 1]
+        lost = lost_range(first_missing, offsets.log_start, offsets.log_start) if tier_end >= 0 else None
+        gap = list(lost) if lost is not None else None
     return PartitionStatus(partition=n, leader=p["leader_id"],
                            broker_log_start=offsets.log_start if offsets else None,
                            high_watermark=offsets.high_watermark if offsets else None,

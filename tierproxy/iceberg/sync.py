@@ -31,7 +31,7 @@ from tierproxy.iceberg.files import write_slice
 from tierproxy.iceberg.ledger import LEDGER, WRITER, Ledger, current_ledger
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
-from tierproxy.tier.logstart import first_open_hole, holes_between
+from tierproxy.tier.logstart import first_open_hole, holes_between, tier_start
 from tierproxy.tier.model import uuid_bytes, uuid_str
 from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rsm import RemoteStorageManager
@@ -297,7 +297,8 @@ class IcebergSync:
             key = f"{uuid_str(pp.info.topic_id)}:{pp.info.partition}"
             if old.topics.get(pp.info.topic) != uuid_str(pp.info.topic_id) or key not in old.ends:
                 continue  # nothing of this incarnation in the table yet
-            start = max(pp.segments[0].start_offset, pp.log_start) if pp.segments else pp.log_start
+            start = tier_start(pp.segments, pp.log_start)
+            start = pp.log_start if start is None else start  # nothing served: no row below the purge
             if start > old.starts.get(key, 0):
                 filters.append(f"topic = '{pp.info.topic}' AND partition = {pp.info.partition} AND offset < {start}")
                 new.starts[key] = start

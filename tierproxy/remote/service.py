@@ -26,6 +26,7 @@ from tierproxy.remote.quota import RemoteFetchQuota
 from tierproxy.remote.reader import Backoff, BrokerLogUnavailable, ReadResult, RemoteReader
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import AbortedTxn, lookup_time
+from tierproxy.tier.logstart import served_segments
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
@@ -201,8 +202,8 @@ class RemoteTier:
         time; default: remote.list.offsets.request.timeout.ms from now)."""
         if deadline is None:
             deadline = asyncio.get_running_loop().time() + self.settings.remote_list_offsets_request_timeout_ms / 1000
-        for md in pc.finished():
-            if md.max_timestamp_ms < ts or md.end_offset < pc.log_start_offset:  # nothing below a purge
+        for md in served_segments(pc.finished(), pc.log_start_offset):  # nothing below a purge
+            if md.max_timestamp_ms < ts:
                 continue
             index = await self.reader.index(md, IndexType.TIMESTAMP, deadline)
             floor = lookup_time(index, md.start_offset, ts)

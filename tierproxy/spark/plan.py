@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from protocol.records import iter_batches
 from tierproxy.spark.options import EARLIEST, LATEST, OptionError, ReadOptions
 from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_position, lookup_time
-from tierproxy.tier.logstart import holes_between
+from tierproxy.tier.logstart import holes_between, served_segments, tier_start
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
@@ -88,7 +88,8 @@ class PartitionPlan:
 
     @property
     def tier_start(self) -> int:
-        return max(self.segments[0].start_offset, self.log_start) if self.segments else -1
+        start = tier_start(self.segments, self.log_start)
+        return -1 if start is None else start
 
     @property
     def tier_end(self) -> int:
@@ -143,7 +144,7 @@ class Planner:
             plans = []
             for p in parts:
                 pc = rlmm.cache.get(p.topic_id, p.partition)  # by topic id: a re-created topic has no old history
-                served = [md for md in pc.finished() if md.end_offset >= pc.log_start_offset] if pc else []
+                served = served_segments(pc.finished(), pc.log_start_offset) if pc else []
                 plans.append(PartitionPlan(p, served, live.get((p.topic, p.partition)),
                                            log_start=pc.log_start_offset if pc else 0))
             self._planned(view, plans, rlmm)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
-from tierproxy.tier.logstart import holes_between
+from tierproxy.tier.logstart import holes_between, served_segments, tier_start
 from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
@@ -183,8 +183,7 @@ class PartitionCache:
 
     def earliest_offset(self) -> int | None:
         """The first offset the tier serves: its oldest segment's start, or the purged log start inside it."""
-        starts = [md.start_offset for md in self.finished() if md.end_offset >= self.log_start_offset]
-        return max(min(starts), self.log_start_offset) if starts else None
+        return tier_start(served_segments(self.finished(), self.log_start_offset), self.log_start_offset)
 
     def purge_below(self, log_start_offset: int) -> bool:
         """Raise the log start (a purge); False if it is not above the current one (log starts only move up)."""

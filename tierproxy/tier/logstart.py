@@ -109,6 +109,29 @@ def topic_deletions_due(gone: set[bytes], sightings: dict[bytes, int], now_ms: i
     return {i for i, first in kept.items() if now_ms - first >= delay_ms}, kept
 
 
+def served_segments(finished: Iterable[RemoteLogSegmentMetadata], log_start: int) -> list[RemoteLogSegmentMetadata]:
+    """The segments the tier serves, in offset order: finished ones not wholly below the purged log start."""
+    return [md for md in finished if md.end_offset >= log_start]
+
+
+def tier_start(served: list[RemoteLogSegmentMetadata], log_start: int) -> int | None:
+    """The first offset the tier serves: its oldest served segment's start, or the purged log start inside it;
+    None when it serves nothing."""
+    return max(served[0].start_offset, log_start) if served else None
+
+
+def tiering_lag(tier_end: int, broker_log_start: int, last_stable: int) -> int:
+    """Offsets below the last stable offset that the broker holds and the tier does not yet (-1: nothing tiered)."""
+    return max(0, last_stable - max(tier_end + 1, broker_log_start))
+
+
+def lost_range(first: int, until: int, broker_log_start: int) -> tuple[int, int] | None:
+    """The part of [first, until) that is not tiered and that the broker no longer holds (below its log start):
+    (first missing, last missing), or None. What the tier job reports as a gap and the admin API shows."""
+    last = min(until, broker_log_start) - 1
+    return (first, last) if first <= last else None
+
+
 def holes_between(segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int]]:
     """[first missing, next start) between served segments (in offset order), oldest first."""
     ordered = sorted(segments, key=lambda m: m.start_offset)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tierproxy.config import TierSettings
-from tierproxy.tier.logstart import topic_deletions_due
+from tierproxy.tier.logstart import tiering_lag, topic_deletions_due
 from tierproxy.tier.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -205,7 +205,7 @@ class TieringJob:
             pc = self.rlmm.cache.get(p.topic_id, p.partition)
             if o is not None:
                 end = pc.latest_tiered_offset() if pc else -1
-                summary.lag[f"{p.topic}-{p.partition}"] = max(0, o.last_stable - max(end + 1, o.log_start))
+                summary.lag[f"{p.topic}-{p.partition}"] = tiering_lag(end, o.log_start, o.last_stable)
         summary.seconds = time.monotonic() - started
         self._write_state(summary)
         return summary

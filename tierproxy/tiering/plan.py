@@ -16,6 +16,7 @@ from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tierproxy.identity import ClientIdentity
+from tierproxy.tier.logstart import lost_range
 from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.wireclient import WireClient
 
@@ -83,8 +84,8 @@ def plan_partition(view: ClusterView, p: PartitionInfo, offsets: PartitionOffset
     spans: list[tuple[int, int]] = []
     for a, b in [*(holes or []), (tiered_end + 1, offsets.last_stable)]:
         a = max(a, purged_below)
-        if tiered_end >= 0 and a < offsets.log_start and a < b:
-            gaps.append(Gap(p.topic, p.partition, a, min(b, offsets.log_start) - 1))
+        if tiered_end >= 0 and (lost := lost_range(a, b, offsets.log_start)) is not None:
+            gaps.append(Gap(p.topic, p.partition, *lost))
         lo, hi = max(a, offsets.log_start), min(b, offsets.last_stable)
         if lo < hi:
             spans.append((lo, hi))
