@@ -34,7 +34,7 @@ from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.framing import HEAD
 from protocol.records import build_empty_batch
 from tierproxy import rewrite
-from tierproxy.intercept.errors import error_for
+from tierproxy.intercept.errors import LOADING, LOST_OBJECT, OFFSETS_UNKNOWN, SEGMENT_GONE, error_for
 from tierproxy.metrics import FETCH_LATENCY, RemoteFetchStats
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
@@ -239,7 +239,7 @@ async def answer_while_loading(session: Session, slot: Slot, data: Data, plan: F
                         continue  # not history: the broker's answer stands
                 except (OSError, ConnectionError, TimeoutError, KeyError) as exc:
                     log.debug("broker offsets for %s: %s", key, exc)
-            p["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+            p["error_code"] = LOADING
     session.proxy.fetch_stats.loading_retriable += 1
     rewrite.rewrite_node_endpoints(data, session.proxy.brokers.proxy_address)
     slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id, data)
@@ -395,7 +395,7 @@ async def _complete(session: Session, slot: Slot, upstream: Data, plan: FetchPla
         if not task.done():  # the leader did not answer in time: retriable, the client asks again
             task.cancel()
             entries[key] = partition_entry(key[1], None, None, None)
-            entries[key]["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+            entries[key]["error_code"] = OFFSETS_UNKNOWN
         elif (entry := task.result()) is not None:
             entries[key] = entry
     served = sum(len(entries[k]["records"] or b"") for k in oor if k in entries)
@@ -431,7 +431,7 @@ def _submit_reads(tier: RemoteTier, plan: FetchPlan, budget: dict[Key, tuple[int
             rejected.add(key)
             continue
         if task is None:  # the segment is gone (or the partition): the broker's answer stands
-            errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
+            errors[key] = SEGMENT_GONE
             known.pop(key, None)
             continue
         task.add_done_callback(_consume_exception)
@@ -451,7 +451,7 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
     elif broker is None:
         # no high watermark, last stable offset or log start from the leader: records without them would show
         # the consumer a lag of our own making (Java records-lag, Streams idling); it retries the same offset
-        entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+        entry["error_code"] = OFFSETS_UNKNOWN
         stats.offsets_unknown += 1
     elif task is None and key not in plan.requested_reads:
         pass  # beyond this fetch's byte budget: empty, no error, read on a later fetch
@@ -464,7 +464,7 @@ def _remote_entry(tier: RemoteTier, stats: RemoteFetchStats, plan: FetchPlan, ke
         if isinstance(failure, ObjectMissing) and pc is not None and _tier_answers(pc, offset):
             # the metadata still says the tier holds it: a lost object, not data gone. OFFSET_OUT_OF_RANGE would
             # reset the client past records that exist; Kafka answers remote storage failures as this
-            entry["error_code"] = ErrorCode.UNKNOWN_SERVER_ERROR
+            entry["error_code"] = LOST_OBJECT
         log.warning("remote read %s failed: %s", key, failure)
     else:
         res = task.result()
@@ -502,7 +502,7 @@ async def _across_the_gap(tier: RemoteTier, stats: RemoteFetchStats, plan: Fetch
         return None
     entry = partition_entry(key[1], None, broker, pc.earliest_offset())
     if broker is None:  # cannot tell ahead-of-log from gap: retriable, never a reset
-        entry["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+        entry["error_code"] = OFFSETS_UNKNOWN
         stats.offsets_unknown += 1
         return entry
     following = pc.next_segment_after(offset)

@@ -17,6 +17,7 @@ from typing import Any
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ErrorCode, OffsetSpec
+from tierproxy.intercept.errors import LOADING, LOOKUP_FAILED, NOT_RECORDED
 from tierproxy.remote.service import RemoteTier
 from tierproxy.session import Session, Slot, as_received
 from tierproxy.tier.cache import PartitionCache
@@ -92,7 +93,7 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
             if isinstance(found, BaseException):
                 # never the broker's (later, local) answer: it would silently skip the tiered records
                 log.warning("timestamp lookup in the tier for %s failed: %r", pc.tp, found)
-                p.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, offset=-1, timestamp=-1, leader_epoch=-1)
+                p.update(error_code=LOOKUP_FAILED, offset=-1, timestamp=-1, leader_epoch=-1)
                 continue
             if found is not None and (p["offset"] < 0 or found[0] < p["offset"]):
                 p["offset"], p["timestamp"] = found
@@ -115,7 +116,7 @@ def _while_loading(session: Session, data: Data, asked: dict[tuple[str, int], in
                 continue
             if (ts == OffsetSpec.EARLIEST and p["offset"] > 0) or ts == OffsetSpec.LATEST_TIERED or (
                     ts >= 0 and p["offset"] != 0):
-                p.update(error_code=ErrorCode.REPLICA_NOT_AVAILABLE, offset=-1, timestamp=-1, leader_epoch=-1)
+                p.update(error_code=LOADING, offset=-1, timestamp=-1, leader_epoch=-1)
                 session.proxy.fetch_stats.loading_retriable += 1
 
 
@@ -170,7 +171,7 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
             log.error("%s-%d: the purge below %d could not be recorded in the remote log metadata (%s: %s); answered "
                       "KAFKA_STORAGE_ERROR. tierproxy's own principal needs WRITE on the metadata topic (README "
                       "'Secured clusters')", pc.tp.topic, pc.tp.partition, log_start, type(exc).__name__, exc)
-            p.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, low_watermark=-1)
+            p.update(error_code=NOT_RECORDED, low_watermark=-1)
             return
         log.info("%s-%d purged below %d (DeleteRecords from %s), recorded", pc.tp.topic, pc.tp.partition, log_start,
                  session.peer)
@@ -184,7 +185,7 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
         moves = []
         for name, p in answered:
             if not tier.serving:  # what the tier holds is not known yet: never answer as if it held nothing
-                p.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, low_watermark=-1)
+                p.update(error_code=NOT_RECORDED, low_watermark=-1)
                 continue
             pc = tier.partition(name, p["partition_index"])
             if pc is None:
