@@ -28,8 +28,8 @@ from pydantic import BaseModel
 
 from tierproxy.admin import ui
 from tierproxy.admin.metrics import REGISTRY, ProxyCollector
-from tierproxy.tier.logstart import lost_range, tiering_lag
 from tierproxy.tier.model import TierPass, uuid_str
+from tierproxy.tier.rules import lost_range, tiering_lag
 
 if TYPE_CHECKING:
     from tierproxy.server import Proxy

@@ -31,10 +31,10 @@ from tierproxy.iceberg.files import write_slice
 from tierproxy.iceberg.ledger import LEDGER, WRITER, Ledger, current_ledger
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
-from tierproxy.tier.logstart import first_open_hole, holes_between, tier_start
 from tierproxy.tier.model import uuid_bytes, uuid_str
 from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.rules import first_open_hole, holes_between, tier_start
 from tierproxy.tiering.cluster import ClusterView, describe_cluster
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.service import BrokerOffsets, RemoteTier
 from tierproxy.session import Chunks, Session, Slot, as_received
 from tierproxy.tier.cache import PartitionCache
-from tierproxy.tier.logstart import resume_offset
+from tierproxy.tier.rules import resume_offset
 from tierproxy.tier.storage import ObjectMissing
 
 log = logging.getLogger("tierproxy.intercept.fetch")
@@ -482,7 +482,7 @@ async def _across_the_gap(tier: RemoteTier, stats: RemoteFetchStats, plan: Fetch
                           offsets_task: asyncio.Task[dict[Key, BrokerOffsets]]) -> Data | None:
     """A fetch the tier does not serve and the broker no longer holds, inside a hole between tiered segments or
     past the tier's end: records deleted before they were tiered (the tiering job reports the gap). Answered with
-    a batch of no records up to the first offset above it that either holds (`logstart.resume_offset`: the
+    a batch of no records up to the first offset above it that either holds (`rules.resume_offset`: the
     broker's log start, or the next tiered segment), as over a batch the log cleaner emptied: the client moves
     there and its next fetch is answered by whichever holds it. Never records from above a hole while the broker
     still holds part of it, nor the broker's records below its log start (a batch straddling a DeleteRecords

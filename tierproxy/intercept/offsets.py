@@ -21,7 +21,7 @@ from tierproxy.intercept.errors import LOADING, LOOKUP_FAILED, NOT_RECORDED
 from tierproxy.remote.service import RemoteTier
 from tierproxy.session import Session, Slot, as_received
 from tierproxy.tier.cache import PartitionCache
-from tierproxy.tier.logstart import delete_records_outcome
+from tierproxy.tier.rules import delete_records_outcome
 
 log = logging.getLogger("tierproxy.intercept.offsets")
 UNDEFINED = -1
@@ -147,7 +147,7 @@ def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseE
 
 
 def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    """DeleteRecords as Kafka with tiered storage answers it (`tier.logstart.delete_records_outcome`): the broker
+    """DeleteRecords as Kafka with tiered storage answers it (`tier.rules.delete_records_outcome`): the broker
     authorizes and answers every partition; an offset inside the tiered range below the broker's log start becomes
     the low watermark. Every log start it moves on a tiered partition (the broker's part included) is recorded in
     the metadata, every replica's view, before the answer goes back; a partition whose record cannot be written

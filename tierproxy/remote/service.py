@@ -26,12 +26,12 @@ from tierproxy.remote.quota import RemoteFetchQuota
 from tierproxy.remote.reader import Backoff, BrokerLogUnavailable, ReadResult, RemoteReader
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import AbortedTxn, lookup_time
-from tierproxy.tier.logstart import served_segments
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
+from tierproxy.tier.rules import served_segments
 
 log = logging.getLogger("tierproxy.remote")
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from protocol.records import iter_batches
 from tierproxy.spark.options import EARLIEST, LATEST, OptionError, ReadOptions
 from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_position, lookup_time
-from tierproxy.tier.logstart import holes_between, served_segments, tier_start
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
+from tierproxy.tier.rules import holes_between, served_segments, tier_start
 from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 
 READ_BYTES = 32 << 20  # the most bytes one ranged read of a segment fetches into a worker's memory

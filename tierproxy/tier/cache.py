@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
-from tierproxy.tier.logstart import holes_between, served_segments, tier_start
 from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
@@ -24,6 +23,7 @@ from tierproxy.tier.model import (
     check_partition_transition,
     check_segment_transition,
 )
+from tierproxy.tier.rules import holes_between, served_segments, tier_start
 
 PartitionKey = tuple[bytes, int]  # (topic id, partition): names can be reused after a delete, ids cannot
 

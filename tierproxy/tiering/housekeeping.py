@@ -1,5 +1,5 @@
 """The driver's lifecycle work besides copying: orphans, purges and the tier's retention (the rules are
-`tier.logstart`'s), deleted topics (only those the cluster says are gone).
+`tier.rules`'s), deleted topics (only those the cluster says are gone).
 
 Each deletion follows KIP-405: DELETE_SEGMENT_STARTED → delete the objects → DELETE_SEGMENT_FINISHED (the RLMM
 then tombstones the segment's keys); a topic id gone from the cluster goes DELETE_PARTITION_MARKED → STARTED →
@@ -12,7 +12,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from tierproxy.tier.logstart import deletion_guard, expired_segments, retention_guard
 from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
@@ -22,6 +21,7 @@ from tierproxy.tier.model import (
 )
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms, transition
 from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.rules import deletion_guard, expired_segments, retention_guard
 
 log = logging.getLogger("tierproxy.tier")
 S = SegmentState
@@ -69,7 +69,7 @@ class RetentionResult:
 async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
                             retention: dict[str, tuple[int, int]], log_starts: dict[tuple[str, int], int],
                             max_delete_fraction: float = 1.0, confirmed: bool = False) -> RetentionResult:
-    """Delete what the rules of `tier.logstart` say goes: segments wholly below a recorded purge, then, per topic
+    """Delete what the rules of `tier.rules` say goes: segments wholly below a recorded purge, then, per topic
     (tier retention.ms, retention.bytes; -1 = unlimited), the oldest segments beyond them that lie wholly below
     the broker's log start (`log_starts`; a partition the broker did not answer for deletes nothing by
     retention). More than `max_delete_fraction` of a partition's bytes at once is refused unless `confirmed`."""
@@ -104,7 +104,7 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
 async def delete_gone_topics(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, gone_ids: set[bytes],
                              max_delete_fraction: float = 1.0, confirmed: bool = False, broker_id: int = -1
                              ) -> tuple[int, str | None]:
-    """Delete every tiered partition of the topic ids `gone_ids` (proven deleted: `tier.logstart`'s rule 3).
+    """Delete every tiered partition of the topic ids `gone_ids` (proven deleted: `tier.rules`'s rule 3).
     More than `max_delete_fraction` of the whole tier's bytes at once is refused unless `confirmed`.
     → (partitions deleted, the refusal or None)."""
     finished = {k for k, d in rlmm.cache.deletions.items() if d.state == P.DELETE_PARTITION_FINISHED}

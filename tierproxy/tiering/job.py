@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tierproxy.config import TierSettings
-from tierproxy.tier.logstart import tiering_lag, topic_deletions_due
 from tierproxy.tier.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -39,6 +38,7 @@ from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.rules import tiering_lag, topic_deletions_due
 from tierproxy.tiering import housekeeping
 from tierproxy.tiering.cluster import ClusterView, deleted_topic_ids, describe_cluster, list_offsets, topic_configs
 from tierproxy.tiering.copy import copy_task
@@ -188,7 +188,7 @@ class TieringJob:
 
         self._copy(ranges, summary)
 
-        # the tier's own retention, never the broker topic's (that is the local retention: tier.logstart)
+        # the tier's own retention, never the broker topic's (that is the local retention: tier.rules)
         retention = {t: s.tier_retention(t) for t in topics}
         view = self._view or view  # leaders may have moved during the copies
         current = {(p.topic_id, p.partition): p for p in view.partitions}
@@ -231,7 +231,7 @@ class TieringJob:
 
     def _delete_gone_topics(self, view: ClusterView, summary: RunSummary) -> int:
         """Tiered topics the cluster no longer lists are asked for by id; those it answers UNKNOWN_TOPIC_ID for,
-        in passes at least `tier.topic.delete.delay.ms` apart, leave the tier (`logstart.topic_deletions_due`).
+        in passes at least `tier.topic.delete.delay.ms` apart, leave the tier (`rules.topic_deletions_due`).
         When each was first seen gone is kept in the state directory (lost with it: the delay starts again)."""
         s = self.settings
         listed = {p.topic_id for p in view.partitions}

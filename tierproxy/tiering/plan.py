@@ -16,7 +16,7 @@ from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tierproxy.identity import ClientIdentity
-from tierproxy.tier.logstart import lost_range
+from tierproxy.tier.rules import lost_range
 from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.wireclient import WireClient
 

@@ -1,11 +1,12 @@
-"""The log-start and tier-retention rules (`tier.logstart`), whole tables."""
+"""The log-start and tier-retention rules (`tier.rules`), whole tables."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.tier.helpers import seg, tp
-from tierproxy.tier.logstart import (
+from tierproxy.tier.model import RemoteLogSegmentMetadata
+from tierproxy.tier.rules import (
     DeleteRecordsOutcome,
     delete_records_outcome,
     expired_segments,
@@ -19,7 +20,6 @@ from tierproxy.tier.logstart import (
     tiering_lag,
     topic_deletions_due,
 )
-from tierproxy.tier.model import RemoteLogSegmentMetadata
 
 # requested, the broker's low watermark, the tier's first served offset → answer, log start to record
 DELETE_RECORDS = [

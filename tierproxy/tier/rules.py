@@ -1,4 +1,5 @@
-"""What moves a partition's log start and what deletes tier data: the one place these rules live.
+"""The tier's rules, each in one place: what moves a partition's log start, what deletes tier data, what the
+tier serves (its segments, its first offset), what a gap and the tiering lag are.
 
 The log start of a tiered partition is one durable fact, recorded in the metadata (`RemoteLogStartOffset`) and
 applied by every reader of it (each proxy replica, the tier job, the Spark reader). Only three things delete
