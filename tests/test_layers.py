@@ -7,8 +7,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = {"config", "metrics", "wireclient", "asyncclient", "tls", "flow", "kafkadist", "brokers", "identity",
-          "signals"}
+SHARED = {"config", "propfile", "metrics", "wireclient", "asyncclient", "tls", "flow", "kafkadist", "brokers",
+          "identity", "signals"}
 CORE = {"session", "server", "rewrite", "handlers", "intercept"}
 # what each layer may import from tierproxy (besides itself, the shared modules and protocol)
 ALLOWED: dict[str, set[str]] = {
@@ -70,3 +70,50 @@ def test_the_remote_service_knows_no_sessions_rewrites_or_metrics() -> None:
 def test_protocol_imports_nothing_above_it() -> None:
     for path in (ROOT / "protocol").rglob("*.py"):
         assert not any(m.startswith("tierproxy") for m in imports_of(path)), path
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Every tierproxy module → the tierproxy modules it imports: at the top, inside functions and under
+    TYPE_CHECKING alike (an import is an import)."""
+    modules = {}
+    for path in (ROOT / "tierproxy").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+
+    def known(target: str) -> str:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tierproxy"):
+                out |= {known(f"{node.module}.{a.name}") for a in node.names}
+            elif isinstance(node, ast.Import):
+                out |= {known(a.name) for a in node.names if a.name.startswith("tierproxy")}
+        graph[name] = out - {name, ""}
+    return graph
+
+
+def test_no_import_cycle_of_any_kind() -> None:
+    """No module reaches itself through imports (before: config ⇄ identity through a function-level import,
+    session ⇄ server through a TYPE_CHECKING one)."""
+    graph = _module_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target):], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []

@@ -18,16 +18,14 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from tierproxy.identity import ClientIdentity, load_command_config
+from tierproxy.propfile import ConfigError as ConfigError  # where the settings' errors have always been imported from
+from tierproxy.propfile import read_properties
 
 ENV_PREFIX = "TIERPROXY_"
 SPARK_MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|"
                           r"spark://[^\s/]+(,[^\s/]+)*|k8s://\S+|yarn|mesos://\S+")
 OVERRIDE_KEYS = {"retention.ms", "retention.bytes", "segment.bytes"}  # per topic in tier.topic.overrides
 S = TypeVar("S", bound="CommonSettings")
-
-
-class ConfigError(ValueError):
-    """A configuration key has a bad value (or is unknown); the message names the key and the reason."""
 
 
 def _hostport(value: str, key: str) -> tuple[str, int]:
@@ -458,27 +456,6 @@ def dotted(field: str) -> str:
 
 def _normalize(key: str) -> str:
     return key.strip().lower().replace(".", "_").replace("-", "_")
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """Kafka-style properties: key=value (or key: value) per line, '#' and '!' comments, a line ending in a
-    backslash continues on the next (as JAAS configs are often written)."""
-    out: dict[str, str] = {}
-    pending = ""
-    for n, raw in enumerate(path.read_text().splitlines(), 1):
-        line = pending + raw.strip() if pending else raw.strip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending = line[:-1] + " "
-            continue
-        pending = ""
-        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if sep < 0:
-            raise ConfigError(f"{path}:{n}: expected key=value, got {line!r}")
-        out[line[:sep].strip()] = line[sep + 1:].strip()
-    return out
 
 
 def load_settings(model: type[S] = ProxySettings, *, config_file: str | Path | None = None,  # type: ignore[assignment]

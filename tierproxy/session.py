@@ -14,16 +14,17 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from protocol.connection import ClientConnection, RequestEvent, ResponseEvent, ServerConnection
 from protocol.errors import ProtocolError
 from protocol.framing import frame_header
 from protocol.headers import RequestHeader
-from tierproxy.flow import ReadGate
-
-if TYPE_CHECKING:
-    from tierproxy.server import Proxy
+from tierproxy.brokers import BrokerMap
+from tierproxy.config import ProxySettings
+from tierproxy.flow import ByteBudget, ReadGate
+from tierproxy.metrics import RemoteFetchStats
+from tierproxy.remote.service import RemoteTier
 
 log = logging.getLogger("tierproxy.session")
 Chunks = list[bytes | bytearray | memoryview]
@@ -59,10 +60,36 @@ RequestHandler = Callable[["Session", RequestEvent], None]
 ResponseHandler = Callable[["Session", Slot, ResponseEvent], None]
 
 
+class ProxyContext(Protocol):
+    """What a session, the handlers and the intercepts may use of the proxy: the server implements it, and so
+    does the in-process proxy of `tests/core`. (Named here, below the server: no import of it, no cycle.)"""
+
+    settings: ProxySettings
+    brokers: BrokerMap  # node ids and the proxy's advertised ports
+    remote: RemoteTier | None  # the remote tier (None: a pure pass-through proxy)
+    fetch_stats: RemoteFetchStats
+    request_budget: ByteBudget  # queued.max.request.bytes, shared by requests received and responses assembled
+    request_handlers: dict[int, RequestHandler]
+    response_handlers: dict[int, ResponseHandler]
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+    async def connect_upstream(self, session: Session) -> tuple[asyncio.Transport, str]: ...
+
+    def accepting(self, transport: asyncio.BaseTransport) -> bool: ...
+
+    def session_opened(self, session: Session) -> None: ...
+
+    def session_closed(self, session: Session) -> None: ...
+
+
 class Session:
     """Relays one client connection to one broker connection."""
 
-    def __init__(self, proxy: Proxy, node_id: int | None) -> None:
+    def __init__(self, proxy: ProxyContext, node_id: int | None) -> None:
         self.proxy = proxy
         self.node_id = node_id  # None: the bootstrap listener (any broker)
         settings = proxy.settings
@@ -240,7 +267,7 @@ class Session:
 class ClientProtocol(asyncio.BufferedProtocol):
     """The client-facing side: bytes land in the session's request frame buffer."""
 
-    def __init__(self, proxy: Proxy, node_id: int | None) -> None:
+    def __init__(self, proxy: ProxyContext, node_id: int | None) -> None:
         self.proxy = proxy
         self.node_id = node_id
         self.session: Session | None = None

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from tierproxy.identity import keystores
+from tierproxy.propfile import ConfigError, read_properties
 
 
 class IdentityError(ValueError):
@@ -234,8 +235,6 @@ def _tls(props: dict[str, str], where: str) -> dict[str, Any]:
 
 def load_command_config(path: str | Path) -> ClientIdentity:
     """Read a `--command-config` file; `IdentityError` names the file, the key and the reason."""
-    from tierproxy.config import ConfigError, read_properties
-
     p = Path(path)
     if not p.is_file():
         raise IdentityError(f"command.config: no such file {p}")
