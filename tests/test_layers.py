@@ -1,5 +1,5 @@
-"""Layers point down only: protocol ← tier ← remote, tiering, spark ← proxy core (session, server, intercept) ←
-admin, cli. Shared modules (settings, metrics, wire clients, TLS, identity, flow control) sit below all of them."""
+"""Layers point down only: protocol ← tier ← remote, tiering, spark ← the proxy core (`tierproxy.proxy`) ← admin,
+cli. Shared modules (settings, metrics, wire clients, TLS, identity) sit below all of them; no cycle of any kind."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = {"config", "propfile", "metrics", "wireclient", "asyncclient", "tls", "flow", "kafkadist", "brokers",
-          "identity", "signals"}
-CORE = {"session", "server", "rewrite", "handlers", "intercept"}
+SHARED = {"config", "propfile", "metrics", "wireclient", "asyncclient", "tls", "kafkadist", "identity", "signals"}
+CORE = {"proxy"}
 # what each layer may import from tierproxy (besides itself, the shared modules and protocol)
 ALLOWED: dict[str, set[str]] = {
     "shared": set(),

@@ -21,7 +21,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from tierproxy.admin.app import start_admin
     from tierproxy.config import ConfigError, ProxySettings, load_settings
-    from tierproxy.server import serve
+    from tierproxy.proxy.server import serve
 
     cli = {"bootstrap_servers": args.bootstrap_server, "listen": args.listen, "advertised_host": args.advertised_host,
            "admin_listen": args.admin_listen, "storage": args.storage, "metadata": args.metadata,

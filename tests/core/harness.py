@@ -9,11 +9,11 @@ from typing import Any
 from protocol import registry
 from protocol.connection import ClientConnection, ServerConnection
 from protocol.headers import RequestHeader, request_header_version
-from tierproxy.brokers import BrokerMap
 from tierproxy.config import ProxySettings
-from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
 from tierproxy.metrics import RemoteFetchStats
-from tierproxy.session import Session
+from tierproxy.proxy.brokers import BrokerMap
+from tierproxy.proxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.proxy.session import Session
 
 Data = dict[str, Any]
 ADVERTISED, PORT_BASE = "proxy.example", 9200

@@ -13,8 +13,8 @@ from protocol import registry
 from protocol.constants import ApiKey, ErrorCode
 from protocol.headers import RequestHeader, decode_request_header
 from protocol.requests import fetch_request
-from tierproxy.intercept.errors import READ_FAILURES, error_for
-from tierproxy.intercept.fetch import merge_response, partition_entry, plan_fetch
+from tierproxy.proxy.intercept.errors import READ_FAILURES, error_for
+from tierproxy.proxy.intercept.fetch import merge_response, partition_entry, plan_fetch
 from tierproxy.remote.pool import PoolFull, ReaderPool
 from tierproxy.remote.service import BrokerOffsets
 from tierproxy.tier.storage import ObjectMissing, StorageUnavailable

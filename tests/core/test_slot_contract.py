@@ -11,7 +11,7 @@ import pytest
 
 from protocol.headers import RequestHeader
 from tests.core.harness import InProcessProxy, RecordingTransport
-from tierproxy.session import Session, Slot
+from tierproxy.proxy.session import Session, Slot
 
 
 def header(correlation_id: int, api_key: int = 1) -> RequestHeader:
@@ -79,7 +79,7 @@ def test_a_handler_that_raises_closes_only_its_connection_with_a_log_line(side: 
     it never reaches the transport's callback (before: only ProtocolError was caught there)."""
     from protocol.constants import ApiKey
     from tests.core.harness import Wire
-    from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+    from tierproxy.proxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
 
     def broken(*args: object) -> None:
         raise KeyError("partition_index")

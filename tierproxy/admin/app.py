@@ -32,7 +32,7 @@ from tierproxy.tier.model import TierPass, uuid_str
 from tierproxy.tier.rules import lost_range, tiering_lag
 
 if TYPE_CHECKING:
-    from tierproxy.server import Proxy
+    from tierproxy.proxy.server import Proxy
 
 log = logging.getLogger("tierproxy.admin")
 COOKIE = "tierproxy_admin_session"  # the status page's login: derived from admin.token (HttpOnly, SameSite=Strict)

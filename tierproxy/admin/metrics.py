@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from tierproxy.metrics import FETCH_LATENCY, REGISTRY
 
 if TYPE_CHECKING:
-    from tierproxy.server import Proxy
+    from tierproxy.proxy.server import Proxy
 
 __all__ = ["FETCH_LATENCY", "REGISTRY", "ProxyCollector"]
 

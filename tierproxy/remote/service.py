@@ -4,7 +4,7 @@ brokers' current offsets (high watermark, last stable offset, log start) for rem
 Its interface is typed and small: `partition` / `partition_by_id` (what the tier holds), `submit_read` (records
 from an offset, through the bounded pool), `offset_for_timestamp`, `PartitionCache.end_offset_for_epoch`
 (epochs) and `broker_offsets`. It knows nothing of client sessions, rewrites or metrics: the intercepts in
-`tierproxy.intercept` turn requests into these calls and the results into Kafka answers."""
+`tierproxy.proxy.intercept` turn requests into these calls and the results into Kafka answers."""
 
 from __future__ import annotations
 

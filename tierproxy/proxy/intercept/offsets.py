@@ -17,13 +17,13 @@ from typing import Any
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ErrorCode, OffsetSpec
-from tierproxy.intercept.errors import LOADING, LOOKUP_FAILED, NOT_RECORDED
+from tierproxy.proxy.intercept.errors import LOADING, LOOKUP_FAILED, NOT_RECORDED
+from tierproxy.proxy.session import Session, Slot, as_received
 from tierproxy.remote.service import RemoteTier
-from tierproxy.session import Session, Slot, as_received
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.rules import delete_records_outcome
 
-log = logging.getLogger("tierproxy.intercept.offsets")
+log = logging.getLogger("tierproxy.proxy.intercept.offsets")
 UNDEFINED = -1
 Data = dict[str, Any]
 

@@ -33,18 +33,18 @@ from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.framing import HEAD
 from protocol.records import build_empty_batch
-from tierproxy import rewrite
-from tierproxy.intercept.errors import LOADING, LOST_OBJECT, OFFSETS_UNKNOWN, SEGMENT_GONE, error_for
 from tierproxy.metrics import FETCH_LATENCY, RemoteFetchStats
+from tierproxy.proxy import rewrite
+from tierproxy.proxy.intercept.errors import LOADING, LOST_OBJECT, OFFSETS_UNKNOWN, SEGMENT_GONE, error_for
+from tierproxy.proxy.session import Chunks, Session, Slot, as_received
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.service import BrokerOffsets, RemoteTier
-from tierproxy.session import Chunks, Session, Slot, as_received
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.rules import resume_offset
 from tierproxy.tier.storage import ObjectMissing
 
-log = logging.getLogger("tierproxy.intercept.fetch")
+log = logging.getLogger("tierproxy.proxy.intercept.fetch")
 STALE_OFFSETS_S = 30.0
 Key = tuple[Any, int]  # (topic name or topic id, partition)
 Data = dict[str, Any]

@@ -17,16 +17,16 @@ from typing import Any
 from protocol.constants import ApiKey
 from tierproxy import tls
 from tierproxy.asyncclient import AsyncWireClient
-from tierproxy.brokers import BrokerMap
 from tierproxy.config import ProxySettings
-from tierproxy.flow import ByteBudget
-from tierproxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
 from tierproxy.identity.sasl import AuthenticationFailed
 from tierproxy.metrics import RemoteFetchStats
+from tierproxy.proxy.brokers import BrokerMap
+from tierproxy.proxy.flow import ByteBudget
+from tierproxy.proxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.proxy.session import ClientProtocol, RequestHandler, ResponseHandler, Session, UpstreamProtocol
 from tierproxy.remote.service import RemoteTier
-from tierproxy.session import ClientProtocol, RequestHandler, ResponseHandler, Session, UpstreamProtocol
 
-log = logging.getLogger("tierproxy.server")
+log = logging.getLogger("tierproxy.proxy.server")
 METADATA_VERSION = 12
 CLOSE_GRACE_S = 5.0  # after the drain: closing background work and the remote tier
 REQUEST_FLOOR = 64 * 1024  # request bytes a connection holds without drawing on queued.max.request.bytes

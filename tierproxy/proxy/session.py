@@ -20,13 +20,13 @@ from protocol.connection import ClientConnection, RequestEvent, ResponseEvent, S
 from protocol.errors import ProtocolError
 from protocol.framing import frame_header
 from protocol.headers import RequestHeader
-from tierproxy.brokers import BrokerMap
 from tierproxy.config import ProxySettings
-from tierproxy.flow import ByteBudget, ReadGate
 from tierproxy.metrics import RemoteFetchStats
+from tierproxy.proxy.brokers import BrokerMap
+from tierproxy.proxy.flow import ByteBudget, ReadGate
 from tierproxy.remote.service import RemoteTier
 
-log = logging.getLogger("tierproxy.session")
+log = logging.getLogger("tierproxy.proxy.session")
 Chunks = list[bytes | bytearray | memoryview]
 SMALL_FRAME = 64 * 1024  # below this a size prefix and frame go out as one write
 

@@ -10,11 +10,11 @@ from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode
 from protocol.errors import ProtocolError
-from tierproxy import rewrite
-from tierproxy.intercept import fetch, offsets
-from tierproxy.session import RequestHandler, ResponseHandler, Session, Slot, as_received
+from tierproxy.proxy import rewrite
+from tierproxy.proxy.intercept import fetch, offsets
+from tierproxy.proxy.session import RequestHandler, ResponseHandler, Session, Slot, as_received
 
-log = logging.getLogger("tierproxy.handlers")
+log = logging.getLogger("tierproxy.proxy.handlers")
 
 
 def _encode(ev: ResponseEvent, data: dict[str, object], version: int | None = None) -> registry.Chunks:

@@ -14,7 +14,7 @@ from protocol import registry
 from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
 from protocol.connection import ResponseEvent
 from protocol.constants import ApiKey
-from tierproxy.session import Session, Slot, as_received
+from tierproxy.proxy.session import Session, Slot, as_received
 
 Data = dict[str, Any]
 AddressOf = Callable[[int, str, int], tuple[str, int]]  # (node_id, upstream host, port) → proxy address

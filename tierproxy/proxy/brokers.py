@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-log = logging.getLogger("tierproxy.brokers")
+log = logging.getLogger("tierproxy.proxy.brokers")
 
 
 class BrokerMap:
