@@ -37,7 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
     if (rc := _check_storage(settings.storage, unreachable_is_fatal=False)) is not None:
         return rc
-    if (rc := _check_owner(settings.storage, settings.own_bootstrap, settings.identity)) is not None:
+    if (rc := _check_owner(settings)) is not None:
         return rc
     if settings.event_loop == "uvloop":
         import uvloop
@@ -212,30 +212,32 @@ def _port_problem(address: str) -> str | None:
     return None
 
 
-def _check_owner(storage: str, bootstrap: str, identity: Any) -> int | None:
-    """Exit 2 when the tier belongs to another cluster than the brokers' (`tier.ownership`). Brokers that cannot
-    be asked yet are let through with a warning: the proxy relays the tail meanwhile."""
+def _check_owner(settings: Any) -> int | None:
+    """Exit 2 when the tier belongs to another cluster than the brokers' (`tier.ownership`), asked on the proxy's
+    own connections (its identity and TLS). Brokers that cannot be asked yet are let through with a warning: the
+    proxy relays the tail meanwhile, and its remote tier checks again before it serves anything."""
     import asyncio
 
+    from tierproxy.remote.leaders import OwnLeaders
     from tierproxy.tier.ownership import WrongCluster, check_cluster
     from tierproxy.tier.rsm import RemoteStorageManager
-    from tierproxy.tier.storage import StorageError
-    from tierproxy.tiering.cluster import describe_cluster
 
-    async def check(cluster_id: str | None) -> None:
-        rsm = RemoteStorageManager.from_uri(storage)
+    async def check() -> None:
+        leaders, rsm = OwnLeaders(settings), RemoteStorageManager.from_uri(settings.storage)
         try:
-            await check_cluster(rsm, cluster_id, record=False, brokers=bootstrap)
+            await check_cluster(rsm, await leaders.cluster_id(), record=False, brokers=settings.own_bootstrap)
         finally:
             await rsm.close()
+            await leaders.close()
 
     try:
-        asyncio.run(check(describe_cluster(bootstrap, identity).cluster_id))
+        asyncio.run(check())
     except WrongCluster as exc:
         print(f"tierproxy: {exc}", file=sys.stderr)
         return 2
-    except (OSError, TimeoutError, StorageError) as exc:
-        logging.getLogger("tierproxy").warning("which cluster the tier belongs to was not checked: %s", exc)
+    except Exception as exc:  # any other reason: checked again by the remote tier before it serves
+        logging.getLogger("tierproxy").warning("which cluster the tier belongs to was not checked yet: %s: %s",
+                                               type(exc).__name__, exc)
     return None
 
 
