@@ -432,6 +432,9 @@ async def refresh_tier_status(proxy: Proxy, interval_s: float = 30.0) -> None:
     """Every `interval_s`, per tiered topic: offsets below the LSO not tiered yet (summed over its partitions) and
     how many partitions have a gap, for `tierproxy_tier_lag_offsets` and `tierproxy_tier_gaps` (and their alerts)."""
     while True:
+        if proxy.remote is not None and not proxy.remote.ready.is_set():
+            await asyncio.sleep(1.0)  # the figures need the tier's metadata: the first round as soon as it is loaded
+            continue
         if proxy.remote is not None and proxy.remote.serving:
             try:
                 topics = await asyncio.wait_for(proxy.cluster_topics(), 10)

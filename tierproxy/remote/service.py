@@ -27,7 +27,7 @@ from tierproxy.remote.reader import Backoff, BrokerLogUnavailable, ReadResult, R
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import AbortedTxn, lookup_time
 from tierproxy.tier.open import open_metadata
-from tierproxy.tier.ownership import check_cluster
+from tierproxy.tier.ownership import WrongCluster, check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
@@ -74,9 +74,8 @@ class RemoteTier:
     async def _run(self) -> None:
         delay = 1.0
         while True:
-            try:  # never the history of another cluster's tier (a mistyped bootstrap): not ready, relaying the tail
-                await check_cluster(self.rsm, await self.leaders.cluster_id(), record=False,
-                                    brokers=self.settings.own_bootstrap)
+            try:
+                await self._check_owner()
                 await self.rlmm.start()
                 break
             except Exception as exc:  # the tier is optional for tail reads: keep trying in the background
@@ -91,6 +90,18 @@ class RemoteTier:
             while True:  # the file backend has no consumer: pick up what `tier` appended
                 await asyncio.sleep(1.0)
                 await self.rlmm.catch_up()
+
+    async def _check_owner(self) -> None:
+        """Never the history of another cluster's tier (a mistyped bootstrap): WrongCluster keeps the tier not
+        ready. Brokers or storage that cannot be asked now do not hold the tier back (`serve` checked at start
+        where it could; the tier answers only what the brokers first answered)."""
+        try:
+            cluster = await self.leaders.cluster_id()
+            await check_cluster(self.rsm, cluster, record=False, brokers=self.settings.own_bootstrap)
+        except WrongCluster:
+            raise
+        except Exception as exc:
+            log.info("which cluster the tier belongs to was not checked: %s: %s", type(exc).__name__, exc)
 
     async def _identity_problem(self) -> AuthenticationFailed | None:
         """Why tierproxy's own identity is refused, if it is (aiokafka only says it could not bootstrap)."""
