@@ -12,6 +12,7 @@ from protocol.headers import RequestHeader, request_header_version
 from tierproxy.config import ProxySettings
 from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.brokers import BrokerMap
+from tierproxy.proxy.flow import ByteBudget
 from tierproxy.proxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
 from tierproxy.proxy.session import Session
 
@@ -43,8 +44,9 @@ class RecordingTransport:
 class InProcessProxy:
     """What a Session needs of its proxy: settings, the handler tables, the broker map, spawning tasks."""
 
-    def __init__(self, remote: Any = None) -> None:
-        self.settings = ProxySettings(bootstrap_servers="127.0.0.1:1")
+    def __init__(self, remote: Any = None, **settings: Any) -> None:
+        self.settings = ProxySettings(bootstrap_servers="127.0.0.1:1", **settings)
+        self.request_budget = ByteBudget(self.settings.queued_max_request_bytes, 64 * 1024)
         self.request_handlers = REQUEST_HANDLERS
         self.response_handlers = RESPONSE_HANDLERS
         self.new_nodes: list[int] = []
@@ -65,6 +67,11 @@ class InProcessProxy:
 
     def session_closed(self, session: Session) -> None:
         self.closed_sessions.append(session)
+
+    async def settle(self) -> None:
+        """Wait for every deferred response (delayed fetches) to finish."""
+        while pending := [t for t in self.tasks if not t.done()]:
+            await asyncio.wait(pending)
 
 
 class Wire:

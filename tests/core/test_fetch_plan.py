@@ -14,9 +14,10 @@ from protocol.constants import ApiKey, ErrorCode
 from protocol.headers import RequestHeader, decode_request_header
 from protocol.requests import fetch_request
 from tierproxy.proxy.intercept.errors import READ_FAILURES, error_for
-from tierproxy.proxy.intercept.fetch import merge_response, partition_entry, plan_fetch
+from tierproxy.proxy.intercept.fetch.answer import merge_response, partition_entry
+from tierproxy.proxy.intercept.fetch.plan import plan_fetch
 from tierproxy.remote.pool import PoolFull, ReaderPool
-from tierproxy.remote.service import BrokerOffsets
+from tierproxy.remote.view import BrokerOffsets
 from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
 
 

@@ -58,15 +58,15 @@ def api_versions_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
 def sasl_authenticate_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     """Relayed untouched; the mechanism's last successful round lifts the pre-authentication request limit."""
     slot.chunks = as_received(ev)
-    rounds = session.state.get("sasl_rounds")
+    rounds = session.sasl_rounds
     if rounds is None or not registry.supports(ev.api_key, ev.api_version):
         return
     if registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)["error_code"] == 0:
         if rounds <= 1:
-            del session.state["sasl_rounds"]
+            session.sasl_rounds = None
             session.server.frames.max_frame_size = session.proxy.settings.socket_request_max_bytes
         else:
-            session.state["sasl_rounds"] = rounds - 1
+            session.sasl_rounds = rounds - 1
 
 
 def metadata_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
@@ -106,7 +106,7 @@ def sasl_handshake_request(session: Session, ev: RequestEvent) -> None:
         mechanism = str(registry.decode_request(ev.header, ev.frame)["mechanism"]).upper()
         rounds = SASL_ROUNDS.get(mechanism)
         if rounds is not None:
-            session.state["sasl_rounds"] = rounds
+            session.sasl_rounds = rounds
             frames = session.server.frames
             frames.max_frame_size = min(frames.max_frame_size, session.proxy.settings.sasl_server_max_receive_size)
         session.forward(ev)

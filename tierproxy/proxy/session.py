@@ -24,7 +24,7 @@ from tierproxy.config import ProxySettings
 from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.brokers import BrokerMap
 from tierproxy.proxy.flow import ByteBudget, ReadGate
-from tierproxy.remote.service import RemoteTier
+from tierproxy.remote.view import RemoteTierView
 
 log = logging.getLogger("tierproxy.proxy.session")
 Chunks = list[bytes | bytearray | memoryview]
@@ -66,11 +66,14 @@ class ProxyContext(Protocol):
 
     settings: ProxySettings
     brokers: BrokerMap  # node ids and the proxy's advertised ports
-    remote: RemoteTier | None  # the remote tier (None: a pure pass-through proxy)
     fetch_stats: RemoteFetchStats
     request_budget: ByteBudget  # queued.max.request.bytes, shared by requests received and responses assembled
     request_handlers: dict[int, RequestHandler]
     response_handlers: dict[int, ResponseHandler]
+
+    @property
+    def remote(self) -> RemoteTierView | None:
+        """The remote tier (None: a pure pass-through proxy)."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -105,7 +108,10 @@ class Session:
         self.peer = "?"
         self.upstream_name = "?"
         self.last_active = asyncio.get_running_loop().time()
-        self.state: dict[str, Any] = {}  # per-connection state of request handlers (e.g. known-remote partitions)
+        # partitions this connection reads from the tier → the broker's local log start (fetches below it are
+        # read early); keyed (topic name or id, partition) as the Fetch names them
+        self.tiered: dict[tuple[Any, int], int] = {}
+        self.sasl_rounds: int | None = None  # SASL rounds left before the mechanism's last (pre-auth limit)
         self.writing_paused = False  # the client's transport holds more than the high water mark
         self.unwritten_reserved = 0  # queued.max.request.bytes held by responses still in that buffer
 

@@ -1,17 +1,15 @@
 """The proxy's remote tier as a service: metadata (RLMM) kept current, storage, the reader and its pool, and the
 brokers' current offsets (high watermark, last stable offset, log start) for remote answers.
 
-Its interface is typed and small: `partition` / `partition_by_id` (what the tier holds), `submit_read` (records
-from an offset, through the bounded pool), `offset_for_timestamp`, `PartitionCache.end_offset_for_epoch`
-(epochs) and `broker_offsets`. It knows nothing of client sessions, rewrites or metrics: the intercepts in
-`tierproxy.proxy.intercept` turn requests into these calls and the results into Kafka answers."""
+What the intercepts use of it is `remote.view.RemoteTierView` (what the tier holds, reads through the bounded
+pool, the leaders' offsets, the quota, purges). It knows nothing of client sessions, rewrites or metrics: the
+intercepts in `tierproxy.proxy.intercept` turn requests into these calls and the results into Kafka answers."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
@@ -24,8 +22,10 @@ from tierproxy.remote.leaders import OwnLeaders
 from tierproxy.remote.pool import ReaderPool
 from tierproxy.remote.quota import RemoteFetchQuota
 from tierproxy.remote.reader import Backoff, BrokerLogUnavailable, ReadResult, RemoteReader
+from tierproxy.remote.view import BrokerOffsets
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import AbortedTxn, lookup_time
+from tierproxy.tier.model import TopicIdPartition
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import WrongCluster, check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
@@ -34,14 +34,6 @@ from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import served_segments
 
 log = logging.getLogger("tierproxy.remote")
-
-
-@dataclass
-class BrokerOffsets:
-    high_watermark: int
-    last_stable: int
-    log_start: int
-    at: float
 
 
 class RemoteTier:
@@ -59,7 +51,7 @@ class RemoteTier:
                             settings.remote_log_manager_task_retry_backoff_max_ms,
                             settings.remote_log_manager_task_retry_jitter))
         self.pool = ReaderPool(settings.remote_log_reader_threads, settings.remote_log_reader_max_pending_tasks)
-        self.quota = RemoteFetchQuota(settings.remote_log_manager_fetch_max_bytes_per_second,
+        self._quota = RemoteFetchQuota(settings.remote_log_manager_fetch_max_bytes_per_second,
                                       settings.remote_fetch_client_max_bytes_per_second)
         self.current_ids: dict[str, bytes] = {}
         self.leaders = OwnLeaders(settings, on_metadata=self.learn_topic_ids)
@@ -129,6 +121,14 @@ class RemoteTier:
         await self.leaders.close()
         await self.reader.close()
         await self.rsm.close()
+
+    @property
+    def quota(self) -> RemoteFetchQuota:
+        return self._quota
+
+    async def put_log_start(self, tp: TopicIdPartition, log_start: int) -> None:
+        """Record a purge below `log_start` (RemoteLogStartOffset) in the metadata."""
+        await self.rlmm.put_log_start(tp, log_start)
 
     @property
     def serving(self) -> bool:

@@ -19,7 +19,7 @@ from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ErrorCode, OffsetSpec
 from tierproxy.proxy.intercept.errors import LOADING, LOOKUP_FAILED, NOT_RECORDED
 from tierproxy.proxy.session import Session, Slot, as_received
-from tierproxy.remote.service import RemoteTier
+from tierproxy.remote.view import RemoteTierView
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.rules import delete_records_outcome
 
@@ -37,7 +37,7 @@ def forward_remembering_request(session: Session, ev: RequestEvent) -> None:
     session.forward(ev, slot=Slot(ev.header, ctx=registry.decode_request(ev.header, ev.frame)))
 
 
-def _remembered(session: Session, slot: Slot, ev: ResponseEvent) -> tuple[RemoteTier, Data] | None:
+def _remembered(session: Session, slot: Slot, ev: ResponseEvent) -> tuple[RemoteTierView, Data] | None:
     """The tier and the decoded response when the request was remembered; otherwise the response is relayed."""
     tier = session.proxy.remote
     if slot.ctx is None or tier is None:
@@ -166,7 +166,7 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
 
     async def record(p: Data, pc: PartitionCache, log_start: int) -> None:
         try:
-            await asyncio.wait_for(tier.rlmm.put_log_start(pc.tp, log_start), timeout)
+            await asyncio.wait_for(tier.put_log_start(pc.tp, log_start), timeout)
         except Exception as exc:
             log.error("%s-%d: the purge below %d could not be recorded in the remote log metadata (%s: %s); answered "
                       "KAFKA_STORAGE_ERROR. tierproxy's own principal needs WRITE on the metadata topic (README "

@@ -1,0 +1,270 @@
+"""The delayed remote fetch (Kafka's `DelayedRemoteFetch`): one per client Fetch whose answer needs the tier. It
+owns the plan, the tier view, the stats and the purgatory's deadline; it reads every partition the broker
+answered OFFSET_OUT_OF_RANGE and the tier holds, in parallel (reads started early are reused), and completes when
+they finish or at the deadline (`remote.fetch.max.wait.ms`): an expired partition is answered with empty records
+and no error (its read goes on warming the cache). Errors come from one table (`intercept.errors`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from protocol.records import build_empty_batch
+from tierproxy.metrics import RemoteFetchStats
+from tierproxy.proxy.flow import ByteBudget
+from tierproxy.proxy.intercept.errors import LOST_OBJECT, OFFSETS_UNKNOWN, SEGMENT_GONE, error_for
+from tierproxy.proxy.intercept.fetch.answer import answered_bytes, by_key, merge_response, partition_entry
+from tierproxy.proxy.intercept.fetch.plan import Budget, Data, FetchPlan, Key, fit_budget
+from tierproxy.remote.pool import PoolFull
+from tierproxy.remote.reader import ReadResult
+from tierproxy.remote.view import BrokerOffsets, RemoteTierView
+from tierproxy.tier.cache import PartitionCache
+from tierproxy.tier.rules import resume_offset
+from tierproxy.tier.storage import ObjectMissing
+
+log = logging.getLogger("tierproxy.proxy.intercept.fetch")
+STALE_OFFSETS_S = 30.0
+Reads = dict[Key, asyncio.Task[ReadResult]]
+
+
+class DelayedRemoteFetch:
+    """The remote part of one client Fetch. `tiered` is the connection's map of partitions it reads from the tier
+    to the broker's local log start (it learns and forgets them here)."""
+
+    def __init__(self, tier: RemoteTierView, plan: FetchPlan, stats: RemoteFetchStats, memory: ByteBudget,
+                 tiered: dict[Key, int], deadline: float) -> None:
+        self.tier, self.plan, self.stats, self.memory, self.tiered = tier, plan, stats, memory, tiered
+        self.deadline = deadline  # loop time
+
+    def partition(self, key: Key) -> PartitionCache | None:
+        return self.tier.partition_by_id(key[0], key[1]) if self.plan.by_id else self.tier.partition(key[0], key[1])
+
+    def tier_answers(self, key: Key) -> bool:
+        """A served segment holds the fetch offset (inside a hole the broker may hold it: `past_the_tier`)."""
+        pc = self.partition(key)
+        return pc is not None and pc.segment_for_offset(self.plan.fetch_offset(key)) is not None
+
+    # --- memory ---------------------------------------------------------------------------------------------------
+    def reserve(self, budget: Budget) -> Budget:
+        """The part of a budget the process-wide bound (`queued.max.request.bytes`, shared with requests being
+        received) can hold now, in request order; held by the plan until its response leaves the process.
+        Partitions left out are answered empty at the deadline and read on a later fetch."""
+        granted = self.memory.reserve(sum(size for size, _ in budget.values()))
+        self.plan.reserved += granted
+        out: Budget = {}
+        for key, (size, min_one) in budget.items():
+            if granted <= 0:
+                break
+            out[key] = (min(size, granted), min_one)
+            granted -= out[key][0]
+        return out
+
+    # --- reads ----------------------------------------------------------------------------------------------------
+    def start_reads(self, budget: Budget) -> tuple[Reads, dict[Key, int], set[Key]]:
+        """Start each partition's read in the pool within its budget; partitions that cannot be read get their
+        error at once. A full pool (overload across many clients) is not an error: the partition is answered
+        empty at the deadline, and the client asks again. → (reads, errors, rejected)"""
+        reads: Reads = {}
+        errors: dict[Key, int] = {}
+        rejected: set[Key] = set()
+        for key, (max_bytes, min_one) in budget.items():
+            pc = self.partition(key)
+            try:
+                task = (self.tier.submit_read(pc, self.plan.fetch_offset(key), max_bytes, self.plan.read_committed,
+                                              self.deadline, min_one) if pc else None)
+            except PoolFull as exc:
+                log.warning("%s: %s answered empty", exc, key)
+                rejected.add(key)
+                continue
+            if task is None:  # the segment is gone (or the partition): the broker's answer stands
+                errors[key] = SEGMENT_GONE
+                self.tiered.pop(key, None)
+                continue
+            task.add_done_callback(consume_exception)
+            reads[key] = task
+        return reads, errors, rejected
+
+    def start_early(self) -> None:
+        """At the request: read the partitions expected remote while the broker answers."""
+        plan = self.plan
+        plan.budget = self.reserve(fit_budget(plan, plan.remote, 0))
+        plan.reads, plan.errors, plan.rejected = self.start_reads(plan.budget)
+
+    # --- completion -----------------------------------------------------------------------------------------------
+    async def complete(self, upstream: Data, oor: list[Key], beyond: list[Key]) -> Data:
+        """The answer: the broker's entries, the tier's for `oor` (read in time, an error, or empty), and an
+        answer across the gap for each of `beyond` (`across_the_gap`). Returns the response to encode."""
+        plan, tier, loop = self.plan, self.tier, asyncio.get_running_loop()
+        if not plan.by_id:  # by name: the tier answers only under the topic's current id (never a deleted topic's)
+            oor = await self.under_current_ids(oor)
+            beyond = [k for k in beyond if self.partition(k) is not None]
+        allowed, throttle_ms = tier.quota.allowance(plan.client_id)
+        wanted = fit_budget(plan, oor, answered_bytes(upstream), allowed)
+        self.memory.give_back(plan.reserved)  # the early reads' grant: the final budget takes its own
+        plan.reserved = 0
+        budget = self.reserve(wanted)
+        plan.requested_reads = set(budget)
+        reads, errors, rejected = self._reads_for(budget, wanted)
+        # partitions beyond this fetch's budget have no read and no error: answered empty, read on a later fetch
+        offsets_task = loop.create_task(self.broker_offsets(oor + beyond))
+        offsets_task.add_done_callback(consume_exception)
+        gaps = {k: loop.create_task(self.across_the_gap(k, offsets_task)) for k in beyond}
+        await self._purgatory(reads, rejected, gaps)
+        try:
+            fresh = await asyncio.wait_for(asyncio.shield(offsets_task),
+                                           timeout=max(0.05, self.deadline - loop.time()))
+        except (TimeoutError, OSError, ConnectionError):
+            fresh = {}
+        offsets = self.last_known(oor + beyond, fresh)
+        broker_entries = by_key(plan, upstream)
+        entries: dict[Key, Data] = dict(broker_entries)
+        for key in oor:
+            entries[key] = self.remote_entry(key, broker_entries.get(key), offsets.get(key), reads.get(key),
+                                             errors.get(key))
+        for key, task in gaps.items():
+            if not task.done():  # the leader did not answer in time: retriable, the client asks again
+                task.cancel()
+                entries[key] = partition_entry(key[1], None, None, None)
+                entries[key]["error_code"] = OFFSETS_UNKNOWN
+            elif (entry := task.result()) is not None:
+                entries[key] = entry
+        served = sum(len(entries[k]["records"] or b"") for k in oor if k in entries)
+        if served:
+            tier.quota.served(plan.client_id, served)
+        response = merge_response(plan, upstream, entries)
+        if throttle_ms:  # a spent remote fetch quota: the client waits before asking again (KIP-219)
+            response["throttle_time_ms"] = max(int(response.get("throttle_time_ms") or 0), throttle_ms)
+        return response
+
+    def _reads_for(self, budget: Budget, wanted: Budget) -> tuple[Reads, dict[Key, int], set[Key]]:
+        """The final budget's reads: an early read stands if the budget still allows what it was started with."""
+        plan = self.plan
+        early = {k: t for k, t in plan.reads.items() if k in budget and plan.budget.get(k, budget[k]) <= budget[k]}
+        late = {k: b for k, b in budget.items() if k not in early and k not in plan.errors}
+        reads, errors, rejected = self.start_reads(late)
+        reads.update(early)
+        errors.update({k: e for k, e in plan.errors.items() if k in budget})
+        rejected |= {k for k in plan.rejected if k in budget and k not in early}
+        rejected |= set(wanted) - set(budget)  # no memory left for them now: empty at the deadline, like a full pool
+        return reads, errors, rejected
+
+    async def _purgatory(self, reads: Reads, rejected: set[Key], gaps: dict[Key, asyncio.Task[Data | None]]) -> None:
+        if not (reads or rejected or gaps):
+            return
+        loop = asyncio.get_running_loop()
+        self.stats.purgatory += 1
+        try:
+            if reads or gaps:
+                await asyncio.wait([*reads.values(), *gaps.values()], timeout=max(0.0, self.deadline - loop.time()))
+            else:  # the pool refused every read: answer empty at the deadline (backpressure, no error)
+                await asyncio.sleep(max(0.0, self.deadline - loop.time()))
+        finally:
+            self.stats.purgatory -= 1
+
+    def remote_entry(self, key: Key, broker_entry: Data | None, broker: BrokerOffsets | None,
+                     task: asyncio.Task[ReadResult] | None, error: int | None) -> Data:
+        """One remote partition's answer: records read in time, an error from the table, or empty (expired)."""
+        plan, stats = self.plan, self.stats
+        pc = self.partition(key)
+        entry = partition_entry(key[1], broker_entry, broker, pc.earliest_offset() if pc else -1)
+        topic = pc.tp.topic if pc else str(key[0])
+        if error is not None:
+            entry["error_code"] = error
+        elif broker is None:
+            # no high watermark, last stable offset or log start from the leader: records without them would show
+            # the consumer a lag of our own making (Java records-lag, Streams idling); it retries the same offset
+            entry["error_code"] = OFFSETS_UNKNOWN
+            stats.offsets_unknown += 1
+        elif task is None and key not in plan.requested_reads:
+            pass  # beyond this fetch's byte budget: empty, no error, read on a later fetch
+        elif task is None or not task.done():
+            stats.expired += 1  # expired in purgatory: empty records, no error; the read warms the cache
+        elif (failure := task.exception()) is not None:
+            stats.failed(topic)
+            entry["error_code"] = error_for(failure)
+            if isinstance(failure, ObjectMissing) and self.tier_answers(key):
+                # the metadata still says the tier holds it: a lost object, not data gone. OFFSET_OUT_OF_RANGE would
+                # reset the client past records that exist; Kafka answers remote storage failures as this
+                entry["error_code"] = LOST_OBJECT
+            log.warning("remote read %s failed: %s", key, failure)
+        else:
+            res = task.result()
+            entry["records"] = memoryview(res.records)  # sent as its own chunk: not copied again
+            stats.served(topic, len(res.records))
+            if plan.read_committed:
+                entry["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                                 for a in res.aborted]
+            if broker.log_start > 0:
+                self.tiered[key] = broker.log_start
+        return entry
+
+    async def across_the_gap(self, key: Key, offsets_task: asyncio.Task[dict[Key, BrokerOffsets]]) -> Data | None:
+        """A fetch the tier does not serve and the broker no longer holds, inside a hole between tiered segments
+        or past the tier's end: records deleted before they were tiered (the tiering job reports the gap).
+        Answered with a batch of no records up to the first offset above it that either holds
+        (`rules.resume_offset`: the broker's log start, or the next tiered segment), as over a batch the log
+        cleaner emptied: the client moves there and its next fetch is answered by whichever holds it. Never
+        records from above a hole while the broker still holds part of it, nor the broker's records below its log
+        start. None: the offset is ahead of the log, the broker's OFFSET_OUT_OF_RANGE stands. Reads nothing."""
+        pc = self.partition(key)
+        if pc is None:
+            return None
+        try:
+            fresh = await asyncio.shield(offsets_task)
+        except (OSError, TimeoutError, ConnectionError):
+            fresh = {}
+        broker = self.last_known([key], fresh).get(key)
+        offset = self.plan.fetch_offset(key)
+        if broker is not None and broker.log_start <= offset:
+            return None
+        entry = partition_entry(key[1], None, broker, pc.earliest_offset())
+        if broker is None:  # cannot tell ahead-of-log from gap: retriable, never a reset
+            entry["error_code"] = OFFSETS_UNKNOWN
+            self.stats.offsets_unknown += 1
+            return entry
+        following = pc.next_segment_after(offset)
+        resume = resume_offset(offset, following.start_offset if following is not None else None, broker.log_start)
+        self.stats.gap_skips += 1
+        log.warning("%s-%d: offsets %d..%d are neither tiered nor on the broker (deleted before they were tiered): "
+                    "the client reads on from %d", pc.tp.topic, pc.tp.partition, offset, resume - 1, resume)
+        entry["records"] = memoryview(build_empty_batch(offset, resume - 1))
+        return entry
+
+    # --- the leaders' offsets and the topics' current ids ---------------------------------------------------------
+    async def under_current_ids(self, oor: list[Key]) -> list[Key]:
+        """The partitions the tier still answers once the names' current ids are at most a second old; the others
+        (a topic deleted and created again since it was tiered) keep the broker's answer."""
+        names = {str(k[0]) for k in oor}
+        try:
+            await asyncio.wait_for(self.tier.refresh_topic_ids(names),
+                                   timeout=max(0.05, self.deadline - asyncio.get_running_loop().time()))
+        except (OSError, TimeoutError, ConnectionError, KeyError) as exc:
+            log.debug("current topic ids of %s not asked: %s", names, exc)  # go with the ids known
+        return [k for k in oor if self.tier_answers(k)]
+
+    async def broker_offsets(self, keys: list[Key]) -> dict[Key, BrokerOffsets]:
+        """HW, LSO and log start of each remote partition, asked of its leader with tierproxy's own identity (one
+        ListOffsets per leader and bound for all of them)."""
+        names: dict[tuple[str, int], Key] = {}
+        for key in keys:
+            pc = self.partition(key)
+            if pc is not None:
+                names[(pc.tp.topic, key[1])] = key
+        got = await self.tier.broker_offsets_many(list(names))
+        return {names[k]: v for k, v in got.items()}
+
+    def last_known(self, keys: list[Key], fresh: dict[Key, BrokerOffsets]) -> dict[Key, BrokerOffsets]:
+        """Where the leader could not be asked in time: its answer of the last STALE_OFFSETS_S seconds (a fetch
+        response's high watermark is a snapshot anyway). Never an offset of our own making."""
+        out = dict(fresh)
+        for key in keys:
+            pc = self.partition(key) if key not in out else None
+            if pc is not None and (last := self.tier.last_broker_offsets(pc.tp.topic, key[1], STALE_OFFSETS_S)):
+                out[key] = last
+        return out
+
+
+def consume_exception(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,168 @@
+"""The Fetch handlers: the request goes to the broker (sessionless; partitions this connection reads from the tier
+are read early, `DelayedRemoteFetch.start_early`); the broker's answer is relayed as it came unless a partition is
+OFFSET_OUT_OF_RANGE where the tier holds the offset, or lies in a gap, or the tier is still loading."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from protocol import registry
+from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
+from protocol.connection import RequestEvent, ResponseEvent
+from protocol.constants import ApiKey, ErrorCode
+from tierproxy.metrics import FETCH_LATENCY
+from tierproxy.proxy import rewrite
+from tierproxy.proxy.intercept.errors import LOADING
+from tierproxy.proxy.intercept.fetch.delayed import DelayedRemoteFetch
+from tierproxy.proxy.intercept.fetch.plan import Data, FetchPlan, Key, as_full_request, plan_fetch, sessionless
+from tierproxy.proxy.session import Session, Slot
+from tierproxy.remote.view import RemoteTierView
+
+log = logging.getLogger("tierproxy.proxy.intercept.fetch")
+TAIL_LATENCY, REMOTE_LATENCY = FETCH_LATENCY.labels("tail"), FETCH_LATENCY.labels("remote")  # looked up once
+
+
+def delayed_fetch(session: Session, tier: RemoteTierView, plan: FetchPlan) -> DelayedRemoteFetch:
+    """The plan's delayed operation; its deadline is the plan's (set at the request), or max wait from now."""
+    proxy = session.proxy
+    deadline = plan.deadline or asyncio.get_running_loop().time() + proxy.settings.remote_fetch_max_wait_ms / 1000
+    return DelayedRemoteFetch(tier, plan, proxy.fetch_stats, proxy.request_budget, session.tiered, deadline)
+
+
+def fetch_request(session: Session, ev: RequestEvent) -> None:
+    tier = session.proxy.remote
+    if not registry.supports(ev.header.api_key, ev.header.api_version):
+        session.forward(ev)
+        return
+    by_id = ev.header.api_version >= 13
+    if tier is None or not session.tiered:  # the tail: nothing to read early, so nothing to decode now
+        chunks = as_full_request(ev)
+        if chunks is not None:
+            plan = FetchPlan(None, by_id, ev)
+            plan.client_id = ev.header.client_id or ""
+            session.forward(ev, chunks, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
+            return
+    data = registry.decode_request(ev.header, ev.frame)
+    changed = not (data["session_id"] == 0 and data["session_epoch"] == -1)
+    if changed:
+        sessionless(data)
+    plan = plan_fetch(data, by_id, session.tiered if tier is not None else {})
+    plan.client_id = ev.header.client_id or ""
+    if plan.remote and tier is not None:
+        plan.deadline = asyncio.get_running_loop().time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
+        delayed_fetch(session, tier, plan).start_early()
+    session.forward(ev, registry.encode_request(ev.header, data) if changed else None,
+                    Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
+
+
+def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
+    plan: FetchPlan | None = slot.ctx
+    tier = session.proxy.remote
+    if plan is None or tier is None or not registry.supports(ev.api_key, ev.api_version):
+        rewrite.relay_with_endpoints(session, slot, ev)
+        return
+    # the tail path's only question is "any partition out of range?": a scan answers it without a decode
+    scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
+    if not scan.errors and not plan.remote:  # the tail: nothing out of range, nothing read early
+        rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
+        TAIL_LATENCY.observe(time.monotonic() - plan.started)
+        return
+    if not tier.serving and any(code == ErrorCode.OFFSET_OUT_OF_RANGE for _, _, code in scan.errors):
+        release_memory(session, plan)
+        data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+        session.complete_later(slot, answer_while_loading(session, slot, data, plan, tier))
+        return
+    op = delayed_fetch(session, tier, plan)
+    oor = remote_after_broker(op, scan)
+    beyond = past_the_tier(op, scan, oor)
+    _drop_unused_reads(session, plan, oor)
+    if not oor and not beyond:
+        release_memory(session, plan)
+        rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
+        TAIL_LATENCY.observe(time.monotonic() - plan.started)
+        return
+    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    session.complete_later(slot, complete(session, slot, op, data, oor, beyond))
+
+
+async def complete(session: Session, slot: Slot, op: DelayedRemoteFetch, upstream: Data, oor: list[Key],
+                   beyond: list[Key]) -> None:
+    """Run the delayed remote fetch and write its answer; its memory goes back once the bytes leave."""
+    try:
+        response = await op.complete(upstream, oor, beyond)
+        rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
+        slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
+                                               response)
+        REMOTE_LATENCY.observe(time.monotonic() - op.plan.started)
+        session.flush()
+    finally:
+        release_memory(session, op.plan)
+
+
+async def answer_while_loading(session: Session, slot: Slot, data: Data, plan: FetchPlan, tier: RemoteTierView
+                               ) -> None:
+    """The segment metadata is not loaded (or its consumer failed): an offset the broker no longer has may be
+    tiered, so OFFSET_OUT_OF_RANGE (which makes the client reset past it) becomes REPLICA_NOT_AVAILABLE, the
+    retriable error Kafka answers while its RLMM initializes. Only an offset at or beyond the broker's log start
+    (a client ahead of the log, asked by topic name) keeps the broker's answer."""
+    requested = plan.requested
+    for t in data["responses"]:
+        for p in t["partitions"]:
+            if p["error_code"] != ErrorCode.OFFSET_OUT_OF_RANGE:
+                continue
+            key: Key = (t["topic_id"] if plan.by_id else t["topic"], p["partition_index"])
+            req = requested.get(key)
+            if req is not None and not plan.by_id:
+                try:
+                    offsets = await asyncio.wait_for(tier.broker_offsets(t["topic"], p["partition_index"]), 5)
+                    if 0 <= offsets.log_start <= req["fetch_offset"]:
+                        continue  # not history: the broker's answer stands
+                except (OSError, ConnectionError, TimeoutError, KeyError) as exc:
+                    log.debug("broker offsets for %s: %s", key, exc)
+            p["error_code"] = LOADING
+    session.proxy.fetch_stats.loading_retriable += 1
+    rewrite.rewrite_node_endpoints(data, session.proxy.brokers.proxy_address)
+    slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id, data)
+    session.flush()
+
+
+def _drop_unused_reads(session: Session, plan: FetchPlan, oor: list[Key]) -> None:
+    """Early reads of partitions the broker did not answer OFFSET_OUT_OF_RANGE (authorization refused, data
+    now local, leader moved...) are never served; those partitions go back to the broker alone."""
+    for key in plan.remote:
+        if key not in oor:
+            plan.reads.pop(key, None)  # left to finish: it only warms the cache
+            plan.errors.pop(key, None)
+            session.tiered.pop(key, None)
+
+
+def remote_after_broker(op: DelayedRemoteFetch, scan: FetchScan) -> list[Key]:
+    """The partitions the broker answered OFFSET_OUT_OF_RANGE whose fetch offset the tier holds."""
+    return [(topic, partition) for topic, partition, code in scan.errors if code == ErrorCode.OFFSET_OUT_OF_RANGE
+            and (topic, partition) in op.plan.requested and op.tier_answers((topic, partition))]
+
+
+def past_the_tier(op: DelayedRemoteFetch, scan: FetchScan, oor: list[Key]) -> list[Key]:
+    """Partitions of a tiered topic the broker answered OFFSET_OUT_OF_RANGE above the tier's start that the tier
+    does not serve: inside a hole between tiered segments, or above the tier's end. Either ahead of the log (the
+    broker's answer stands) or in a gap the broker deleted before it was tiered (answered from the first offset the
+    tier or the broker holds, not reset to the tier's start: that loops). Which one, the leader's offsets tell."""
+    out: list[Key] = []
+    for topic, partition, error_code in scan.errors:
+        key = (topic, partition)
+        if error_code != ErrorCode.OFFSET_OUT_OF_RANGE or key in oor or key not in op.plan.requested:
+            continue
+        pc = op.partition(key)
+        start = pc.earliest_offset() if pc is not None else None
+        if start is not None and start < op.plan.fetch_offset(key):
+            out.append(key)
+    return out
+
+
+def release_memory(session: Session, plan: FetchPlan) -> None:
+    """The response is written (or dropped): its grant goes back once the bytes leave the process."""
+    if plan.reserved:
+        session.hold_until_written(plan.reserved)
+        plan.reserved = 0
