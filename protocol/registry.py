@@ -13,7 +13,7 @@ from protocol.errors import ProtocolError
 from protocol.framing import frame_header
 from protocol.headers import RequestHeader, encode_response_header, response_header_version
 from protocol.primitives import Writer
-from protocol.schema import Data, Message
+from protocol.schema import Data, Message, MessageIn
 
 Chunks = list[bytes | bytearray | memoryview]
 
@@ -84,7 +84,7 @@ def decode_response(api_key: int, api_version: int, frame: memoryview, body_offs
         return response.decode(frame, 0, body_offset)
 
 
-def encode_request(header: RequestHeader, data: Data) -> Chunks:
+def encode_request(header: RequestHeader, data: MessageIn) -> Chunks:
     """A whole request frame (size prefix, header, body) as chunks; record sets are not copied."""
     req = schema(header.api_key).request
     if req is None:
@@ -95,7 +95,7 @@ def encode_request(header: RequestHeader, data: Data) -> Chunks:
     return _framed(w.finish())
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, data: Data) -> Chunks:
+def encode_response(api_key: int, api_version: int, correlation_id: int, data: MessageIn) -> Chunks:
     """A whole response frame (size prefix, header, body) as chunks; record sets are not copied."""
     w = Writer()
     w.raw(encode_response_header(correlation_id, response_header_version(api_key, api_version)))

@@ -11,7 +11,7 @@ decode/encode round trip is byte-exact. Record sets are `memoryview` slices of t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +19,12 @@ from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer
 
 Data = dict[str, Any]
+MessageIn = Mapping[str, Any]  # what the encoders take: a decoded dict or a typed message (protocol.messages)
 ReadFn = Callable[[Reader], Any]
 WriteFn = Callable[[Writer, Any], None]
 _MISSING: Any = object()
+# tag → (name, read, write, default, nullable)
+TaggedPlan = dict[int, tuple[str, ReadFn, WriteFn, Callable[[], Any], bool]]
 
 _SCALARS = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "bool", "uuid",
             "string", "bytes", "records"}
@@ -89,7 +92,7 @@ class F:
 class StructPlan:
     regular: list[tuple[str, ReadFn, WriteFn, Callable[[], Any]]] = field(default_factory=list)
     absent: list[tuple[str, Callable[[], Any]]] = field(default_factory=list)
-    tagged: dict[int, tuple[str, ReadFn, WriteFn, Callable[[], Any], bool]] = field(default_factory=dict)
+    tagged: TaggedPlan = field(default_factory=dict)
     flexible: bool = False
 
 
@@ -195,7 +198,7 @@ def _struct_fns(plan: StructPlan) -> tuple[ReadFn, WriteFn]:
             _read_tagged(r, d, tagged)
         return d
 
-    def write(w: Writer, d: Data) -> None:
+    def write(w: Writer, d: MessageIn) -> None:
         for name, _, wr, factory in regular:
             v = d.get(name, _MISSING)
             try:
@@ -210,7 +213,7 @@ def _struct_fns(plan: StructPlan) -> tuple[ReadFn, WriteFn]:
     return read, write
 
 
-def _read_tagged(r: Reader, d: Data, tagged: dict[int, tuple[str, ReadFn, WriteFn, Callable[[], Any], bool]]) -> None:
+def _read_tagged(r: Reader, d: Data, tagged: TaggedPlan) -> None:
     count = r.unsigned_varint()
     if count > r.remaining():
         raise ProtocolError(f"tagged field count {count} exceeds the bytes left")
@@ -246,7 +249,7 @@ def _read_tagged(r: Reader, d: Data, tagged: dict[int, tuple[str, ReadFn, WriteF
         d["_unknown"] = unknown
 
 
-def _write_tagged(w: Writer, d: Data, tagged: dict[int, tuple[str, ReadFn, WriteFn, Callable[[], Any], bool]]) -> None:
+def _write_tagged(w: Writer, d: MessageIn, tagged: TaggedPlan) -> None:
     present = d.get("_tags", ())
     items: list[tuple[int, bytes | bytearray]] = list(d.get("_unknown", ()))
     for tag, (name, _, wr, factory, _) in tagged.items():
@@ -304,14 +307,14 @@ class Message:
                                 api_version=version)
         return d
 
-    def encode_into(self, w: Writer, data: Data, version: int) -> None:
+    def encode_into(self, w: Writer, data: MessageIn, version: int) -> None:
         write = self._fns(version)[1]
         try:
             write(w, data)
         except ProtocolError as exc:
             raise exc.with_context(api_key=self.api_key, api_version=version) from None
 
-    def encode(self, data: Data, version: int) -> bytes:
+    def encode(self, data: MessageIn, version: int) -> bytes:
         """Encode to one bytes object (copies record sets: for tests and small messages)."""
         w = Writer()
         self.encode_into(w, data, version)

@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "core": {"tier", "remote"},
     "admin": {"tier", "remote", "core", "iceberg"},
     "cli": {"tier", "remote", "tiering", "core", "admin", "demo", "iceberg"},
-    "demo": set(),
+    "demo": {"dev"},
+    "dev": set(),  # developer tools: the Kafka distribution, the Maven resolver, the message generator
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -99,7 +100,7 @@ class InMemoryTier:
     def partition_by_id(self, topic_id: bytes, partition: int) -> PartitionCache | None:
         return self.cache.get(topic_id, partition)
 
-    def learn_topic_ids(self, topics: list[dict[str, Any]]) -> None:
+    def learn_topic_ids(self, topics: Iterable[Mapping[str, Any]]) -> None:
         for t in topics:
             if t.get("name") and t.get("topic_id"):
                 self.current_ids[t["name"]] = bytes(t["topic_id"])

@@ -4,32 +4,45 @@ upstream; see `intercept.fetch`). Every API without a handler is relayed as an o
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any, TypeVar, cast
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode
 from protocol.errors import ProtocolError
-from tierproxy.proxy import rewrite
+from protocol.messages import (
+    ApiVersionsResponse,
+    DescribeClusterResponse,
+    FindCoordinatorResponse,
+    MetadataResponse,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+)
+from tierproxy.proxy import relay, rewrite
 from tierproxy.proxy.intercept import fetch, offsets
 from tierproxy.proxy.session import RequestHandler, ResponseHandler, Session, Slot, as_received
 
 log = logging.getLogger("tierproxy.proxy.handlers")
 
 
-def _encode(ev: ResponseEvent, data: dict[str, object], version: int | None = None) -> registry.Chunks:
+M = TypeVar("M")
+
+
+def _encode(ev: ResponseEvent, data: Mapping[str, Any], version: int | None = None) -> registry.Chunks:
     return registry.encode_response(ev.api_key, ev.api_version if version is None else version,
                                     ev.correlation_id, data)
 
 
-def _decode(session: Session, slot: Slot, ev: ResponseEvent) -> dict[str, object] | None:
-    """Decode an intercepted response; if its version is beyond the codec, relay it untouched with a warning."""
+def _decode(session: Session, slot: Slot, ev: ResponseEvent, kind: type[M]) -> M | None:
+    """Decode an intercepted response as the message `kind`; if its version is beyond the codec, relay it
+    untouched with a warning."""
     if not registry.supports(ev.api_key, ev.api_version):
         log.warning("client %s uses %s v%d beyond the codec's range: relayed without rewriting", session.peer,
                     registry.SUPPORTED[ev.api_key].name, ev.api_version)
         slot.chunks = as_received(ev)
         return None
-    return registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    return cast(M, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset))
 
 
 def api_versions_request(session: Session, ev: RequestEvent) -> None:
@@ -48,10 +61,10 @@ def api_versions_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
     response = registry.SUPPORTED[ApiKey.API_VERSIONS].response
     version = ev.api_version
     try:
-        data = response.decode(ev.frame, version, ev.body_offset)
+        data = cast(ApiVersionsResponse, response.decode(ev.frame, version, ev.body_offset))
     except ProtocolError:
         version = 0  # the broker's UNSUPPORTED_VERSION answer comes as v0
-        data = response.decode(ev.frame, 0, ev.body_offset)
+        data = cast(ApiVersionsResponse, response.decode(ev.frame, 0, ev.body_offset))
     slot.chunks = _encode(ev, rewrite.cap_api_versions(data), version)
 
 
@@ -61,7 +74,9 @@ def sasl_authenticate_response(session: Session, slot: Slot, ev: ResponseEvent) 
     rounds = session.sasl_rounds
     if rounds is None or not registry.supports(ev.api_key, ev.api_version):
         return
-    if registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)["error_code"] == 0:
+    answer = cast(SaslAuthenticateResponse, registry.decode_response(ev.api_key, ev.api_version, ev.frame,
+                                                                      ev.body_offset))
+    if answer["error_code"] == 0:
         if rounds <= 1:
             session.sasl_rounds = None
             session.server.frames.max_frame_size = session.proxy.settings.socket_request_max_bytes
@@ -70,23 +85,23 @@ def sasl_authenticate_response(session: Session, slot: Slot, ev: ResponseEvent) 
 
 
 def metadata_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    data = _decode(session, slot, ev)
+    data = _decode(session, slot, ev, MetadataResponse)
     if data is not None:
         session.proxy.brokers.learn(rewrite.rewrite_metadata(data, session.proxy.brokers.proxy_address))
         if session.proxy.remote is not None:  # v10+: the topics' current ids (a re-created topic has a new one)
-            session.proxy.remote.learn_topic_ids(cast(list[dict[str, Any]], data["topics"]))
+            session.proxy.remote.learn_topic_ids(data["topics"])
         slot.chunks = _encode(ev, data)
 
 
 def find_coordinator_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    data = _decode(session, slot, ev)
+    data = _decode(session, slot, ev, FindCoordinatorResponse)
     if data is not None:
         rewrite.rewrite_find_coordinator(data, ev.api_version, session.proxy.brokers.proxy_address)
         slot.chunks = _encode(ev, data)
 
 
 def describe_cluster_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    data = _decode(session, slot, ev)
+    data = _decode(session, slot, ev, DescribeClusterResponse)
     if data is not None:
         session.proxy.brokers.learn(rewrite.rewrite_describe_cluster(data, session.proxy.brokers.proxy_address))
         slot.chunks = _encode(ev, data)
@@ -103,7 +118,7 @@ def sasl_handshake_request(session: Session, ev: RequestEvent) -> None:
     `sasl.server.max.receive.size` (as the broker limits them): an unauthenticated client cannot make the proxy
     buffer a large request."""
     if ev.header.api_version >= 1:
-        mechanism = str(registry.decode_request(ev.header, ev.frame)["mechanism"]).upper()
+        mechanism = cast(SaslHandshakeRequest, registry.decode_request(ev.header, ev.frame))["mechanism"].upper()
         rounds = SASL_ROUNDS.get(mechanism)
         if rounds is not None:
             session.sasl_rounds = rounds
@@ -134,5 +149,5 @@ RESPONSE_HANDLERS: dict[int, ResponseHandler] = {
     ApiKey.LIST_OFFSETS: offsets.list_offsets_response,
     ApiKey.DELETE_RECORDS: offsets.delete_records_response,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch_response,
-    ApiKey.PRODUCE: rewrite.relay_with_endpoints,
+    ApiKey.PRODUCE: relay.relay_with_endpoints,
 }

@@ -3,20 +3,25 @@
 Broker addresses are replaced by the proxy's (advertised host, port-per-broker) in Metadata, FindCoordinator
 (v0-3 fields and v4+ `coordinators[]`), DescribeCluster and the KIP-951 NodeEndpoints of Fetch and Produce.
 ApiVersions is capped to what the `protocol` package decodes for the APIs the proxy intercepts.
+Pure: messages in, messages out (the session-bound relay is `proxy.relay`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from protocol import registry
-from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
-from protocol.connection import ResponseEvent
 from protocol.constants import ApiKey
-from tierproxy.proxy.session import Session, Slot, as_received
+from protocol.messages import (
+    ApiVersionsResponse,
+    ApiVersionsResponseApiKey,
+    DescribeClusterResponse,
+    FetchResponse,
+    FindCoordinatorResponse,
+    MetadataResponse,
+    ProduceResponse,
+)
 
-Data = dict[str, Any]
 AddressOf = Callable[[int, str, int], tuple[str, int]]  # (node_id, upstream host, port) → proxy address
 
 CONTROLLER_ENDPOINTS = 2  # DescribeCluster endpoint_type: 1 brokers, 2 controllers
@@ -26,13 +31,13 @@ INTERCEPTED = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRI
                          ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH})
 
 
-def cap_api_versions(data: Data) -> Data:
+def cap_api_versions(data: ApiVersionsResponse) -> ApiVersionsResponse:
     """Intersect the broker's ranges with the codec's for intercepted APIs; others pass as the broker says.
 
     Produce keeps the broker's minimum (old versions carry no NodeEndpoints and stay opaque) but is capped
     at the codec's maximum. (SaslHandshake stays as the broker says: librdkafka requires v0 to be listed.)
     """
-    keys = []
+    keys: list[ApiVersionsResponseApiKey] = []
     for entry in data["api_keys"]:
         key = entry["api_key"]
         lo, hi = entry["min_version"], entry["max_version"]
@@ -46,7 +51,7 @@ def cap_api_versions(data: Data) -> Data:
     return {**data, "api_keys": keys}
 
 
-def rewrite_metadata(data: Data, address_of: AddressOf) -> list[tuple[int, str, int]]:
+def rewrite_metadata(data: MetadataResponse, address_of: AddressOf) -> list[tuple[int, str, int]]:
     """Rewrite brokers[] in place; return the upstream (node_id, host, port) seen."""
     seen = []
     for b in data["brokers"]:
@@ -55,7 +60,7 @@ def rewrite_metadata(data: Data, address_of: AddressOf) -> list[tuple[int, str, 
     return seen
 
 
-def rewrite_find_coordinator(data: Data, version: int, address_of: AddressOf) -> None:
+def rewrite_find_coordinator(data: FindCoordinatorResponse, version: int, address_of: AddressOf) -> None:
     if version >= 4:
         for c in data["coordinators"]:
             if c["node_id"] >= 0:  # an error entry carries node_id -1 and no address
@@ -64,7 +69,7 @@ def rewrite_find_coordinator(data: Data, version: int, address_of: AddressOf) ->
         data["host"], data["port"] = address_of(data["node_id"], data["host"], data["port"])
 
 
-def rewrite_describe_cluster(data: Data, address_of: AddressOf) -> list[tuple[int, str, int]]:
+def rewrite_describe_cluster(data: DescribeClusterResponse, address_of: AddressOf) -> list[tuple[int, str, int]]:
     if data.get("endpoint_type", 1) == CONTROLLER_ENDPOINTS:
         return []  # controllers are not proxied: their node ids may clash with brokers' in combined mode
     seen = []
@@ -74,30 +79,9 @@ def rewrite_describe_cluster(data: Data, address_of: AddressOf) -> list[tuple[in
     return seen
 
 
-def rewrite_node_endpoints(data: Data, address_of: AddressOf) -> bool:
+def rewrite_node_endpoints(data: FetchResponse | ProduceResponse, address_of: AddressOf) -> bool:
     """KIP-951 NodeEndpoints of Fetch (v16+) and Produce (v10+); True when there were any."""
     endpoints = data.get("node_endpoints") or []
     for e in endpoints:
         e["host"], e["port"] = address_of(e["node_id"], e["host"], e["port"])
     return bool(endpoints)
-
-
-def relay_with_endpoints(session: Session, slot: Slot, ev: ResponseEvent, data: Data | None = None,
-                         scan: FetchScan | None = None) -> None:
-    """Fetch v16+ / Produce v10+: re-encode only a response that carries NodeEndpoints; relay the rest as is
-    (for Fetch a scan tells, so a response without them is never decoded)."""
-    is_fetch = ev.api_key == ApiKey.FETCH
-    if ev.api_version < (16 if is_fetch else 10) or not registry.supports(ev.api_key, ev.api_version):
-        slot.chunks = as_received(ev)
-        return
-    if is_fetch and data is None:
-        scan = scan or scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
-        if not scan.node_endpoints:
-            slot.chunks = as_received(ev)
-            return
-    if data is None:
-        data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
-    if rewrite_node_endpoints(data, session.proxy.brokers.proxy_address):
-        slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
-    else:
-        slot.chunks = as_received(ev)

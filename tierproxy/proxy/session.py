@@ -110,7 +110,7 @@ class Session:
         self.last_active = asyncio.get_running_loop().time()
         # partitions this connection reads from the tier → the broker's local log start (fetches below it are
         # read early); keyed (topic name or id, partition) as the Fetch names them
-        self.tiered: dict[tuple[Any, int], int] = {}
+        self.tiered: dict[tuple[str | bytes, int], int] = {}
         self.sasl_rounds: int | None = None  # SASL rounds left before the mechanism's last (pre-auth limit)
         self.writing_paused = False  # the client's transport holds more than the high water mark
         self.unwritten_reserved = 0  # queued.max.request.bytes held by responses still in that buffer

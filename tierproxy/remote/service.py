@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
@@ -136,7 +137,7 @@ class RemoteTier:
         is not, an offset the broker no longer has may still be tiered, so it must not be answered as gone."""
         return self.ready.is_set() and self.rlmm.failure is None
 
-    def learn_topic_ids(self, topics: list[dict[str, Any]]) -> None:
+    def learn_topic_ids(self, topics: Iterable[Mapping[str, Any]]) -> None:
         """Topic name → current id, from Metadata answers (the clients' as they pass, and tierproxy's own)."""
         for t in topics:
             tid = t.get("topic_id")

@@ -5,6 +5,7 @@ in-process. Named here, in the remote layer, so the proxy depends on this interf
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,7 +40,7 @@ class RemoteTierView(Protocol):
 
     def partition_by_id(self, topic_id: bytes, partition: int) -> PartitionCache | None: ...
 
-    def learn_topic_ids(self, topics: list[dict[str, Any]]) -> None: ...
+    def learn_topic_ids(self, topics: Iterable[Mapping[str, Any]]) -> None: ...
 
     async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> None: ...
 

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TypeVar, cast
 
 from protocol import registry
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ErrorCode, OffsetSpec
+from protocol.messages import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsResponseTopicPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 from tierproxy.proxy.intercept.errors import LOADING, LOOKUP_FAILED, NOT_RECORDED
 from tierproxy.proxy.session import Session, Slot, as_received
 from tierproxy.remote.view import RemoteTierView
@@ -25,7 +34,7 @@ from tierproxy.tier.rules import delete_records_outcome
 
 log = logging.getLogger("tierproxy.proxy.intercept.offsets")
 UNDEFINED = -1
-Data = dict[str, Any]
+M = TypeVar("M")
 
 
 def forward_remembering_request(session: Session, ev: RequestEvent) -> None:
@@ -37,20 +46,21 @@ def forward_remembering_request(session: Session, ev: RequestEvent) -> None:
     session.forward(ev, slot=Slot(ev.header, ctx=registry.decode_request(ev.header, ev.frame)))
 
 
-def _remembered(session: Session, slot: Slot, ev: ResponseEvent) -> tuple[RemoteTierView, Data] | None:
-    """The tier and the decoded response when the request was remembered; otherwise the response is relayed."""
+def _remembered(session: Session, slot: Slot, ev: ResponseEvent, kind: type[M]) -> tuple[RemoteTierView, M] | None:
+    """The tier and the response decoded as `kind` when the request was remembered; otherwise it is relayed."""
     tier = session.proxy.remote
     if slot.ctx is None or tier is None:
         slot.chunks = as_received(ev)
         return None
-    return tier, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    return tier, cast(M, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset))
 
 
 def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    if (got := _remembered(session, slot, ev)) is None:
+    if (got := _remembered(session, slot, ev, ListOffsetsResponse)) is None:
         return
     tier, data = got
-    asked = {(t["name"], p["partition_index"]): p["timestamp"] for t in slot.ctx["topics"] for p in t["partitions"]}
+    request = cast(ListOffsetsRequest, slot.ctx)
+    asked = {(t["name"], p["partition_index"]): p["timestamp"] for t in request["topics"] for p in t["partitions"]}
     if not tier.serving:
         _while_loading(session, data, asked)
         slot.chunks = registry.encode_response(ev.api_key, ev.api_version, ev.correlation_id, data)
@@ -68,7 +78,8 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
                 start = pc.earliest_offset()
                 if start is not None and (p["offset"] < 0 or start < p["offset"]):
                     p["offset"], p["timestamp"] = start, -1
-                    p["leader_epoch"] = pc.epoch_for_offset(start) if pc.epoch_for_offset(start) is not None else -1
+                    epoch = pc.epoch_for_offset(start)
+                    p["leader_epoch"] = epoch if epoch is not None else -1
             elif ts == OffsetSpec.LATEST_TIERED:
                 end = pc.latest_tiered_offset()
                 p["offset"], p["timestamp"] = end, -1
@@ -81,7 +92,7 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
         return
 
     # every partition looked up at once, within the request's timeout_ms (v10+) or the configured timeout
-    asked_timeout = slot.ctx.get("timeout_ms") or 0
+    asked_timeout = request["timeout_ms"]
     timeout_ms = session.proxy.settings.remote_list_offsets_request_timeout_ms
     timeout = (min(asked_timeout, timeout_ms) if asked_timeout > 0 else timeout_ms) / 1000
 
@@ -93,7 +104,7 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
             if isinstance(found, BaseException):
                 # never the broker's (later, local) answer: it would silently skip the tiered records
                 log.warning("timestamp lookup in the tier for %s failed: %r", pc.tp, found)
-                p.update(error_code=LOOKUP_FAILED, offset=-1, timestamp=-1, leader_epoch=-1)
+                p.update({"error_code": LOOKUP_FAILED, "offset": -1, "timestamp": -1, "leader_epoch": -1})
                 continue
             if found is not None and (p["offset"] < 0 or found[0] < p["offset"]):
                 p["offset"], p["timestamp"] = found
@@ -105,7 +116,7 @@ def list_offsets_response(session: Session, slot: Slot, ev: ResponseEvent) -> No
     session.complete_later(slot, finish())
 
 
-def _while_loading(session: Session, data: Data, asked: dict[tuple[str, int], int]) -> None:
+def _while_loading(session: Session, data: ListOffsetsResponse, asked: dict[tuple[str, int], int]) -> None:
     """The segment metadata is not loaded: an answer that could lie below tiered data (EARLIEST above 0, a
     timestamp found above 0, LATEST_TIERED) becomes REPLICA_NOT_AVAILABLE (retriable, as Kafka answers while its
     RLMM initializes), never the broker's local start, which would make the client skip the history."""
@@ -116,16 +127,16 @@ def _while_loading(session: Session, data: Data, asked: dict[tuple[str, int], in
                 continue
             if (ts == OffsetSpec.EARLIEST and p["offset"] > 0) or ts == OffsetSpec.LATEST_TIERED or (
                     ts >= 0 and p["offset"] != 0):
-                p.update(error_code=LOADING, offset=-1, timestamp=-1, leader_epoch=-1)
+                p.update({"error_code": LOADING, "offset": -1, "timestamp": -1, "leader_epoch": -1})
                 session.proxy.fetch_stats.loading_retriable += 1
 
 
 def offset_for_leader_epoch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
-    if (got := _remembered(session, slot, ev)) is None:
+    if (got := _remembered(session, slot, ev, OffsetForLeaderEpochResponse)) is None:
         return
     tier, data = got
-    asked: dict[tuple[str, int], Any] = {(t["topic"], p["partition"]): p["leader_epoch"]
-                                         for t in slot.ctx["topics"] for p in t["partitions"]}
+    request = cast(OffsetForLeaderEpochRequest, slot.ctx)
+    asked = {(t["topic"], p["partition"]): p["leader_epoch"] for t in request["topics"] for p in t["partitions"]}
     changed = False
     for t in data["topics"]:
         for p in t["partitions"]:
@@ -153,25 +164,26 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
     the metadata, every replica's view, before the answer goes back; a partition whose record cannot be written
     is answered KAFKA_STORAGE_ERROR (retriable: the client's retry records it). Only the topic's current id is
     touched: the history of a topic deleted and created again under the same name is not this topic's."""
-    if (got := _remembered(session, slot, ev)) is None:
+    if (got := _remembered(session, slot, ev, DeleteRecordsResponse)) is None:
         return
     tier, data = got
-    asked = {(t["name"], p["partition_index"]): p["offset"] for t in slot.ctx["topics"] for p in t["partitions"]}
+    request = cast(DeleteRecordsRequest, slot.ctx)
+    asked = {(t["name"], p["partition_index"]): p["offset"] for t in request["topics"] for p in t["partitions"]}
     answered = [(t["name"], p) for t in data["topics"] for p in t["partitions"]
                 if p["error_code"] == ErrorCode.NONE and (t["name"], p["partition_index"]) in asked]
     if not answered:  # refused by the broker (authorization, unknown partition, beyond the high watermark)
         slot.chunks = as_received(ev)
         return
-    timeout = min(max(int(slot.ctx.get("timeout_ms") or 0), 1000), 60_000) / 1000
+    timeout = min(max(request["timeout_ms"], 1000), 60_000) / 1000
 
-    async def record(p: Data, pc: PartitionCache, log_start: int) -> None:
+    async def record(p: DeleteRecordsResponseTopicPartition, pc: PartitionCache, log_start: int) -> None:
         try:
             await asyncio.wait_for(tier.put_log_start(pc.tp, log_start), timeout)
         except Exception as exc:
             log.error("%s-%d: the purge below %d could not be recorded in the remote log metadata (%s: %s); answered "
                       "KAFKA_STORAGE_ERROR. tierproxy's own principal needs WRITE on the metadata topic (README "
                       "'Secured clusters')", pc.tp.topic, pc.tp.partition, log_start, type(exc).__name__, exc)
-            p.update(error_code=NOT_RECORDED, low_watermark=-1)
+            p.update({"error_code": NOT_RECORDED, "low_watermark": -1})
             return
         log.info("%s-%d purged below %d (DeleteRecords from %s), recorded", pc.tp.topic, pc.tp.partition, log_start,
                  session.peer)
@@ -185,7 +197,7 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
         moves = []
         for name, p in answered:
             if not tier.serving:  # what the tier holds is not known yet: never answer as if it held nothing
-                p.update(error_code=NOT_RECORDED, low_watermark=-1)
+                p.update({"error_code": NOT_RECORDED, "low_watermark": -1})
                 continue
             pc = tier.partition(name, p["partition_index"])
             if pc is None:

@@ -10,12 +10,13 @@ import asyncio
 import logging
 from typing import Any
 
+from protocol.messages import FetchResponse
 from protocol.records import build_empty_batch
 from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.flow import ByteBudget
 from tierproxy.proxy.intercept.errors import LOST_OBJECT, OFFSETS_UNKNOWN, SEGMENT_GONE, error_for
-from tierproxy.proxy.intercept.fetch.answer import answered_bytes, by_key, merge_response, partition_entry
-from tierproxy.proxy.intercept.fetch.plan import Budget, Data, FetchPlan, Key, fit_budget
+from tierproxy.proxy.intercept.fetch.answer import Entry, answered_bytes, by_key, merge_response, partition_entry
+from tierproxy.proxy.intercept.fetch.plan import Budget, FetchPlan, Key, fit_budget
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.view import BrokerOffsets, RemoteTierView
@@ -38,7 +39,9 @@ class DelayedRemoteFetch:
         self.deadline = deadline  # loop time
 
     def partition(self, key: Key) -> PartitionCache | None:
-        return self.tier.partition_by_id(key[0], key[1]) if self.plan.by_id else self.tier.partition(key[0], key[1])
+        topic = key[0]
+        return (self.tier.partition_by_id(topic, key[1]) if isinstance(topic, bytes)
+                else self.tier.partition(topic, key[1]))
 
     def tier_answers(self, key: Key) -> bool:
         """A served segment holds the fetch offset (inside a hole the broker may hold it: `past_the_tier`)."""
@@ -92,7 +95,7 @@ class DelayedRemoteFetch:
         plan.reads, plan.errors, plan.rejected = self.start_reads(plan.budget)
 
     # --- completion -----------------------------------------------------------------------------------------------
-    async def complete(self, upstream: Data, oor: list[Key], beyond: list[Key]) -> Data:
+    async def complete(self, upstream: FetchResponse, oor: list[Key], beyond: list[Key]) -> FetchResponse:
         """The answer: the broker's entries, the tier's for `oor` (read in time, an error, or empty), and an
         answer across the gap for each of `beyond` (`across_the_gap`). Returns the response to encode."""
         plan, tier, loop = self.plan, self.tier, asyncio.get_running_loop()
@@ -118,7 +121,7 @@ class DelayedRemoteFetch:
             fresh = {}
         offsets = self.last_known(oor + beyond, fresh)
         broker_entries = by_key(plan, upstream)
-        entries: dict[Key, Data] = dict(broker_entries)
+        entries: dict[Key, Entry] = dict(broker_entries)
         for key in oor:
             entries[key] = self.remote_entry(key, broker_entries.get(key), offsets.get(key), reads.get(key),
                                              errors.get(key))
@@ -134,7 +137,7 @@ class DelayedRemoteFetch:
             tier.quota.served(plan.client_id, served)
         response = merge_response(plan, upstream, entries)
         if throttle_ms:  # a spent remote fetch quota: the client waits before asking again (KIP-219)
-            response["throttle_time_ms"] = max(int(response.get("throttle_time_ms") or 0), throttle_ms)
+            response["throttle_time_ms"] = max(response["throttle_time_ms"], throttle_ms)
         return response
 
     def _reads_for(self, budget: Budget, wanted: Budget) -> tuple[Reads, dict[Key, int], set[Key]]:
@@ -149,7 +152,7 @@ class DelayedRemoteFetch:
         rejected |= set(wanted) - set(budget)  # no memory left for them now: empty at the deadline, like a full pool
         return reads, errors, rejected
 
-    async def _purgatory(self, reads: Reads, rejected: set[Key], gaps: dict[Key, asyncio.Task[Data | None]]) -> None:
+    async def _purgatory(self, reads: Reads, rejected: set[Key], gaps: dict[Key, asyncio.Task[Entry | None]]) -> None:
         if not (reads or rejected or gaps):
             return
         loop = asyncio.get_running_loop()
@@ -162,8 +165,8 @@ class DelayedRemoteFetch:
         finally:
             self.stats.purgatory -= 1
 
-    def remote_entry(self, key: Key, broker_entry: Data | None, broker: BrokerOffsets | None,
-                     task: asyncio.Task[ReadResult] | None, error: int | None) -> Data:
+    def remote_entry(self, key: Key, broker_entry: Entry | None, broker: BrokerOffsets | None,
+                     task: asyncio.Task[ReadResult] | None, error: int | None) -> Entry:
         """One remote partition's answer: records read in time, an error from the table, or empty (expired)."""
         plan, stats = self.plan, self.stats
         pc = self.partition(key)
@@ -199,7 +202,7 @@ class DelayedRemoteFetch:
                 self.tiered[key] = broker.log_start
         return entry
 
-    async def across_the_gap(self, key: Key, offsets_task: asyncio.Task[dict[Key, BrokerOffsets]]) -> Data | None:
+    async def across_the_gap(self, key: Key, offsets_task: asyncio.Task[dict[Key, BrokerOffsets]]) -> Entry | None:
         """A fetch the tier does not serve and the broker no longer holds, inside a hole between tiered segments
         or past the tier's end: records deleted before they were tiered (the tiering job reports the gap).
         Answered with a batch of no records up to the first offset above it that either holds

@@ -7,16 +7,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import cast
 
 from protocol import registry
 from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode
+from protocol.messages import FetchResponse
 from tierproxy.metrics import FETCH_LATENCY
-from tierproxy.proxy import rewrite
+from tierproxy.proxy import relay, rewrite
 from tierproxy.proxy.intercept.errors import LOADING
 from tierproxy.proxy.intercept.fetch.delayed import DelayedRemoteFetch
-from tierproxy.proxy.intercept.fetch.plan import Data, FetchPlan, Key, as_full_request, plan_fetch, sessionless
+from tierproxy.proxy.intercept.fetch.plan import (
+    FetchPlan,
+    Key,
+    as_full_request,
+    decode_fetch_request,
+    plan_fetch,
+    sessionless,
+)
 from tierproxy.proxy.session import Session, Slot
 from tierproxy.remote.view import RemoteTierView
 
@@ -44,7 +53,7 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
             plan.client_id = ev.header.client_id or ""
             session.forward(ev, chunks, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
             return
-    data = registry.decode_request(ev.header, ev.frame)
+    data = decode_fetch_request(ev)
     changed = not (data["session_id"] == 0 and data["session_epoch"] == -1)
     if changed:
         sessionless(data)
@@ -61,17 +70,17 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     plan: FetchPlan | None = slot.ctx
     tier = session.proxy.remote
     if plan is None or tier is None or not registry.supports(ev.api_key, ev.api_version):
-        rewrite.relay_with_endpoints(session, slot, ev)
+        relay.relay_with_endpoints(session, slot, ev)
         return
     # the tail path's only question is "any partition out of range?": a scan answers it without a decode
     scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
     if not scan.errors and not plan.remote:  # the tail: nothing out of range, nothing read early
-        rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
+        relay.relay_with_endpoints(session, slot, ev, scan=scan)
         TAIL_LATENCY.observe(time.monotonic() - plan.started)
         return
     if not tier.serving and any(code == ErrorCode.OFFSET_OUT_OF_RANGE for _, _, code in scan.errors):
         release_memory(session, plan)
-        data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+        data = decode_fetch_response(ev)
         session.complete_later(slot, answer_while_loading(session, slot, data, plan, tier))
         return
     op = delayed_fetch(session, tier, plan)
@@ -80,14 +89,18 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     _drop_unused_reads(session, plan, oor)
     if not oor and not beyond:
         release_memory(session, plan)
-        rewrite.relay_with_endpoints(session, slot, ev, scan=scan)
+        relay.relay_with_endpoints(session, slot, ev, scan=scan)
         TAIL_LATENCY.observe(time.monotonic() - plan.started)
         return
-    data = registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset)
+    data = decode_fetch_response(ev)
     session.complete_later(slot, complete(session, slot, op, data, oor, beyond))
 
 
-async def complete(session: Session, slot: Slot, op: DelayedRemoteFetch, upstream: Data, oor: list[Key],
+def decode_fetch_response(ev: ResponseEvent) -> FetchResponse:
+    return cast(FetchResponse, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset))
+
+
+async def complete(session: Session, slot: Slot, op: DelayedRemoteFetch, upstream: FetchResponse, oor: list[Key],
                    beyond: list[Key]) -> None:
     """Run the delayed remote fetch and write its answer; its memory goes back once the bytes leave."""
     try:
@@ -101,7 +114,7 @@ async def complete(session: Session, slot: Slot, op: DelayedRemoteFetch, upstrea
         release_memory(session, op.plan)
 
 
-async def answer_while_loading(session: Session, slot: Slot, data: Data, plan: FetchPlan, tier: RemoteTierView
+async def answer_while_loading(session: Session, slot: Slot, data: FetchResponse, plan: FetchPlan, tier: RemoteTierView
                                ) -> None:
     """The segment metadata is not loaded (or its consumer failed): an offset the broker no longer has may be
     tiered, so OFFSET_OUT_OF_RANGE (which makes the client reset past it) becomes REPLICA_NOT_AVAILABLE, the

@@ -9,18 +9,18 @@ import struct
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import cast
 
 from protocol import registry
 from protocol.apis.fetch_scan import fetch_request_session
 from protocol.connection import RequestEvent
 from protocol.constants import IsolationLevel
 from protocol.framing import HEAD
+from protocol.messages import FetchRequest, FetchRequestTopic, FetchRequestTopicPartition
 from tierproxy.proxy.session import Chunks, as_received
 from tierproxy.remote.reader import ReadResult
 
-Key = tuple[Any, int]  # (topic name, or topic id from Fetch v13, partition)
-Data = dict[str, Any]
+Key = tuple[str | bytes, int]  # (topic name, or topic id from Fetch v13+; partition)
 Budget = dict[Key, tuple[int, bool]]  # per partition: (max bytes, at least one batch)
 FINAL_EPOCH = -1  # KIP-227: a sessionless full request
 EPOCH = struct.Struct(">i")  # session_epoch:int32
@@ -32,7 +32,7 @@ class FetchPlan:
     expected to be remote (below the broker's local start last time), whose reads start before the broker
     answers. A request forwarded as it came is decoded only if its answer needs the tier (`request`)."""
 
-    decoded: Data | None  # the request made sessionless; None: decode `source` on first use
+    decoded: FetchRequest | None  # the request made sessionless; None: decode `source` on first use
     by_id: bool  # v13+: topics named by id
     source: RequestEvent | None = None
     remote: list[Key] = field(default_factory=list)
@@ -47,14 +47,14 @@ class FetchPlan:
     started: float = field(default_factory=time.monotonic)
 
     @property
-    def request(self) -> Data:
+    def request(self) -> FetchRequest:
         if self.decoded is None:  # kept in `decoded`: decoded once
             assert self.source is not None
-            self.decoded = sessionless(registry.decode_request(self.source.header, self.source.frame))
+            self.decoded = sessionless(decode_fetch_request(self.source))
         return self.decoded
 
     @cached_property
-    def requested(self) -> dict[Key, Data]:
+    def requested(self) -> dict[Key, FetchRequestTopicPartition]:
         """Each requested partition's entry of the request, by key (built once: the budget, the reads and the
         answers all look partitions up in it)."""
         return {key_of(self.by_id, t, p): p for t in self.request["topics"] for p in t["partitions"]}
@@ -64,14 +64,18 @@ class FetchPlan:
         return bool(self.request["isolation_level"] == IsolationLevel.READ_COMMITTED)
 
     def fetch_offset(self, key: Key) -> int:
-        return int(self.requested[key]["fetch_offset"])
+        return self.requested[key]["fetch_offset"]
 
 
-def key_of(by_id: bool, topic: Data, p: Data) -> Key:
+def decode_fetch_request(ev: RequestEvent) -> FetchRequest:
+    return cast(FetchRequest, registry.decode_request(ev.header, ev.frame))
+
+
+def key_of(by_id: bool, topic: FetchRequestTopic, p: FetchRequestTopicPartition) -> Key:
     return (topic["topic_id"] if by_id else topic["topic"], p["partition"])
 
 
-def plan_fetch(request: Data, by_id: bool, known: dict[Key, int]) -> FetchPlan:
+def plan_fetch(request: FetchRequest, by_id: bool, known: dict[Key, int]) -> FetchPlan:
     """Which partitions to read early: `known` maps a partition this connection reads from the tier to the
     broker's local log start; a fetch below it is expected remote, at or above it is the broker's (forgotten)."""
     plan = FetchPlan(request, by_id)
@@ -93,7 +97,7 @@ def fit_budget(plan: FetchPlan, keys: list[Key], answered: int, cap: int | None 
     `min_one`). Partitions left out get an empty answer with no error and are read on a later fetch; so one fetch
     never starts more reads, nor builds a bigger response, than its budget allows. → {key: (max bytes, min one)}"""
     wanted = set(keys)
-    remaining = plan.request.get("max_bytes", 0x7FFFFFFF) - answered
+    remaining = plan.request["max_bytes"] - answered
     if cap is not None:  # a remote fetch quota: what it allows now, and nothing at all when spent
         if cap <= 0:
             return {}
@@ -111,7 +115,7 @@ def fit_budget(plan: FetchPlan, keys: list[Key], answered: int, cap: int | None 
     return out
 
 
-def sessionless(data: Data) -> Data:
+def sessionless(data: FetchRequest) -> FetchRequest:
     """KIP-227 sessions are not forwarded: sessionless upstream (the broker answers session_id 0, so the client
     keeps sending full requests)."""
     data["session_id"], data["session_epoch"], data["forgotten_topics_data"] = 0, -1, []
