@@ -28,7 +28,7 @@ install: $(VENV)/.installed
 	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES)' \
 	  >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
-	$(BIN)/python -c "from tierproxy.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
+	$(BIN)/python -c "from tierproxy.dev.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
 
 # helm, kubeconform, promtool and Kubernetes schemas for the chart tests (built with Go; the demo does not need them)
 tools:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.realparts import ProxyProcess, S3Server, kcat_path, moto_server, seaweedfs_server, unavailable
-from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
+from tests.support.parts import ProxyProcess, S3Server, kcat_path, moto_server, seaweedfs_server, unavailable
+from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 _clusters: list[KafkaCluster] = []
 _proxies: list[ProxyProcess] = []
@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
     if "PYSPARK_SUBMIT_ARGS" in os.environ:
         return
-    from tests.spark.parts import spark_kafka_jars
+    from tests.support.spark import spark_kafka_jars
 
     try:
         jars = spark_kafka_jars()

@@ -10,9 +10,9 @@ from confluent_kafka import Producer
 
 from protocol.constants import ApiKey, IsolationLevel, OffsetSpec
 from protocol.requests import list_offsets_request, listed_offsets
-from tests.kafkahelpers import create_topic
+from tests.support.kafka import create_topic
 from tierproxy.asyncclient import AsyncWireClient
-from tierproxy.kafkadist import KafkaCluster
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = pytest.mark.kafka
 

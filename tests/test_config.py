@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realparts import unavailable
+from tests.support.parts import unavailable
 from tierproxy.config import ConfigError, ProxySettings, TierSettings, file_uri, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent

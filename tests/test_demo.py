@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realparts import descendants
+from tests.support.parts import descendants
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]
 

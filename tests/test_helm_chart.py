@@ -5,37 +5,26 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.realparts import unavailable
-from tierproxy.kafkadist import cache_dir
+from tests.support.helm import CHART, chart_tool, render_chart
+from tests.support.parts import unavailable
+from tierproxy.dev.maven import cache_dir
 
-CHART = Path(__file__).resolve().parents[1] / "helm" / "tierproxy"
 SCHEMAS = "k8s-schemas-v1.34.2"
 
 
-def _tool(name: str) -> str:
-    path = cache_dir() / "bin" / name
-    if not path.exists():
-        unavailable(name, f"{path} missing (make install builds it: .ci/install-tools.sh)")
-    return str(path)
 
 
-def _render(*args: str) -> str:
-    out = subprocess.run([_tool("helm"), "template", "demo", str(CHART), *args], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def _kubeconform(manifests: str) -> str:
     schemas = cache_dir() / SCHEMAS
     if not (schemas / ".complete").exists():
         unavailable("Kubernetes schemas", f"{schemas} missing (make install: .ci/install-tools.sh)")
-    out = subprocess.run([_tool("kubeconform"), "-summary", "-skip", "ServiceMonitor,PrometheusRule",
+    out = subprocess.run([chart_tool("kubeconform"), "-summary", "-skip", "ServiceMonitor,PrometheusRule",
                           "-schema-location",
                           f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"],
                          input=manifests, capture_output=True, text=True, timeout=120)
@@ -45,9 +34,10 @@ def _kubeconform(manifests: str) -> str:
 
 @pytest.mark.parametrize("values", [[], ["-f", str(CHART / "ci" / "full-values.yaml")]], ids=["default", "full"])
 def test_chart_lints_renders_and_validates(values: list[str]) -> None:
-    lint = subprocess.run([_tool("helm"), "lint", str(CHART), *values], capture_output=True, text=True, timeout=120)
+    lint = subprocess.run([chart_tool("helm"), "lint", str(CHART), *values], capture_output=True, text=True,
+                          timeout=120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    manifests = _render(*values)
+    manifests = render_chart(*values)
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(manifests) if d)
     summary = _kubeconform(manifests)
     assert "Invalid: 0, Errors: 0" in summary
@@ -71,7 +61,7 @@ def test_chart_lints_renders_and_validates(values: list[str]) -> None:
 @pytest.mark.parametrize("bad", ["storage.uri=ftp://nope", "proxy.brokerPortCount=0", "tier.mode=sometimes",
                                  "kafka.bootstrapServers=no-port"])
 def test_values_schema_rejects_bad_values(bad: str) -> None:
-    out = subprocess.run([_tool("helm"), "template", "demo", str(CHART), "--set", bad], capture_output=True,
+    out = subprocess.run([chart_tool("helm"), "template", "demo", str(CHART), "--set", bad], capture_output=True,
                          text=True, timeout=120, env={**os.environ})
     assert out.returncode != 0 and "values don't meet the specifications" in out.stderr
 
@@ -82,20 +72,20 @@ def test_default_image_is_the_one_make_image_builds() -> None:
 
     version = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]["version"]
     assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == version
-    docs = [d for d in yaml.safe_load_all(_render()) if d and d["kind"] in ("Deployment", "CronJob")]
+    docs = [d for d in yaml.safe_load_all(render_chart()) if d and d["kind"] in ("Deployment", "CronJob")]
     for d in docs:
         pod = d["spec"]["jobTemplate"]["spec"]["template"]["spec"] if d["kind"] == "CronJob" else \
             d["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
         assert [c["image"] for c in pod["containers"]] == [f"localhost/tierproxy:{version}"]
-    pinned = _render("--set", "image.repository=registry.example.com/tierproxy", "--set", "image.tag=9.9.9")
+    pinned = render_chart("--set", "image.repository=registry.example.com/tierproxy", "--set", "image.tag=9.9.9")
     assert "image: \"registry.example.com/tierproxy:9.9.9\"" in pinned
 
 
 @pytest.mark.parametrize("mode", ["cronjob", "deployment"])
 def test_command_config_secret_reaches_the_proxy_and_the_tier_job(mode: str) -> None:
     """kafka.commandConfig.existingSecret: mounted read-only for both, TIERPROXY_COMMAND_CONFIG names the file."""
-    docs = [d for d in yaml.safe_load_all(_render("--set", "kafka.commandConfig.existingSecret=kafka-client",
+    docs = [d for d in yaml.safe_load_all(render_chart("--set", "kafka.commandConfig.existingSecret=kafka-client",
                                                   "--set", "kafka.commandConfig.key=own.properties",
                                                   "--set", f"tier.mode={mode}")) if d]
     pods = [d["spec"]["jobTemplate"]["spec"]["template"]["spec"] if d["kind"] == "CronJob" else d["spec"]["template"]
@@ -109,14 +99,14 @@ def test_command_config_secret_reaches_the_proxy_and_the_tier_job(mode: str) -> 
         assert mount == {"name": "kafka-client", "mountPath": "/etc/tierproxy/kafka-client", "readOnly": True}
         vol = next(v for v in pod["volumes"] if v["name"] == "kafka-client")
         assert vol["secret"]["secretName"] == "kafka-client" and vol["secret"]["defaultMode"] == 0o440
-    plain = [d for d in yaml.safe_load_all(_render()) if d]
+    plain = [d for d in yaml.safe_load_all(render_chart()) if d]
     assert "kafka-client" not in yaml.safe_dump_all(plain)
 
 
 def test_iceberg_values_reach_the_proxy_and_the_tier_job() -> None:
     """iceberg.catalog (and a REST catalog's secret) in both pods: the tier job writes the table, the proxy
     shows its lag; unset, neither gets it."""
-    docs = [d for d in yaml.safe_load_all(_render("--set", "iceberg.catalog=rest:https://catalog.example.com/api",
+    docs = [d for d in yaml.safe_load_all(render_chart("--set", "iceberg.catalog=rest:https://catalog.example.com/api",
                                                   "--set", "iceberg.table=lake.kafka",
                                                   "--set", "iceberg.existingSecret=iceberg-rest")) if d]
     pods = [d["spec"]["jobTemplate"]["spec"]["template"]["spec"] if d["kind"] == "CronJob" else d["spec"]["template"]
@@ -127,7 +117,7 @@ def test_iceberg_values_reach_the_proxy_and_the_tier_job() -> None:
         assert env["TIERPROXY_ICEBERG_CATALOG"]["value"] == "rest:https://catalog.example.com/api"
         assert env["TIERPROXY_ICEBERG_TABLE"]["value"] == "lake.kafka"
         assert env["TIERPROXY_ICEBERG_CATALOG_CREDENTIAL"]["valueFrom"]["secretKeyRef"]["name"] == "iceberg-rest"
-    assert "ICEBERG" not in _render()
-    bad = subprocess.run([_tool("helm"), "template", "demo", str(CHART), "--set", "iceberg.table=no-namespace"],
+    assert "ICEBERG" not in render_chart()
+    bad = subprocess.run([chart_tool("helm"), "template", "demo", str(CHART), "--set", "iceberg.table=no-namespace"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "values don't meet the specifications" in bad.stderr

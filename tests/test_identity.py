@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509 import load_pem_x509_certificate
 
-from tests.certs import client_cert, make_certs
+from tests.support.certs import client_cert, make_certs
 from tierproxy.config import ConfigError, TierSettings, load_settings
 from tierproxy.identity import IdentityError, load_command_config
 from tierproxy.identity.clients import aiokafka_options
@@ -138,7 +138,7 @@ def test_oauth_tokens_are_renewed_before_they_expire() -> None:
 
     from pydantic import SecretStr
 
-    from tests.oauth_server import oauth_server
+    from tests.support.oauth import oauth_server
     from tierproxy.identity.oauth import TokenSource
     from tierproxy.identity.properties import OAuthClient
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafkahelpers import create_topic
-from tests.realparts import descendants, free_port_block, unavailable, wait_port
-from tests.tiering.helpers import offsets_of, settings, tiered
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tests.support.kafka import create_topic
+from tests.support.parts import descendants, free_port_block, unavailable, wait_port
+from tests.support.tiering import offsets_of, settings, tiered
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.image]
 ROOT = Path(__file__).resolve().parent.parent

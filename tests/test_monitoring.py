@@ -15,10 +15,10 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.realparts import ProxyProcess
-from tests.test_helm_chart import CHART, _render, _tool
-from tests.waiting import wait_until
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tests.support.helm import CHART, chart_tool, render_chart
+from tests.support.parts import ProxyProcess
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 DASHBOARD = CHART / "files" / "dashboard.json"
 ALERTS = CHART / "files" / "alerts.yaml"
@@ -54,7 +54,7 @@ DASHBOARD_SCHEMA: dict[str, Any] = {
 
 
 def _promtool() -> str:
-    return _tool("promtool")
+    return chart_tool("promtool")
 
 
 def _dashboard() -> dict[str, Any]:
@@ -69,7 +69,7 @@ def _rules() -> list[dict[str, Any]]:
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     out = subprocess.run([_promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "SUCCESS: 7 rules found" in out.stdout, out.stdout + out.stderr
-    rendered = _render("--set", "monitoring.prometheusRule.enabled=true", "--show-only",
+    rendered = render_chart("--set", "monitoring.prometheusRule.enabled=true", "--show-only",
                        "templates/prometheusrule.yaml")
     spec = yaml.safe_load(rendered)["spec"]
     (tmp_path / "rendered.yaml").write_text(yaml.safe_dump(spec))
@@ -94,7 +94,7 @@ def test_dashboard_passes_the_schema_and_lays_out_its_panels() -> None:
         assert not mine & cells, f"panel {p['title']!r} overlaps another"
         cells |= mine
     assert any(v["name"] == "datasource" for v in dash["templating"]["list"])
-    rendered = _render("--set", "monitoring.grafanaDashboard.enabled=true", "--show-only",
+    rendered = render_chart("--set", "monitoring.grafanaDashboard.enabled=true", "--show-only",
                        "templates/grafana-dashboard.yaml")
     cm = yaml.safe_load(rendered)
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"

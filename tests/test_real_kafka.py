@@ -10,9 +10,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Producer
 
-from tests.kafkahelpers import create_topic, watermarks
-from tests.realparts import S3Server
-from tierproxy.kafkadist import KAFKA_VERSION, KafkaCluster
+from tests.support.kafka import create_topic, watermarks
+from tests.support.parts import S3Server
+from tierproxy.dev.kafkadist import KAFKA_VERSION, KafkaCluster
 
 pytestmark = pytest.mark.kafka
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tierproxy.kafkadist import KAFKA_VERSION, KafkaCluster, free_port, stop_processes
+from tierproxy.dev.kafkadist import KAFKA_VERSION, KafkaCluster, free_port, stop_processes
 from tierproxy.signals import stop_on_sigterm
 from tierproxy.wireclient import WireClient
 

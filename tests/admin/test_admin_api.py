@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.realparts import ProxyProcess
 from tests.remote.conftest import TieredTopic, make_tiered_topic
-from tests.waiting import wait_until
+from tests.support.parts import ProxyProcess
+from tests.support.waiting import wait_until
 from tierproxy.admin.app import COOKIE, session_value
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 TOKEN = "s3cr3t-admin-token"

@@ -15,12 +15,11 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from tests.fleet.test_delete_records import delete_records
-from tests.kafkahelpers import create_topic, watermarks
-from tests.realparts import ProxyProcess, unavailable
-from tests.tiering.helpers import settings, tier_once, tiered
-from tests.waiting import proxy_serves_tier, wait_until
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tests.support.kafka import create_topic, delete_records, watermarks
+from tests.support.parts import ProxyProcess, unavailable
+from tests.support.tiering import settings, tier_once, tiered
+from tests.support.waiting import proxy_serves_tier, wait_until
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]

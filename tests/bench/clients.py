@@ -3,10 +3,13 @@ kafka-consumer-perf-test to read it whole (each returning its wall-clock seconds
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import time
 
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import set_retention, watermarks
+from tierproxy.dev.kafkadist import KafkaCluster
 
 
 def produce(kafka: KafkaCluster, topic: str, records: int, size: int = 1024, *, bootstrap: str | None = None,
@@ -39,3 +42,36 @@ def perf_test_seconds(kafka: KafkaCluster, bootstrap: str, topic: str, records: 
     took = time.perf_counter() - start
     assert out.returncode == 0, out.stderr[-2000:]
     return took
+
+
+RECORDS = int(os.environ.get("TIERPROXY_BENCH_REMOTE_RECORDS", str(1 << 18)))
+
+
+CLIENT_BUSY: dict[str, float] = {}  # the last kcat run's CPU, in cores (1.0: the client itself was the limit)
+
+
+def kcat_args(kcat: str, bootstrap: str, topic: str, count: int | None) -> list[str]:
+    """kcat reading partition 0 from offset 0, one line per record: `count` records, or to the end."""
+    return [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
+            "-X", "fetch.message.max.bytes=4194304", *(["-c", str(count)] if count else ["-e"])]
+
+
+def kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None, size: int = 1024) -> float:
+    args = kcat_args(kcat, bootstrap, topic, count)
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(args, capture_output=True, timeout=900, check=True)
+    elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    CLIENT_BUSY["last"] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / elapsed
+    n = out.stdout.count(b"\n")
+    assert n >= (count or RECORDS)
+    return n * size / 1e6 / elapsed
+
+
+def forget_tiered(kafka: KafkaCluster, topic: str) -> int:
+    """The broker deletes every closed segment (all of them tiered); its log start after that."""
+    set_retention(kafka.bootstrap, topic, 1000)
+    deadline = time.monotonic() + 120
+    while watermarks(kafka.bootstrap, topic)[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    set_retention(kafka.bootstrap, topic, 3_600_000)
+    return watermarks(kafka.bootstrap, topic)[0]

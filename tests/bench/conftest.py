@@ -7,8 +7,8 @@ import os
 import pytest
 
 from tests.bench.clients import produce
-from tests.kafkahelpers import create_topic
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic
+from tierproxy.dev.kafkadist import KafkaCluster
 
 BENCH_RECORDS = int(os.environ.get("TIERPROXY_BENCH_RECORDS", str(1 << 20)))  # 1 GiB of 1 KiB records
 RECORD_SIZE = 1024

@@ -17,11 +17,11 @@ import pytest
 
 from tests.bench.clients import produce
 from tests.bench.report import report
-from tests.kafkahelpers import create_topic
-from tests.spark.parts import local_session, tier_once
+from tests.support.kafka import create_topic
+from tests.support.spark import local_session, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.iceberg.catalog import catalog_config
 from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync
-from tierproxy.kafkadist import KafkaCluster
 from tierproxy.spark.plan import READ_BYTES
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.bench.report import report
-from tests.kafkahelpers import watermarks
-from tests.realparts import ProxyProcess, S3Server
-from tests.recording_relay import DelayRelay
-from tests.remote.test_remote_txn_outage import tier_to_s3_and_forget, timed_fetch
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import watermarks
+from tests.support.parts import ProxyProcess, S3Server
+from tests.support.relay import DelayRelay
+from tests.support.remote import tier_to_s3_and_forget, timed_fetch
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 LOADER = ("import sys, time\nfrom tests.remote.test_remote_txn_outage import timed_fetch\n"

@@ -25,9 +25,9 @@ import pytest
 from protocol.requests import fetch_request
 from tests.bench.clients import kcat_seconds, perf_test_seconds, produce
 from tests.bench.report import cpu_seconds, report
-from tests.kafkahelpers import create_topic
-from tests.realparts import ProxyProcess, stop_process
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tests.support.kafka import create_topic
+from tests.support.parts import ProxyProcess, stop_process
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka]

@@ -9,7 +9,6 @@ while it was still local; and the proxy's peak RSS with 100 concurrent remote co
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import threading
 import time
@@ -20,50 +19,31 @@ import pytest
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tests.bench.clients import produce
+from tests.bench.clients import CLIENT_BUSY, RECORDS, forget_tiered, kcat_args, kcat_mbps, produce
 from tests.bench.report import cpu_seconds, report
-from tests.kafkahelpers import create_topic, set_retention, watermarks
-from tests.realparts import ProxyProcess, S3Server
-from tests.recording_relay import DelayRelay
-from tests.tiering.helpers import settings, tier_once
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic, set_retention, watermarks
+from tests.support.parts import ProxyProcess, S3Server
+from tests.support.relay import DelayRelay
+from tests.support.tiering import settings, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
-RECORDS = int(os.environ.get("TIERPROXY_BENCH_REMOTE_RECORDS", str(1 << 18)))
 # catch-up with slow S3 reads 512 MiB: long enough that a cold proxy's first round trips (index, first chunk) are
 # not most of the run; the time to the first record is reported beside it
 S3_LATENCY_RECORDS = int(os.environ.get("TIERPROXY_BENCH_S3_LATENCY_RECORDS", str(1 << 19)))
 
 
-CLIENT_BUSY: dict[str, float] = {}  # the last kcat run's CPU, in cores (1.0: the client itself was the limit)
 
 
-def _produce(kafka: KafkaCluster, topic: str, records: int, size: int = 1024) -> None:
-    produce(kafka, topic, records, size)
 
 
-def _kcat_args(kcat: str, bootstrap: str, topic: str, count: int | None) -> list[str]:
-    """kcat reading partition 0 from offset 0, one line per record: `count` records, or to the end."""
-    return [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
-            "-X", "fetch.message.max.bytes=4194304", *(["-c", str(count)] if count else ["-e"])]
-
-
-def _kcat_mbps(kcat: str, bootstrap: str, topic: str, count: int | None = None, size: int = 1024) -> float:
-    args = _kcat_args(kcat, bootstrap, topic, count)
-    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(args, capture_output=True, timeout=900, check=True)
-    elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
-    CLIENT_BUSY["last"] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / elapsed
-    n = out.stdout.count(b"\n")
-    assert n >= (count or RECORDS)
-    return n * size / 1e6 / elapsed
 
 
 def _kcat_first_and_mbps(kcat: str, bootstrap: str, topic: str, count: int) -> tuple[float, float]:
     """(seconds to the first record, MB/s over the whole run) of a kcat reading `count` records from offset 0."""
     start = time.perf_counter()
-    with subprocess.Popen(_kcat_args(kcat, bootstrap, topic, count), stdout=subprocess.PIPE,
+    with subprocess.Popen(kcat_args(kcat, bootstrap, topic, count), stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL) as proc:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -111,7 +91,7 @@ def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]
         topic = "bench-native"
         create_topic(native.bootstrap, topic, config={"remote.storage.enable": "true", "local.retention.ms": "1000",
                                                       "segment.bytes": str(32 << 20)})
-        _produce(native, topic, RECORDS)
+        produce(native, topic, RECORDS)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with WireClient(native.bootstrap) as w:
@@ -119,7 +99,7 @@ def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]
             if r["topics"][0]["partitions"][0]["offset"] >= count:
                 break
             time.sleep(2)
-        return (max(_kcat_mbps(kcat, native.bootstrap, topic, count) for _ in range(2)),
+        return (max(kcat_mbps(kcat, native.bootstrap, topic, count) for _ in range(2)),
                 max(_java_consumer_mbps(native.libs, native.bootstrap, topic, count) for _ in range(2)))
     finally:
         native.stop()
@@ -128,9 +108,9 @@ def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]
 def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Server, tmp_path: Path) -> None:
     topic = "bench-remote"
     create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
-    _produce(kafka, topic, RECORDS)
+    produce(kafka, topic, RECORDS)
     # the same read as the remote runs (`-c RECORDS`): kcat's `-e` waits out a last empty fetch, which would halve it
-    direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic, RECORDS) for _ in range(2))
+    direct = max(kcat_mbps(kcat, kafka.bootstrap, topic, RECORDS) for _ in range(2))
 
     s3.create_bucket("tier")
     tiers = {"filesystem": (f"file://{tmp_path}/tier", f"file://{tmp_path}/meta-fs"),
@@ -157,19 +137,19 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
             time.sleep(2)
             # a fresh proxy: the first read takes every chunk from the store; the second finds the tiered half in
             # the chunk cache (256 MiB): both are reported, the first is the catch-up from the store
-            cold = _kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS)
-            warm = _kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS)
+            cold = kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS)
+            warm = kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS)
             figures.append(f"catch-up from {name} {cold:.0f} MB/s ({cold / direct:.2f}x; again with its chunks "
                            f"cached {warm:.0f} MB/s, {warm / direct:.2f}x)")
             if name == "filesystem":
-                half = max(_kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2) for _ in range(2))
+                half = max(kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2) for _ in range(2))
                 half_busy = CLIENT_BUSY["last"]
                 java_half = max(_java_consumer_mbps(kafka.libs, proxy.bootstrap, topic, RECORDS // 2)
                                 for _ in range(2))
                 broker = kafka.nodes[0].proc
                 assert broker is not None
                 c0, b0 = cpu_seconds(proxy.proc.pid), cpu_seconds(broker.pid)
-                _kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2)
+                kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2)
                 gb = RECORDS // 2 * 1024 / 1e9
                 figures.append(f"remote path CPU: proxy {(cpu_seconds(proxy.proc.pid) - c0) / gb:.2f} core-s/GB, "
                                f"broker {(cpu_seconds(broker.pid) - b0) / gb:.2f} core-s/GB")
@@ -193,14 +173,6 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
     report("remote catch-up", "; ".join(figures) + f" ({RECORDS} x 1 KiB)")
 
 
-def _forget_tiered(kafka: KafkaCluster, topic: str) -> int:
-    """The broker deletes every closed segment (all of them tiered); its log start after that."""
-    set_retention(kafka.bootstrap, topic, 1000)
-    deadline = time.monotonic() + 120
-    while watermarks(kafka.bootstrap, topic)[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    set_retention(kafka.bootstrap, topic, 3_600_000)
-    return watermarks(kafka.bootstrap, topic)[0]
 
 
 def test_remote_catch_up_of_300_byte_records(kafka: KafkaCluster, kcat: str, tmp_path: Path) -> None:
@@ -209,20 +181,20 @@ def test_remote_catch_up_of_300_byte_records(kafka: KafkaCluster, kcat: str, tmp
     topic, size = "bench-remote-300", 300
     records = RECORDS * 1024 // size
     create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
-    _produce(kafka, topic, records, size)
-    direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic, records, size) for _ in range(2))
+    produce(kafka, topic, records, size)
+    direct = max(kcat_mbps(kcat, kafka.bootstrap, topic, records, size) for _ in range(2))
     direct_busy = CLIENT_BUSY["last"]
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=f"file://{tmp_path}/tier-300",
                               metadata=f"file://{tmp_path}/meta-300", tier_segment_bytes=32 << 20,
                               tier_state_dir=tmp_path / "state-300")).failed == 0
-    tiered = _forget_tiered(kafka, topic)
+    tiered = forget_tiered(kafka, topic)
     assert tiered >= records // 2
     proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier-300",
                                                            "TIERPROXY_METADATA": f"file://{tmp_path}/meta-300"})
     try:
         time.sleep(2)
         c0, t0 = cpu_seconds(proxy.proc.pid), time.perf_counter()
-        remote = _kcat_mbps(kcat, proxy.bootstrap, topic, records, size)  # a fresh proxy: chunks from the tier
+        remote = kcat_mbps(kcat, proxy.bootstrap, topic, records, size)  # a fresh proxy: chunks from the tier
         proxy_busy = (cpu_seconds(proxy.proc.pid) - c0) / (time.perf_counter() - t0)
     finally:
         proxy.stop()
@@ -253,13 +225,13 @@ def test_catch_up_when_s3_is_slow(kafka: KafkaCluster, kcat: str, s3: S3Server, 
     relay in front of moto), each with a freshly started proxy (cold caches); and the S3 GETs per GiB served."""
     topic, records = "bench-s3-latency", S3_LATENCY_RECORDS
     create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
-    _produce(kafka, topic, records)
+    produce(kafka, topic, records)
     s3.create_bucket("slow")
     storage = "s3://slow/b?endpoint={}&region=" + s3.region
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=storage.format(s3.endpoint),
                               metadata=f"file://{tmp_path}/meta-slow", tier_segment_bytes=32 << 20,
                               tier_state_dir=tmp_path / "state-slow")).failed == 0
-    tiered = _forget_tiered(kafka, topic)  # what only the tier holds now
+    tiered = forget_tiered(kafka, topic)  # what only the tier holds now
     assert tiered >= records // 2
     relay = _CountingDelayRelay(int(s3.endpoint.rsplit(":", 1)[1]), 0.0)
     runs: dict[float, list[tuple[float, float, float]]] = {}  # delay → (MB/s, first record s, GETs per GiB)

@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.bench.report import report
-from tests.tier.helpers import seg, tp
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.segments import seg, tp
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tier.model import SegmentState
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, transition
 from tierproxy.tier.serde import decode_value, metadata_partition

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.clients import forget_tiered, kcat_mbps, produce
 from tests.bench.report import report
-from tests.bench.test_remote_bench import _forget_tiered, _kcat_mbps, _produce
-from tests.kafkahelpers import create_topic
-from tests.realparts import ProxyProcess, S3Server, moto_server
-from tests.recording_relay import CountingRelay
-from tests.tiering.helpers import settings, tier_once
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic
+from tests.support.parts import ProxyProcess, S3Server, moto_server
+from tests.support.relay import CountingRelay
+from tests.support.tiering import settings, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_S3_RECORDS", str(1 << 18)))
@@ -77,7 +77,7 @@ def _catch_up(name: str, server: S3Server, relay: CountingRelay, storage: str, k
     try:
         time.sleep(2)
         relay.requests.clear()
-        remote = _kcat_mbps(kcat, proxy.bootstrap, topic, records)  # a fresh proxy: every chunk from the store
+        remote = kcat_mbps(kcat, proxy.bootstrap, topic, records)  # a fresh proxy: every chunk from the store
         reads = relay.requests.get("GET", 0) / (records * 1024 / (1 << 30))
     finally:
         proxy.stop()
@@ -87,14 +87,14 @@ def _catch_up(name: str, server: S3Server, relay: CountingRelay, storage: str, k
 def test_s3_catch_up_requests_and_cost(kafka: KafkaCluster, kcat: str, s3: S3Server, tmp_path: Path) -> None:
     topic = "bench-s3"
     create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
-    _produce(kafka, topic, RECORDS)
-    direct = max(_kcat_mbps(kcat, kafka.bootstrap, topic, RECORDS) for _ in range(2))
+    produce(kafka, topic, RECORDS)
+    direct = max(kcat_mbps(kcat, kafka.bootstrap, topic, RECORDS) for _ in range(2))
     with moto_server(tmp_path) as moto:
         servers = {"seaweedfs": s3, "moto": moto}
         relays = {name: CountingRelay(int(srv.endpoint.rsplit(":", 1)[1])) for name, srv in servers.items()}
         try:
             tiered = {name: _tier(name, srv, relays[name], kafka, topic, tmp_path) for name, srv in servers.items()}
-            only_tier = _forget_tiered(kafka, topic)
+            only_tier = forget_tiered(kafka, topic)
             assert only_tier >= RECORDS // 2
             figures = [f"direct tail {direct:.0f} MB/s"]
             reads = {}

@@ -25,11 +25,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.report import report
-from tests.kafkahelpers import create_topic, watermarks
-from tests.realparts import ProxyProcess, S3Server
-from tests.remote.s3_faults import fault_relay
-from tests.waiting import wait_until
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tests.support.kafka import create_topic, watermarks
+from tests.support.parts import ProxyProcess, S3Server
+from tests.support.s3_faults import fault_relay
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 

@@ -15,9 +15,9 @@ import pytest
 
 from tests.bench.clients import produce
 from tests.bench.report import report
-from tests.kafkahelpers import create_topic
-from tests.spark.parts import local_session, tier_once
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic
+from tests.support.spark import local_session, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_SPARK_RECORDS", str(256 << 10)))

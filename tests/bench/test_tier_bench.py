@@ -17,7 +17,7 @@ from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tests.bench.report import report
 from tierproxy.config import TierSettings
-from tierproxy.kafkadist import KafkaCluster
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tiering.job import TieringJob
 from tierproxy.wireclient import WireClient
 

@@ -13,8 +13,8 @@ from protocol import registry
 from protocol.constants import ApiKey
 from protocol.headers import RequestHeader, request_header_version
 from protocol.requests import fetch_request
-from tests.core.harness import Wire, run
-from tests.protocol.samples import sample
+from tests.support.inprocess import Wire, run
+from tests.support.samples import sample
 
 Data = dict[str, Any]
 FETCH = registry.SUPPORTED[ApiKey.FETCH]

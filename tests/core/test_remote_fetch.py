@@ -14,8 +14,8 @@ from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.headers import RequestHeader
 from protocol.records import Record, build_batch, iter_batches
 from protocol.requests import fetch_request
-from tests.core.harness import InProcessProxy, Wire, run
-from tests.core.memory_tier import InMemoryTier
+from tests.support.inprocess import InProcessProxy, Wire, run
+from tests.support.memory_tier import InMemoryTier
 from tierproxy.proxy.intercept.fetch.answer import partition_entry
 from tierproxy.remote.quota import RemoteFetchQuota
 from tierproxy.tier.indexes import AbortedTxn

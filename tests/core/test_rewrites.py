@@ -12,8 +12,8 @@ from protocol import registry
 from protocol.constants import ApiKey, ErrorCode
 from protocol.headers import RequestHeader
 from protocol.requests import fetch_request
-from tests.core.harness import ADVERTISED, PORT_BASE, Wire, run
-from tests.protocol.samples import normalize, projected, sample
+from tests.support.inprocess import ADVERTISED, PORT_BASE, Wire, run
+from tests.support.samples import normalize, projected, sample
 
 Data = dict[str, Any]
 

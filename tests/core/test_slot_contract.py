@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from protocol.headers import RequestHeader
-from tests.core.harness import InProcessProxy, RecordingTransport
+from tests.support.inprocess import InProcessProxy, RecordingTransport
 from tierproxy.proxy.session import Session, Slot
 
 
@@ -78,7 +78,7 @@ def test_a_handler_that_raises_closes_only_its_connection_with_a_log_line(side: 
     lookup would raise) closes that connection with a line naming the client, the API and the correlation id;
     it never reaches the transport's callback (before: only ProtocolError was caught there)."""
     from protocol.constants import ApiKey
-    from tests.core.harness import Wire
+    from tests.support.inprocess import Wire
     from tierproxy.proxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
 
     def broken(*args: object) -> None:

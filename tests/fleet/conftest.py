@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.realparts import ProxyProcess, unavailable
-from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
+from tests.support.parts import ProxyProcess, unavailable
+from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 
 @pytest.fixture(scope="package")

@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from tests.fleet.balancer import Fleet
 from tests.fleet.conftest import metadata_topic
-from tests.fleet.test_delete_records import delete_records
-from tests.kafkahelpers import create_topic
-from tests.tiering.helpers import settings, tier_once, tiered
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.balancer import Fleet
+from tests.support.kafka import create_topic, delete_records
+from tests.support.tiering import settings, tier_once, tiered
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 RECORDS = 100_000

@@ -8,37 +8,28 @@ taken for a purge."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.requests import fetch_request, list_offsets_request, listed_offsets
 from tests.fleet.conftest import metadata_topic, replica
-from tests.kafkahelpers import create_topic, offsets_from_the_beginning, watermarks
-from tests.realparts import ProxyProcess
-from tests.spark.parts import local_session
-from tests.tiering.helpers import settings, tier_once, tiered
-from tests.waiting import proxy_serves_tier, wait_until
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic, delete_records, fill_topic, offsets_from_the_beginning, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.spark import local_session
+from tests.support.tiering import settings, tier_once, tiered
+from tests.support.waiting import proxy_serves_tier, wait_until
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tier.open import open_metadata
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-def delete_records(bootstrap: str, topic: str, offsets: dict[int, int]) -> dict[int, tuple[int, int]]:
-    """partition → (error code, low watermark) of one DeleteRecords v2."""
-    with WireClient(bootstrap, timeout=60) as w:
-        resp = w.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": topic, "partitions": [
-            {"partition_index": p, "offset": o} for p, o in offsets.items()]}], "timeout_ms": 30_000})
-    return {p["partition_index"]: (p["error_code"], p["low_watermark"]) for t in resp["topics"]
-            for p in t["partitions"]}
 
 
 def listed(bootstrap: str, topic: str, spec: int) -> int:
@@ -53,11 +44,6 @@ def fetch_error(bootstrap: str, topic: str, offset: int) -> int:
     return int(resp["responses"][0]["partitions"][0]["error_code"])
 
 
-def _fill(bootstrap: str, topic: str, n: int) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})  # tier segments are cut
-    for i in range(n):                                                                   # between batches
-        p.produce(topic, os.urandom(200), f"k{i}".encode())
-    p.flush(60)
 
 
 def _spark_offsets(bootstrap: str, topic: str, storage: str, metadata: str) -> list[int]:
@@ -74,12 +60,12 @@ def _tiered_topic(kafka: KafkaCluster, tmp_path: Path, topic: str) -> tuple[Any,
     """A topic whose first L offsets only the tier holds: tiered, then the broker's log start moved to L by a
     DeleteRecords sent to the broker itself (as a purge bypassing the proxies, or retention, would)."""
     create_topic(kafka.bootstrap, topic)
-    _fill(kafka.bootstrap, topic, 3000)
+    fill_topic(kafka.bootstrap, topic, 3000)
     s = settings(kafka.bootstrap, tmp_path, topic, metadata=metadata_topic(), tier_segment_bytes=64 * 1024)
     assert tier_once(s).segments >= 4
     tier_end = tiered(s, topic)[0][-1].end_offset
     assert delete_records(kafka.bootstrap, topic, {0: tier_end + 1}) == {0: (0, tier_end + 1)}
-    _fill(kafka.bootstrap, topic, 100)  # the broker's part
+    fill_topic(kafka.bootstrap, topic, 100)  # the broker's part
     return s, tier_end + 1
 
 
@@ -187,7 +173,7 @@ def test_delete_records_touches_only_the_current_topic_id(fleet_kafka: KafkaClus
         admin.delete_topics([topic_name])[topic_name].result(30)
         wait_until(lambda: topic_name not in admin.list_topics(timeout=5).topics, "the topic to be gone")
         wait_until(lambda: create_topic(kafka.bootstrap, topic_name) is None, "the topic created again")
-        _fill(kafka.bootstrap, topic_name, 100)
+        fill_topic(kafka.bootstrap, topic_name, 100)
         assert delete_records(proxy.bootstrap, topic_name, {0: 50}) == {0: (0, 50)}
         assert delete_records(proxy.bootstrap, topic_name, {0: 20}) == {0: (0, 50)}  # the broker's answer
         assert _log_start_of(s, old_id) == 0

@@ -17,11 +17,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.fleet.conftest import replica
-from tests.fleet.test_delete_records import _fill, delete_records
-from tests.iceberg.parts import pyiceberg_rows, pyiceberg_table
-from tests.kafkahelpers import create_topic
-from tests.tiering.helpers import settings, tier_once, tiered
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.iceberg import pyiceberg_rows, pyiceberg_table
+from tests.support.kafka import create_topic, delete_records, fill_topic
+from tests.support.tiering import settings, tier_once, tiered
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -86,7 +85,7 @@ def test_kill_9_at_each_point_then_a_rerun_leaves_the_table_as_if_never_killed(k
                                                                              tmp_path: Path) -> None:
     topic = f"ice-kill-{os.getpid()}"
     create_topic(kafka.bootstrap, topic)
-    _fill(kafka.bootstrap, topic, 2000)
+    fill_topic(kafka.bootstrap, topic, 2000)
     s = settings(kafka.bootstrap, tmp_path, topic)
     assert tier_once(s).segments >= 3
     step = Step(kafka.bootstrap, tmp_path, topic)
@@ -100,7 +99,7 @@ def test_kill_9_at_each_point_then_a_rerun_leaves_the_table_as_if_never_killed(k
     assert committed and len(committed) == len(set(committed))
     assert [r[4] for r in pyiceberg_rows(step.table())] == tier_offsets(s, topic)
 
-    _fill(kafka.bootstrap, topic, 1000)  # more history, tiered, then a kill right after its commit
+    fill_topic(kafka.bootstrap, topic, 1000)  # more history, tiered, then a kill right after its commit
     assert tier_once(s).segments >= 1
     step.killed_at("commit")
     after_commit = referenced(step.table())
@@ -119,7 +118,7 @@ def test_the_table_follows_tier_retention_purges_and_topic_deletion_unless_kept(
                                                                                   tmp_path: Path) -> None:
     topic = f"ice-follow-{os.getpid()}"
     create_topic(kafka.bootstrap, topic)
-    _fill(kafka.bootstrap, topic, 3000)
+    fill_topic(kafka.bootstrap, topic, 3000)
     s = settings(kafka.bootstrap, tmp_path, topic)
     assert tier_once(s).segments >= 6
     step = Step(kafka.bootstrap, tmp_path, topic)
@@ -178,7 +177,7 @@ def test_snapshot_at_names_the_first_snapshot_holding_the_offsets(kafka: KafkaCl
     step = Step(kafka.bootstrap, tmp_path, topic)
     ends = []
     for _ in range(2):
-        _fill(kafka.bootstrap, topic, 1000)
+        fill_topic(kafka.bootstrap, topic, 1000)
         tier_once(s)
         step.run()
         ends.append(tiered(s, topic)[0][-1].end_offset + 1)
@@ -208,12 +207,12 @@ def test_snapshot_at_names_the_first_snapshot_holding_the_offsets(kafka: KafkaCl
 def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, tmp_path: Path) -> None:
     import httpx
 
-    from tests.waiting import wait_until
-    from tierproxy.kafkadist import free_port
+    from tests.support.waiting import wait_until
+    from tierproxy.dev.kafkadist import free_port
 
     topic = f"ice-admin-{os.getpid()}"
     create_topic(kafka.bootstrap, topic)
-    _fill(kafka.bootstrap, topic, 1000)
+    fill_topic(kafka.bootstrap, topic, 1000)
     s = settings(kafka.bootstrap, tmp_path, topic)
     step = Step(kafka.bootstrap, tmp_path, topic)
     # `tier` with iceberg.catalog set: the Iceberg pass follows the tier pass in the same Spark session
@@ -238,7 +237,7 @@ def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, 
         assert "tierproxy_iceberg_rows 1000.0" in metrics and f'tierproxy_iceberg_lag_offsets{{topic="{topic}"}} 0.0' \
             in metrics
 
-        _fill(kafka.bootstrap, topic, 500)  # tiered, not yet in the table: the replica shows the lag
+        fill_topic(kafka.bootstrap, topic, 500)  # tiered, not yet in the table: the replica shows the lag
         tier_once(s)
         tier_end = tiered(s, topic)[0][-1].end_offset + 1
         assert tier_end > 1000

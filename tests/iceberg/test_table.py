@@ -13,13 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.iceberg.parts import RestCatalogServer, duckdb_rows, iceberg_cli, pyiceberg_rows, pyiceberg_table
-from tests.kafkahelpers import create_topic, watermarks
-from tests.realparts import S3Server
-from tests.spark.parts import local_session, tier_once
-from tests.spark.test_dataframe import delete_on_broker, kafka_source, read
-from tests.tiering.helpers import produce_everything
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tests.support.iceberg import RestCatalogServer, duckdb_rows, iceberg_cli, pyiceberg_rows, pyiceberg_table
+from tests.support.kafka import create_topic, watermarks
+from tests.support.parts import S3Server
+from tests.support.spark import delete_on_broker, kafka_source, local_session, read, tier_once
+from tests.support.tiering import produce_everything
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

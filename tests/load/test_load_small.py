@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.load.kcat_load import run
-from tests.realparts import ProxyProcess
 from tests.remote.conftest import make_tiered_topic
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.parts import ProxyProcess
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]
 

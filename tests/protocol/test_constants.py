@@ -7,7 +7,7 @@ from pathlib import Path
 
 from protocol.apis.keys import API_KEYS
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel, OffsetSpec
-from tierproxy.kafkadist import ensure_kafka_libs
+from tierproxy.dev.kafkadist import ensure_kafka_libs
 
 # Java 11+ runs a single source file directly; it prints "kind name value" lines
 PROGRAM = """

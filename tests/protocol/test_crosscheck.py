@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from protocol import registry
-from tests.protocol.crosscheck import THEIRS, common_fields_differ, theirs_decode
-from tests.protocol.samples import sample
+from tests.support.crosscheck import THEIRS, common_fields_differ, theirs_decode
+from tests.support.samples import sample
 
 CASES = [(key, kind, v) for (key, kind) in THEIRS
          for msg in [getattr(registry.SUPPORTED[key], kind)] if msg is not None

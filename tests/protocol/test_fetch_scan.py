@@ -14,7 +14,7 @@ from protocol.apis.fetch_scan import PartitionError, fetch_request_session, scan
 from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
 from protocol.headers import RequestHeader, decode_request_header, request_header_version
-from tests.protocol.samples import sample
+from tests.support.samples import sample
 
 FETCH = registry.SUPPORTED[ApiKey.FETCH]
 

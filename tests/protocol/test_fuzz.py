@@ -16,8 +16,7 @@ from protocol.errors import ProtocolError
 from protocol.headers import RequestHeader, request_header_version
 from protocol.records import build_batch, iter_batches
 from protocol.schema import Message
-from tests.protocol.samples import sample
-from tests.protocol.test_records import _records
+from tests.support.samples import records_of, sample
 
 EXAMPLES = int(os.environ.get("TIERPROXY_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -102,7 +101,7 @@ def test_mutated_response_frames(case: tuple[Message, int], ops: list[tuple[str,
         pass
 
 
-BATCHES = build_batch(_records(10)) + build_batch(_records(4, base=10), base_offset=10, codec=2)
+BATCHES = build_batch(records_of(10)) + build_batch(records_of(4, base=10), base_offset=10, codec=2)
 
 
 @FUZZ

@@ -18,11 +18,11 @@ from protocol import registry
 from protocol.apis.produce import produce_acks
 from protocol.headers import decode_request_header, decode_response_header, response_header_version
 from protocol.primitives import Writer
-from tests.kafkahelpers import create_topic
-from tests.protocol.crosscheck import common_fields_differ, theirs_decode
-from tests.realparts import unavailable
-from tests.recording_relay import RecordingRelay
-from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
+from tests.support.crosscheck import common_fields_differ, theirs_decode
+from tests.support.kafka import create_topic
+from tests.support.parts import unavailable
+from tests.support.relay import RecordingRelay
+from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 pytestmark = pytest.mark.kafka
 

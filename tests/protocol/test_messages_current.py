@@ -7,7 +7,7 @@ import typing
 from pathlib import Path
 
 from protocol import messages, registry
-from tests.protocol.samples import sample
+from tests.support.samples import sample
 from tierproxy.dev.messages import render
 
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -16,7 +16,6 @@ from protocol.records import (
     ABORT,
     COMMIT,
     CRC_OFFSET,
-    Header,
     Record,
     build_batch,
     build_control_batch,
@@ -25,26 +24,19 @@ from protocol.records import (
     whole_batches_size,
 )
 from protocol.requests import fetch_request
-from tests.kafkahelpers import create_topic
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic
+from tests.support.samples import records_of
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 
 CODECS = [compression.NONE, compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD]
 
 
-def _records(n: int, base: int = 0) -> list[Record]:
-    out = []
-    for i in range(n):
-        key = None if i % 3 == 0 else f"k{i}".encode()
-        value = None if i % 5 == 0 else (f"value-{i}-" * (i + 1)).encode()
-        headers = [Header("h", b"x" * i), Header("null", None)] if i % 2 else []
-        out.append(Record(base + i, 1_700_000_000_000 + i * 7, key, value, headers))
-    return out
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=[compression.NAMES[c] for c in CODECS])
 def test_build_and_read_every_codec(codec: int) -> None:
-    recs = _records(20, base=100)
+    recs = records_of(20, base=100)
     raw = build_batch(recs, base_offset=100, codec=codec, partition_leader_epoch=7, producer_id=42,
                       producer_epoch=3, base_sequence=5, transactional=True)
     (batch,) = list(iter_batches(raw))
@@ -58,8 +50,8 @@ def test_build_and_read_every_codec(codec: int) -> None:
 
 
 def test_crc_detects_corruption_and_partial_trailing_batch_is_skipped() -> None:
-    a = build_batch(_records(3))
-    b = bytearray(build_batch(_records(3, base=3), base_offset=3))
+    a = build_batch(records_of(3))
+    b = bytearray(build_batch(records_of(3, base=3), base_offset=3))
     b[-1] ^= 0xFF
     batches = list(iter_batches(a + bytes(b) + a[:30]))
     assert [x.base_offset for x in batches] == [0, 3]
@@ -75,11 +67,11 @@ def test_control_records() -> None:
         ctl = batch.control_record()
         assert (ctl.type, ctl.coordinator_epoch) == (marker, 4)
     with pytest.raises(ProtocolError):
-        next(iter(iter_batches(build_batch(_records(1))))).control_record()
+        next(iter(iter_batches(build_batch(records_of(1))))).control_record()
 
 
 def test_corrupt_compressed_data_raises_protocol_error() -> None:
-    raw = bytearray(build_batch(_records(5), codec=compression.ZSTD))
+    raw = bytearray(build_batch(records_of(5), codec=compression.ZSTD))
     raw[70:80] = b"\x00" * 10
     struct.pack_into(">I", raw, CRC_OFFSET, 0)
     with pytest.raises(ProtocolError):

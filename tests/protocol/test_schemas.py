@@ -10,7 +10,7 @@ from protocol.errors import ProtocolError
 from protocol.framing import frame_header
 from protocol.headers import RequestHeader, request_header_version
 from protocol.schema import Message
-from tests.protocol.samples import normalize, projected, sample
+from tests.support.samples import normalize, projected, sample
 
 CASES = [(s.name, kind, msg, v)
          for s in registry.SUPPORTED.values()

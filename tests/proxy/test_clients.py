@@ -13,9 +13,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.kafkahelpers import create_topic, read_to_end
-from tests.realparts import ProxyProcess
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic, read_to_end
+from tests.support.parts import ProxyProcess
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = pytest.mark.kafka
 

@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.kafkahelpers import create_topic
-from tests.realparts import ProxyProcess
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic
+from tests.support.parts import ProxyProcess
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 

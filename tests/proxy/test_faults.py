@@ -21,10 +21,10 @@ from protocol.connection import ClientConnection
 from protocol.constants import ApiKey
 from protocol.headers import RequestHeader, request_header_version
 from protocol.requests import fetch_request
-from tests.kafkahelpers import create_topic
-from tests.realparts import ProxyProcess
-from tests.waiting import wait_until
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tests.support.kafka import create_topic
+from tests.support.parts import ProxyProcess
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
 pytestmark = pytest.mark.kafka
@@ -335,8 +335,8 @@ def test_sasl_handshake_v0_is_refused_with_a_log_line(proxy: ProxyProcess) -> No
 def test_sigterm_stops_the_proxy_in_time_when_the_broker_is_dead(tmp_path: Path, kcat: str) -> None:
     """The broker is killed (-9) under a proxy with a consumer reading through it and the metadata topic on that
     broker: SIGTERM still stops the proxy within shutdown.drain.ms plus a few seconds."""
-    from tests.realparts import unavailable
-    from tierproxy.kafkadist import KafkaUnavailable
+    from tests.support.parts import unavailable
+    from tierproxy.dev.kafkadist import KafkaUnavailable
 
     try:
         kafka = KafkaCluster(1, workdir=tmp_path / "kafka").start()
@@ -381,8 +381,8 @@ def test_fuzzed_frames_on_live_connections_leave_the_proxy_serving(proxy: ProxyP
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from tests.protocol.samples import sample
     from tests.protocol.test_fuzz import _mutate, mutation
+    from tests.support.samples import sample
 
     requests = [(s.request, v) for s in registry.SUPPORTED.values() if s.request is not None
                 for v in range(s.request.min_version, s.request.max_version + 1)]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.certs import Certs, make_certs
-from tests.kafkahelpers import create_topic
-from tests.realparts import ProxyProcess, unavailable
-from tests.waiting import wait_until
-from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
+from tests.support.certs import Certs, make_certs
+from tests.support.kafka import create_topic
+from tests.support.parts import ProxyProcess, unavailable
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 pytestmark = pytest.mark.kafka
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -136,7 +136,7 @@ def test_own_plaintext_listener_apart_from_a_tls_relayed_one(secure_kafka: Kafka
     import json
     import urllib.request
 
-    from tierproxy.kafkadist import free_port
+    from tierproxy.dev.kafkadist import free_port
 
     create_topic(secure_kafka.bootstrap, topic_name)
     own = tmp_path / "own.properties"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafkahelpers import create_topic, set_retention, watermarks
-from tests.realparts import ProxyProcess
-from tests.tiering.helpers import settings, tier_once
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic, set_retention, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.tiering import settings, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
 
 
 @dataclass

@@ -19,11 +19,11 @@ from protocol.constants import ApiKey
 from protocol.headers import RequestHeader
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
-from tests.kafkahelpers import create_topic, set_retention, watermarks
-from tests.realparts import ProxyProcess
-from tests.tiering.helpers import settings, tier_once
-from tests.waiting import wait_until
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic, set_retention, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.tiering import settings, tier_once
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka]

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from protocol.records import Record, build_batch, iter_batches
-from tests.realparts import S3Server
-from tests.recording_relay import DelayRelay
-from tests.tier.helpers import seg, tp
+from tests.support.parts import S3Server
+from tests.support.relay import DelayRelay
+from tests.support.segments import seg, tp
 from tierproxy.remote.reader import RemoteReader
 from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import RemoteLogSegmentMetadata

@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from protocol.records import ABORT, Record, build_batch, build_control_batch, iter_batches
-from tests.tier.helpers import seg, tp
+from tests.support.segments import seg, tp
 from tierproxy.remote.reader import RemoteReader
 from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import RemoteLogSegmentMetadata

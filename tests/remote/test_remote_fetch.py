@@ -15,10 +15,10 @@ from aiokafka import AIOKafkaConsumer
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request, list_offsets_request
-from tests.realparts import ProxyProcess
 from tests.remote.conftest import TieredTopic, make_tiered_topic
-from tests.waiting import proxy_serves_tier, wait_until
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.parts import ProxyProcess
+from tests.support.waiting import proxy_serves_tier, wait_until
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -14,28 +14,19 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from protocol.constants import ApiKey
 from protocol.records import iter_batches
-from protocol.requests import fetch_request
-from tests.kafkahelpers import broker_forgets, create_topic, read_to_end, set_retention, set_topic_config, watermarks
-from tests.realparts import ProxyProcess, S3Server
-from tests.recording_relay import DelayRelay
-from tests.spark.parts import local_session
-from tests.tiering.helpers import settings, tier_once
-from tests.waiting import proxy_serves_tier, wait_until
-from tierproxy.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tests.support.kafka import broker_forgets, create_topic, read_to_end, set_retention, set_topic_config, watermarks
+from tests.support.parts import ProxyProcess, S3Server
+from tests.support.relay import DelayRelay
+from tests.support.remote import tier_to_s3_and_forget, timed_fetch
+from tests.support.spark import local_session
+from tests.support.tiering import settings, tier_once
+from tests.support.waiting import proxy_serves_tier, wait_until
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-def timed_fetch(address: str, topic: str, offset: int) -> tuple[float, dict[str, Any]]:
-    """One Fetch of partition 0 on its own connection: (seconds, the partition's answer)."""
-    body = fetch_request({topic: {0: offset}}, max_bytes=1 << 20)
-    with WireClient(address) as w:
-        start = time.perf_counter()
-        resp = w.request(ApiKey.FETCH, 12, body)
-    return time.perf_counter() - start, resp["responses"][0]["partitions"][0]
 
 
 def fetch_p99(address: str, topic: str, offset: int, n: int = 200) -> float:
@@ -63,21 +54,6 @@ def remote_readers(read: Callable[[], object], n: int = 4) -> Iterator[None]:
             t.join(10)
 
 
-def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic: str, n: int = 3000) -> None:
-    """A topic tiered to `s3://tier/p` whose broker has since deleted the early segments."""
-    s3.create_bucket("tier")
-    create_topic(kafka.bootstrap, topic, config={"segment.ms": "300"})
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
-    for i in range(n):
-        p.produce(topic, f"v{i}".encode() * 30)
-        if i % 500 == 0:
-            p.flush(10)
-            time.sleep(0.35)
-    p.flush(30)
-    storage = f"s3://tier/p?endpoint={s3.endpoint}&region={s3.region}"
-    assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=storage,
-                              tier_segment_bytes=16 * 1024)).segments > 1
-    broker_forgets(kafka.bootstrap, topic, interval=0.4)
 
 
 def _forgotten_then_read_committed(kafka: KafkaCluster, tmp_path: Path, topic: str) -> list[str]:

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafkahelpers import broker_forgets, create_topic
-from tests.realparts import ProxyProcess, S3Server
-from tests.remote.s3_faults import fault_relay
-from tests.tiering.helpers import settings, tier_once
-from tests.waiting import wait_until
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tests.support.kafka import broker_forgets, create_topic
+from tests.support.parts import ProxyProcess, S3Server
+from tests.support.s3_faults import fault_relay
+from tests.support.tiering import settings, tier_once
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark, pytest.mark.s3]
 RECORDS = 3000

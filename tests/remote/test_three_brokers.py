@@ -17,10 +17,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey
-from tests.kafkahelpers import broker_forgets, create_topic, watermarks
-from tests.realparts import ProxyProcess
-from tests.tiering.helpers import offsets_of, settings, tiered
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import broker_forgets, create_topic, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.tiering import offsets_of, settings, tiered
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tiering.job import TieringJob
 from tierproxy.wireclient import WireClient
 

@@ -14,10 +14,10 @@ from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tests.kafkahelpers import broker_forgets, create_topic
-from tests.realparts import ProxyProcess
-from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import broker_forgets, create_topic
+from tests.support.parts import ProxyProcess
+from tests.support.tiering import offsets_of, settings, tier_once, tiered
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]

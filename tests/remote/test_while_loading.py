@@ -20,12 +20,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.requests import fetch_request, list_offsets_request
-from tests.kafkahelpers import broker_forgets, create_topic, watermarks
-from tests.realparts import ProxyProcess
-from tests.tiering.helpers import settings, tier_once
-from tests.waiting import wait_until
+from tests.support.kafka import broker_forgets, create_topic, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.tiering import settings, tier_once
+from tests.support.waiting import wait_until
 from tierproxy.config import TierSettings
-from tierproxy.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.certs import Certs, client_cert, make_certs
-from tests.oauth_server import AUDIENCE, OAuthServer, oauth_server
-from tests.realparts import unavailable
-from tierproxy.kafkadist import KafkaCluster, KafkaUnavailable
+from tests.support.certs import Certs, client_cert, make_certs
+from tests.support.oauth import AUDIENCE, OAuthServer, oauth_server
+from tests.support.parts import unavailable
+from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 PRINCIPAL = "tierproxy"  # every mechanism maps tierproxy's identity to User:tierproxy
 PASSWORDS = {"tierproxy": "tp-secret-9f3a", "alice": "alice-secret", "bob": "bob-secret"}

@@ -20,13 +20,13 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, R
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.records import iter_batches
 from protocol.requests import fetch_request, list_offsets_request
-from tests.kafkahelpers import broker_forgets, create_topic, watermarks
-from tests.realparts import ProxyProcess
-from tests.secured.acls import create_acls, delete_acls, reader_acls, tierproxy_acls
 from tests.secured.conftest import OAUTH_SECRET, PASSWORDS, PRINCIPAL, Secured
-from tests.waiting import wait_until
+from tests.support.acls import create_acls, delete_acls, reader_acls, tierproxy_acls
+from tests.support.kafka import broker_forgets, create_topic, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import free_port
 from tierproxy.identity import load_command_config
-from tierproxy.kafkadist import free_port
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]

@@ -15,12 +15,20 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafkahelpers import create_topic, set_retention, watermarks
-from tests.realparts import S3Server
-from tests.spark.parts import local_session, spark_home, standalone_cluster, tier_once
 from tests.spark.read_job import digest
-from tests.tiering.helpers import produce_everything
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic, watermarks
+from tests.support.parts import S3Server
+from tests.support.spark import (
+    delete_on_broker,
+    kafka_source,
+    local_session,
+    read,
+    spark_home,
+    standalone_cluster,
+    tier_once,
+)
+from tests.support.tiering import produce_everything
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.spark.options import parse_options
 from tierproxy.spark.plan import Planner
 
@@ -44,26 +52,10 @@ class History:
                 "subscribe": self.topic, **opts}
 
 
-def read(spark: Any, fmt: str, options: dict[str, str]) -> list[tuple[Any, ...]]:
-    df = spark.read.format(fmt).options(**options).load()
-    return sorted((tuple(r) for r in df.collect()), key=lambda r: (r[3], r[4]))
 
 
-def kafka_source(spark: Any, bootstrap: str, topic: str, **opts: str) -> list[tuple[Any, ...]]:
-    return read(spark, "kafka", {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **opts})
 
 
-def delete_on_broker(bootstrap: str, topic: str, partitions: int) -> None:
-    """Shorten retention and roll segments until the broker's log start moved on every partition."""
-    set_retention(bootstrap, topic, 1000)
-    p = Producer({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + 90
-    while any(watermarks(bootstrap, topic, i)[0] == 0 for i in range(partitions)):
-        assert time.monotonic() < deadline, "the broker did not delete"
-        for i in range(partitions):
-            p.produce(topic, b"tick", partition=i)
-        p.flush(5)
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tier.helpers import seg, tp
+from tests.support.segments import seg, tp
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import (
     IllegalStateTransition,

@@ -7,9 +7,9 @@ import pytest
 from confluent_kafka import Producer
 
 from protocol.records import iter_batches
-from tests.kafkahelpers import create_topic
-from tests.tier.fetchraw import fetch_raw
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.fetchraw import fetch_raw
+from tests.support.kafka import create_topic
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tier.indexes import (
     SegmentBuilder,
     decode_leader_epochs,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.kafkahelpers import watermarks
-from tests.tier.helpers import Partition, one_pass, seg, tp
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import watermarks
+from tests.support.segments import Partition, one_pass, seg, tp
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tier.model import (
     IllegalStateTransition,
     PartitionDeleteState,
@@ -364,7 +364,7 @@ def test_a_malformed_metadata_record_is_skipped_and_counted_not_fatal(kafka: Kaf
 ])
 def test_an_existing_metadata_topic_that_does_not_fit_is_a_clear_error(kafka: KafkaCluster, partitions: int,
                                                                         config: dict[str, str], named: str) -> None:
-    from tests.kafkahelpers import create_topic
+    from tests.support.kafka import create_topic
     from tierproxy.tier.rlmm_topic import MetadataTopicMismatch
 
     topic = f"__rlmm-{uuid.uuid4().hex[:8]}"

@@ -17,7 +17,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.tier.helpers import Partition, one_pass, tp
+from tests.support.segments import Partition, one_pass, tp
 from tierproxy.tier.model import SegmentState, TopicIdPartition
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_topic import TopicRLMM

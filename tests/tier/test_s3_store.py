@@ -14,8 +14,8 @@ from typing import TypeVar
 
 import pytest
 
-from tests.realparts import S3Server
-from tests.remote.s3_faults import fault_relay
+from tests.support.parts import S3Server
+from tests.support.s3_faults import fault_relay
 from tierproxy.tier.model import uuid_str
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.storage import S3Store, StorageRefused, StorageUnavailable

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from protocol.errors import ProtocolError
-from tests.tier.helpers import seg, tp
+from tests.support.segments import seg, tp
 from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogStartOffset,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from protocol.records import Record, build_batch
-from tests.realparts import S3Server
-from tests.tier.helpers import seg, tp
+from tests.support.parts import S3Server
+from tests.support.segments import seg, tp
 from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import uuid_str
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager

@@ -20,12 +20,12 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.kafkahelpers import broker_forgets, create_topic, watermarks
-from tests.realparts import ProxyProcess
-from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
-from tests.waiting import wait_until
+from tests.support.kafka import broker_forgets, create_topic, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.tiering import offsets_of, settings, tier_once, tiered
+from tests.support.waiting import wait_until
 from tierproxy.config import ProxySettings, TierSettings
-from tierproxy.kafkadist import KafkaCluster
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.remote.service import RemoteTier
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafkahelpers import create_topic
-from tests.tiering.helpers import offsets_of, settings, tiered
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.kafka import create_topic
+from tests.support.tiering import offsets_of, settings, tiered
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tier.rlmm import WriterFenced
 from tierproxy.tiering.job import TieringJob
 

@@ -19,16 +19,16 @@ from confluent_kafka.admin import AdminClient
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
-from tests.kafkahelpers import broker_forgets, create_topic, set_retention, watermarks
-from tests.realparts import ProxyProcess
-from tests.tiering.helpers import offsets_of, settings, tiered
-from tests.waiting import wait_until
+from tests.support.kafka import broker_forgets, create_topic, set_retention, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.tiering import offsets_of, settings, tiered
+from tests.support.waiting import wait_until
 from tierproxy.config import TierSettings
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.iceberg.catalog import open_catalog, open_table
 from tierproxy.iceberg.run import options_of as iceberg_options
 from tierproxy.iceberg.run import run_pass
 from tierproxy.iceberg.sync import IcebergSync
-from tierproxy.kafkadist import KafkaCluster
 from tierproxy.spark.options import parse_options
 from tierproxy.spark.plan import Planner
 from tierproxy.tiering.job import TieringJob

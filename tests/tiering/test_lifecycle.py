@@ -14,11 +14,11 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.kafkahelpers import broker_forgets, create_topic, set_retention
-from tests.tier.fetchraw import fetch_raw
-from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
-from tests.waiting import wait_until
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.fetchraw import fetch_raw
+from tests.support.kafka import broker_forgets, create_topic, set_retention
+from tests.support.tiering import offsets_of, settings, tier_once, tiered
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tier.ownership import OWNER_OBJECT
 from tierproxy.tier.rlmm_file import FileRLMM
 

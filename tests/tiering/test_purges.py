@@ -21,12 +21,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request, listed_offsets
-from tests.kafkahelpers import create_topic, offsets_from_the_beginning, watermarks
-from tests.realparts import ProxyProcess
-from tests.spark.parts import local_session
-from tests.tiering.helpers import settings, tier_once, tiered
-from tests.waiting import wait_until
-from tierproxy.kafkadist import KafkaCluster, ensure_kafka_libs
+from tests.support.kafka import create_topic, offsets_from_the_beginning, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.spark import local_session
+from tests.support.tiering import settings, tier_once, tiered
+from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster, ensure_kafka_libs
 from tierproxy.tiering.cluster import topic_configs
 from tierproxy.wireclient import WireClient
 

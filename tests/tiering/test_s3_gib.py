@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.test_remote_bench import _forget_tiered, _produce
-from tests.kafkahelpers import create_topic
-from tests.realparts import ProxyProcess, S3Server
-from tests.recording_relay import CountingRelay
-from tests.tiering.helpers import tiered
-from tests.waiting import proxy_serves_tier, wait_until
+from tests.bench.clients import forget_tiered, produce
+from tests.support.kafka import create_topic
+from tests.support.parts import ProxyProcess, S3Server
+from tests.support.relay import CountingRelay
+from tests.support.tiering import tiered
+from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.config import TierSettings
-from tierproxy.kafkadist import KafkaCluster
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3, pytest.mark.kcat]
 RECORDS = 1 << 20  # x 1 KiB
@@ -48,7 +48,7 @@ def _tier(kafka: KafkaCluster, topic: str, storage: str, metadata: str, state: P
 def test_a_gib_to_seaweedfs_and_back_with_fenced_concurrent_passes(kafka: KafkaCluster, s3: S3Server, kcat: str,
                                                                     tmp_path: Path, topic_name: str) -> None:
     create_topic(kafka.bootstrap, topic_name, config={"segment.bytes": str(64 << 20)})
-    _produce(kafka, topic_name, RECORDS)
+    produce(kafka, topic_name, RECORDS)
     expected = _kcat_digest(kcat, kafka.bootstrap, topic_name)
     assert expected[0] == RECORDS
     s3.create_bucket("gib")
@@ -76,7 +76,7 @@ def test_a_gib_to_seaweedfs_and_back_with_fenced_concurrent_passes(kafka: KafkaC
         assert [m.start_offset for m in segs] == sorted({m.start_offset for m in segs})  # no overlap, no twin
         assert all(a.end_offset + 1 == b.start_offset for a, b in itertools.pairwise(segs))
 
-        only_tier = _forget_tiered(kafka, topic_name)
+        only_tier = forget_tiered(kafka, topic_name)
         assert only_tier >= RECORDS // 2
         proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
             "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": metadata,

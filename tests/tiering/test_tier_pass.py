@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafkahelpers import broker_forgets, create_topic
-from tests.realparts import S3Server
-from tests.tier.fetchraw import fetch_raw
-from tests.tiering.helpers import offsets_of, produce_everything, settings, tier_once, tiered
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.fetchraw import fetch_raw
+from tests.support.kafka import broker_forgets, create_topic
+from tests.support.parts import S3Server
+from tests.support.tiering import offsets_of, produce_everything, settings, tier_once, tiered
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

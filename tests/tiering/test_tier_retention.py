@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.kafkahelpers import create_topic, set_topic_config, watermarks
-from tests.realparts import ProxyProcess
-from tests.tier.fetchraw import fetch_raw
-from tests.tiering.helpers import offsets_of, settings, tier_once, tiered
-from tests.waiting import proxy_serves_tier, wait_until
-from tierproxy.kafkadist import KafkaCluster
+from tests.support.fetchraw import fetch_raw
+from tests.support.kafka import create_topic, set_topic_config, watermarks
+from tests.support.parts import ProxyProcess
+from tests.support.tiering import offsets_of, settings, tier_once, tiered
+from tests.support.waiting import proxy_serves_tier, wait_until
+from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 HOUR = 3_600_000

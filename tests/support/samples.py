@@ -5,7 +5,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from protocol.records import Record, build_batch
+from protocol.records import (
+    Header,
+    Record,
+    build_batch,
+)
 from protocol.schema import F, Message, _in
 
 Data = dict[str, Any]
@@ -91,3 +95,13 @@ def projected(decoded: Any, like: Any) -> Any:
     if isinstance(like, list) and isinstance(decoded, list) and len(like) == len(decoded):
         return [projected(d, v) for d, v in zip(decoded, like, strict=True)]
     return normalize(decoded)
+
+
+def records_of(n: int, base: int = 0) -> list[Record]:
+    out = []
+    for i in range(n):
+        key = None if i % 3 == 0 else f"k{i}".encode()
+        value = None if i % 5 == 0 else (f"value-{i}-" * (i + 1)).encode()
+        headers = [Header("h", b"x" * i), Header("null", None)] if i % 2 else []
+        out.append(Record(base + i, 1_700_000_000_000 + i * 7, key, value, headers))
+    return out

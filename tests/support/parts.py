@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import pytest
 
-from tierproxy.kafkadist import free_port
+from tierproxy.dev.kafkadist import free_port
 
 
 def unavailable(part: str, reason: str) -> NoReturn:
@@ -91,7 +91,7 @@ S3_IDENTITIES = {"identities": [{"name": "tierproxy", "credentials": [
 
 def weed_path() -> Path:
     """SeaweedFS's `weed`, built from the Go module proxy by .ci/install-tools.sh (make install)."""
-    from tierproxy.kafkadist import cache_dir
+    from tierproxy.dev.maven import cache_dir
 
     path = cache_dir() / "bin" / "weed"
     if not path.exists():

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from protocol.constants import ApiKey
+from tierproxy.wireclient import WireClient
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
@@ -122,3 +126,19 @@ def offsets_from_the_beginning(bootstrap: str, topic: str, end: int, timeout: fl
     finally:
         c.close()
     return got
+
+
+def delete_records(bootstrap: str, topic: str, offsets: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """partition → (error code, low watermark) of one DeleteRecords v2."""
+    with WireClient(bootstrap, timeout=60) as w:
+        resp = w.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": topic, "partitions": [
+            {"partition_index": p, "offset": o} for p, o in offsets.items()]}], "timeout_ms": 30_000})
+    return {p["partition_index"]: (p["error_code"], p["low_watermark"]) for t in resp["topics"]
+            for p in t["partitions"]}
+
+
+def fill_topic(bootstrap: str, topic: str, n: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})  # tier segments are cut
+    for i in range(n):                                                                   # between batches
+        p.produce(topic, os.urandom(200), f"k{i}".encode())
+    p.flush(60)

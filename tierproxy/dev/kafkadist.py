@@ -1,16 +1,14 @@
 """A real Apache Kafka for tests and the demo, resolved from Maven Central.
 
-`ensure_kafka_libs()` runs `mvn dependency:copy-dependencies` once into a cache directory outside the
-repository (``$TIERPROXY_CACHE`` or ``~/.cache/tierproxy``) and reuses it afterwards. `KafkaCluster`
-formats KRaft log dirs and starts combined broker+controller nodes with ``java -cp <libs>/* kafka.Kafka``
-on free loopback ports; `start()` returns once every broker answers ApiVersions and Metadata lists them all.
+`ensure_kafka_libs()` resolves the jars once into the project cache (`dev.maven`) and reuses them afterwards.
+`KafkaCluster` formats KRaft log dirs and starts combined broker+controller nodes with
+``java -cp <libs>/* kafka.Kafka`` on free loopback ports; `start()` returns once every broker answers ApiVersions
+and Metadata lists them all.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
-import os
 import shutil
 import signal
 import socket
@@ -22,28 +20,19 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tierproxy.dev.maven import Artifact, MavenUnavailable, resolve
+
 KAFKA_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.24.3"
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>tierproxy</groupId><artifactId>kafka-dist</artifactId><version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId>
-      <version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId>
-      <version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId>
-      <version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-storage</artifactId>
-      <version>{kafka}</version><classifier>test</classifier></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId>
-      <version>{log4j}</version></dependency>
-  </dependencies>
-</project>
-"""
+ARTIFACTS = (
+    Artifact("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION),
+    Artifact("org.apache.kafka", "kafka-tools", KAFKA_VERSION),
+    Artifact("org.apache.kafka", "kafka-streams", KAFKA_VERSION),
+    Artifact("org.apache.kafka", "kafka-storage", KAFKA_VERSION, "test"),
+    Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+)
 
 _LOG4J2 = """status = warn
 appender.file.type = File
@@ -64,37 +53,18 @@ class KafkaUnavailable(RuntimeError):
     """The real Kafka could not be resolved or started; the message says why."""
 
 
-def cache_dir() -> Path:
-    """Where Kafka jars and other downloaded parts live (outside the repository)."""
-    return Path(os.environ.get("TIERPROXY_CACHE", Path.home() / ".cache" / "tierproxy"))
-
-
 def ensure_kafka_libs() -> Path:
     """Return a directory holding the Kafka broker, tools, Streams and storage-test jars, resolving them once (and
     again when the list of artifacts changes)."""
-    root = cache_dir() / f"kafka-{KAFKA_VERSION}"
-    libs = root / "libs"
-    marker = root / ".complete"
-    pom = _POM.format(scala=SCALA_VERSION, kafka=KAFKA_VERSION, log4j=LOG4J_VERSION)
-    resolved = hashlib.sha256(pom.encode()).hexdigest()[:16]
-    if marker.exists() and marker.read_text() == resolved:
-        return libs
-    if shutil.which("mvn") is None:
-        raise KafkaUnavailable("mvn not found on PATH: needed to resolve Apache Kafka from Maven Central")
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pom.xml").write_text(pom)
-    if libs.exists():
-        shutil.rmtree(libs)  # a partial earlier run
-    cmd = ["mvn", "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
-           f"-DoutputDirectory={libs}", "-DincludeScope=runtime"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        tail = proc.stdout[-3000:] + proc.stderr[-3000:]
-        raise KafkaUnavailable(f"mvn failed resolving Kafka {KAFKA_VERSION}:\n{tail}")
+    try:
+        libs = resolve(f"kafka-{KAFKA_VERSION}", ARTIFACTS)
+    except MavenUnavailable as exc:
+        raise KafkaUnavailable(str(exc)) from None
     for stray in libs.glob("slf4j-reload4j*.jar"):
         stray.unlink()  # log4j2 is Kafka 4's logging backend
-    (root / "log4j2.properties").write_text(_LOG4J2)
-    marker.write_text(resolved)
+    config = libs.parent / "log4j2.properties"
+    if not config.exists():
+        config.write_text(_LOG4J2)
     return libs
 
 

@@ -102,29 +102,13 @@ _REST_DEPS = [("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, "test-
 
 def rest_catalog_jars() -> str:
     """The REST catalog server's classpath, resolved once with Maven into the project cache."""
-    import shutil
+    from tests.support.parts import unavailable
+    from tierproxy.dev.maven import Artifact, MavenUnavailable, resolve
 
-    from tests.realparts import unavailable
-    from tierproxy.kafkadist import cache_dir
-
-    root = cache_dir() / f"iceberg-rest-{ICEBERG_VERSION}"
-    libs = root / "libs"
-    if not (root / ".complete").exists():
-        if shutil.which("mvn") is None:
-            unavailable("Iceberg REST catalog", "mvn not on PATH")
-        root.mkdir(parents=True, exist_ok=True)
-        deps = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
-                       f"{f'<classifier>{c}</classifier>' if c else ''}</dependency>" for g, a, v, c in _REST_DEPS)
-        (root / "pom.xml").write_text(
-            '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-            "<groupId>tierproxy</groupId><artifactId>iceberg-rest</artifactId><version>1</version>"
-            f"<packaging>pom</packaging><dependencies>{deps}</dependencies></project>")
-        proc = subprocess.run(["mvn", "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
-                               f"-DoutputDirectory={libs}", "-DincludeScope=runtime"], capture_output=True, text=True,
-                              timeout=900)
-        if proc.returncode != 0:
-            unavailable("Iceberg REST catalog", proc.stdout[-2000:] + proc.stderr[-2000:])
-        (root / ".complete").write_text(ICEBERG_VERSION)
+    try:
+        libs = resolve(f"iceberg-rest-{ICEBERG_VERSION}", [Artifact(*d) for d in _REST_DEPS])
+    except MavenUnavailable as exc:
+        unavailable("Iceberg REST catalog", str(exc))
     return f"{libs}/*"
 
 
@@ -135,8 +119,8 @@ class RestCatalogServer:
     def __init__(self, workdir: Path) -> None:
         import time
 
-        from tests.realparts import unavailable
-        from tierproxy.kafkadist import free_port
+        from tests.support.parts import unavailable
+        from tierproxy.dev.kafkadist import free_port
 
         self.port = free_port()
         self.warehouse = f"file://{workdir}/rest-warehouse"
@@ -164,6 +148,6 @@ class RestCatalogServer:
         return RestCatalog("check", uri=self.uri)
 
     def stop(self) -> None:
-        from tests.realparts import stop_process
+        from tests.support.parts import stop_process
 
         stop_process(self.proc, 20)

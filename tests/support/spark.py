@@ -5,7 +5,6 @@ for the comparison), a local session, a standalone cluster started with the PySp
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -14,36 +13,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.realparts import unavailable
-from tierproxy.kafkadist import cache_dir, free_port, stop_processes
+from confluent_kafka import Producer
+
+from tests.support.kafka import set_retention, watermarks
+from tests.support.parts import unavailable
+from tierproxy.dev.kafkadist import free_port, stop_processes
+from tierproxy.dev.maven import Artifact, MavenUnavailable, resolve
 
 SPARK_VERSION = "4.2.0"
 # the connector and what it needs beyond PySpark's own jars
 _WANTED = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients", "commons-pool2")
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>tierproxy</groupId><artifactId>spark-kafka</artifactId><version>1</version><packaging>pom</packaging>
-  <dependencies><dependency><groupId>org.apache.spark</groupId><artifactId>spark-sql-kafka-0-10_2.13</artifactId>
-    <version>{v}</version></dependency></dependencies>
-</project>
-"""
 
 
 def spark_kafka_jars() -> list[str]:
     """Spark's Kafka source for PySpark's version, resolved once with Maven into the project cache."""
-    root = cache_dir() / f"spark-sql-kafka-{SPARK_VERSION}"
-    libs = root / "libs"
-    if not (root / ".complete").exists():
-        if shutil.which("mvn") is None:
-            unavailable("spark-sql-kafka", "mvn not on PATH")
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "pom.xml").write_text(_POM.format(v=SPARK_VERSION))
-        proc = subprocess.run(["mvn", "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
-                               f"-DoutputDirectory={libs}", "-DincludeScope=runtime"], capture_output=True, text=True,
-                              timeout=900)
-        if proc.returncode != 0:
-            unavailable("spark-sql-kafka", proc.stdout[-2000:] + proc.stderr[-2000:])
-        (root / ".complete").write_text(SPARK_VERSION)
+    try:
+        libs = resolve(f"spark-sql-kafka-{SPARK_VERSION}",
+                       [Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION)])
+    except MavenUnavailable as exc:
+        unavailable("spark-sql-kafka", str(exc))
     return sorted(str(j) for j in libs.glob("*.jar") if j.name.startswith(_WANTED))
 
 
@@ -119,3 +107,25 @@ def standalone_cluster(workdir: Path, workers: int = 2) -> Iterator[str]:
         yield master
     finally:
         stop_processes(procs, 20)
+
+
+def read(spark: Any, fmt: str, options: dict[str, str]) -> list[tuple[Any, ...]]:
+    df = spark.read.format(fmt).options(**options).load()
+    return sorted((tuple(r) for r in df.collect()), key=lambda r: (r[3], r[4]))
+
+
+def kafka_source(spark: Any, bootstrap: str, topic: str, **opts: str) -> list[tuple[Any, ...]]:
+    return read(spark, "kafka", {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **opts})
+
+
+def delete_on_broker(bootstrap: str, topic: str, partitions: int) -> None:
+    """Shorten retention and roll segments until the broker's log start moved on every partition."""
+    set_retention(bootstrap, topic, 1000)
+    p = Producer({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 90
+    while any(watermarks(bootstrap, topic, i)[0] == 0 for i in range(partitions)):
+        assert time.monotonic() < deadline, "the broker did not delete"
+        for i in range(partitions):
+            p.produce(topic, b"tick", partition=i)
+        p.flush(5)
+        time.sleep(0.5)

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.realparts import free_port_block, stop_process, unavailable, wait_port
+from tests.support.parts import free_port_block, stop_process, unavailable, wait_port
 
 NODE_PORTS = 4  # broker node ids 0..3 get a port
 

@@ -12,7 +12,7 @@ with warnings.catch_warnings():
     from kafka.protocol import admin, consumer, metadata
     from kafka.protocol import producer as kp_producer
 
-from tests.protocol.samples import normalize
+from tests.support.samples import normalize
 
 THEIRS: dict[tuple[int, str], Any] = {
     (1, "request"): consumer.FetchRequest, (1, "response"): consumer.FetchResponse,

@@ -1,0 +1,44 @@
+"""Remote-tier scenarios shared by the outage tests and benchmarks: one timed Fetch, a topic tiered to S3 whose broker
+has deleted the early segments."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from protocol.constants import ApiKey
+from protocol.requests import fetch_request
+from tests.support.kafka import broker_forgets, create_topic
+from tests.support.parts import S3Server
+from tests.support.tiering import settings, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.wireclient import WireClient
+
+
+def timed_fetch(address: str, topic: str, offset: int) -> tuple[float, dict[str, Any]]:
+    """One Fetch of partition 0 on its own connection: (seconds, the partition's answer)."""
+    body = fetch_request({topic: {0: offset}}, max_bytes=1 << 20)
+    with WireClient(address) as w:
+        start = time.perf_counter()
+        resp = w.request(ApiKey.FETCH, 12, body)
+    return time.perf_counter() - start, resp["responses"][0]["partitions"][0]
+
+
+def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic: str, n: int = 3000) -> None:
+    """A topic tiered to `s3://tier/p` whose broker has since deleted the early segments."""
+    s3.create_bucket("tier")
+    create_topic(kafka.bootstrap, topic, config={"segment.ms": "300"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, f"v{i}".encode() * 30)
+        if i % 500 == 0:
+            p.flush(10)
+            time.sleep(0.35)
+    p.flush(30)
+    storage = f"s3://tier/p?endpoint={s3.endpoint}&region={s3.region}"
+    assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=storage,
+                              tier_segment_bytes=16 * 1024)).segments > 1
+    broker_forgets(kafka.bootstrap, topic, interval=0.4)
