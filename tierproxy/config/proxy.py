@@ -1,0 +1,122 @@
+"""`ProxySettings`: everything `tierproxy serve` reads."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from tierproxy.config.common import CommonSettings
+from tierproxy.config.values import _has_uvloop, _hostport
+
+
+class ProxySettings(CommonSettings):
+    """Everything `tierproxy serve` reads. Field names are the dotted keys with '.' → '_'."""
+    listen: str = Field("127.0.0.1:9192", description="bootstrap listener HOST:PORT")
+    advertised_host: str | None = Field(None, description="host clients use to reach the proxy")
+    admin_listen: str | None = Field(None, description="admin HTTP listener HOST:PORT")
+    admin_token: SecretStr | None = Field(None, description="bearer token for the admin API (all but health)")
+    broker_port_base: int | None = Field(None, ge=1, le=65535,
+                                         description="proxy port of broker node 0 (default listen port + 1)")
+    broker_port_range: int = Field(100, ge=1, le=10000, description="how many node ids get a proxy port")
+    socket_request_max_bytes: int = Field(100 * 1024 * 1024, ge=1024, description="max frame size")
+    queued_max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024,
+                                          description="bytes held by requests being received, all connections "
+                                          "together (beyond 64 KiB each); reading pauses above it")
+    sasl_server_max_receive_size: int = Field(524288, ge=1024, description="max request size while a client "
+                                              "authenticates with SASL (after SaslHandshake, until done)")
+    max_connections: int = Field(10000, ge=1, description="client connections accepted at once")
+    connections_max_idle_ms: int = Field(600_000, ge=0, description="close client connections idle this long")
+    shutdown_drain_ms: int = Field(10_000, ge=0, description="how long SIGTERM waits for in-flight requests")
+    upstream_connect_timeout_ms: int = Field(10_000, ge=1)
+    buffer_high_water_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024,
+                                         description="pause the other side above this many buffered bytes")
+    max_in_flight_requests: int = Field(1000, ge=1, description="per connection, before reading pauses")
+    event_loop: str = Field(default_factory=lambda: "uvloop" if _has_uvloop() else "asyncio",
+                            description="uvloop (libuv: lower added latency; the default where installed, as in the "
+                            "image and tierproxy[uvloop]) or asyncio (the standard loop)")
+    ssl_certfile: Path | None = Field(None, description="TLS certificate chain for the client listener")
+    ssl_keyfile: Path | None = None
+    ssl_cafile: Path | None = Field(None, description="CA that client certificates must chain to (mTLS)")
+    upstream_ssl_enabled: bool = False
+    upstream_ssl_cafile: Path | None = None
+    upstream_ssl_certfile: Path | None = None
+    upstream_ssl_keyfile: Path | None = None
+    upstream_ssl_check_hostname: bool = True
+    remote_log_storage_system_enable: bool = Field(True, description="serve offsets below the broker's log start "
+                                                   "from the tier")
+    remote_fetch_max_wait_ms: int = Field(500, ge=1, description="purgatory wait for remote partitions (KIP-1018)")
+    remote_log_manager_fetch_max_bytes_per_second: int = Field(
+        -1, ge=-1, description="bytes served from the tier per second, whole process (KIP-956; -1: no limit)")
+    remote_fetch_client_max_bytes_per_second: int = Field(
+        -1, ge=-1, description="bytes served from the tier per second to one client id (-1: no limit)")
+    remote_list_offsets_request_timeout_ms: int = Field(30_000, ge=1, description="timestamp lookups in the tier "
+                                                        "(KIP-1075; a request's own timeout_ms, v10+, is shorter)")
+    remote_log_reader_threads: int = Field(10, ge=1, description="concurrent remote reads")
+    remote_log_reader_max_pending_tasks: int = Field(100, ge=0, description="queued remote reads before rejecting")
+    remote_fetch_chunk_bytes: int = Field(8 << 20, ge=64 * 1024, description="read-ahead chunk size (one S3 GET)")
+    remote_fetch_cache_bytes: int = Field(256 << 20, ge=0, description="chunk cache size")
+    remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")
+    remote_fetch_prefetch_max_chunks: int = Field(8, ge=0, description="how deep the read-ahead may grow while "
+                                                  "storage is slower than a sequential reader")
+    metadata_max_lag_records: int = Field(1000, ge=0, description="readyz fails while this replica's view of the "
+                                          "remote log metadata is further behind than this many records")
+    remote_log_index_file_cache_total_size_bytes: int = Field(64 << 20, ge=0, description="index cache size")
+
+    @field_validator("remote_log_manager_fetch_max_bytes_per_second", "remote_fetch_client_max_bytes_per_second")
+    @classmethod
+    def _rate(cls, v: int) -> int:
+        if v == 0:
+            raise ValueError("0 would serve nothing from the tier: use -1 for no limit, or a positive rate")
+        return v
+
+    @field_validator("event_loop")
+    @classmethod
+    def _check_loop(cls, v: str) -> str:
+        if v not in ("asyncio", "uvloop"):
+            raise ValueError("asyncio or uvloop")
+        if v == "uvloop":
+            try:
+                import uvloop  # noqa: F401
+            except ImportError:
+                raise ValueError("uvloop is not installed (pip install 'tierproxy[uvloop]')") from None
+        return v
+
+    @field_validator("listen", "admin_listen")
+    @classmethod
+    def _check_listen(cls, v: str | None) -> str | None:
+        if v is not None:
+            _hostport(v, "listen")
+        return v
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> ProxySettings:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl.certfile and ssl.keyfile go together")
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_cafile", "upstream_ssl_cafile", "upstream_ssl_certfile",
+                     "upstream_ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name.replace('_', '.')}: no such file {path}")
+        port = self.listen_address[1]
+        base = self.port_base
+        if port != 0 and base <= port < base + self.broker_port_range:
+            raise ValueError(f"listen port {port} falls inside the broker port range {base}..")
+        return self
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return _hostport(self.listen, "listen")
+
+    @property
+    def port_base(self) -> int:
+        return self.broker_port_base if self.broker_port_base is not None else self.listen_address[1] + 1
+
+    @property
+    def advertised(self) -> str:
+        if self.advertised_host:
+            return self.advertised_host
+        host = self.listen_address[0]
+        return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
+

@@ -1,0 +1,78 @@
+"""`TierSettings`: everything `tierproxy tier` (and `iceberg`) reads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from tierproxy.config.common import CommonSettings
+from tierproxy.config.values import SPARK_MASTER, check_writable_dir, parse_duration_ms
+
+
+class TierSettings(CommonSettings):
+    """Everything `tierproxy tier` reads (shares the cluster, storage and metadata keys with `serve`)."""
+
+    tier_topics: str = Field(r"^(?!__).*", description="regex of topics to tier (internal topics never)")
+    tier_topics_exclude: str = Field(r".*-repartition$", description="regex of topics never tiered (default: "
+                                     "Kafka Streams repartition topics, which Streams purges as it consumes)")
+    tier_retention_max_delete_fraction: float = Field(
+        0.5, gt=0, le=1, description="a pass refuses to delete more than this share of a partition's tiered bytes "
+        "by retention (of a partition of three or more segments), or of the whole tier's bytes by topic deletions, "
+        "at once, unless confirm.retention (--confirm-retention)")
+    confirm_retention: bool = Field(False, description="apply tier retention even where it deletes more than "
+                                    "tier.retention.max.delete.fraction at once (--confirm-retention)")
+    tier_segment_bytes: int = Field(16 << 20, ge=1024, description="target size of a remote segment")
+    tier_interval_ms: int = Field(30_000, ge=100, description="pause between tiering passes (--interval)")
+    tier_orphan_timeout_ms: int = Field(600_000, ge=0,
+                                        description="STARTED without FINISHED for this long = orphan")
+    tier_task_max_attempts: int = Field(3, ge=1, description="copy attempts per segment (each with a new id)")
+    tier_topic_delete_delay_ms: int = Field(
+        600_000, ge=0, description="a tiered topic leaves the tier only once the cluster has answered UNKNOWN_TOPIC_ID "
+        "for its id in passes at least this far apart (README 'What deletes history')")
+    spark_master: str = Field("local[*]", description="Spark master (local[*] by default)")
+
+    @field_validator("spark_master")
+    @classmethod
+    def _master(cls, v: str) -> str:
+        if not SPARK_MASTER.fullmatch(v.strip()):
+            raise ValueError(f"{v!r} is not a Spark master URL (local, local[N], local[*], local[N,F], "
+                             "spark://HOST:PORT, k8s://https://HOST:PORT, yarn)")
+        return v.strip()
+    iceberg_topics: str | None = Field(None, description="regex of topics in the table (default: tier.topics)")
+    iceberg_warehouse: str | None = Field(None, description="where data files go (default: iceberg/ under "
+                                          "storage)")
+    iceberg_isolation_level: str = Field("read_committed", pattern="^(read_committed|read_uncommitted)$",
+                                         description="read_committed: aborted transactions never become rows")
+    iceberg_retention: str = Field("follow", pattern="^(follow|keep)$",
+                                   description="follow: rows leave the table when the tier deletes or purges them; "
+                                   "keep: the table keeps them")
+    iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="data files no snapshot references are "
+                                           "deleted once this old (a killed pass's)")
+    tier_state_dir: Path = Field(Path("tierproxy-data/state"), validate_default=True,
+                                 description="run summaries (gaps, last run)")
+
+    @field_validator("tier_state_dir")
+    @classmethod
+    def _check_state_dir(cls, v: Path) -> Path:
+        return check_writable_dir(v)
+
+    @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", "iceberg_orphan_min_age_ms",
+                     "tier_topic_delete_delay_ms", mode="before")
+    @classmethod
+    def _durations(cls, v: Any) -> int:
+        return parse_duration_ms(v)
+
+    @field_validator("tier_topics", "tier_topics_exclude", "iceberg_topics")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return v
+

@@ -1,0 +1,113 @@
+"""Value parsers and checks the settings share: HOST:PORT, file URIs, writable directories, durations, Spark
+masters, and hiding secrets in what is shown."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+SPARK_MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|"
+                          r"spark://[^\s/]+(,[^\s/]+)*|k8s://\S+|yarn|mesos://\S+")
+
+
+def _hostport(value: str, key: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{key} must be HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _has_uvloop() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
+
+
+def file_uri(value: str) -> str:
+    """`file:///abs`, `file://./rel`, `file:rel`, `file:/abs` or a plain path → `file:///absolute` (a relative path
+    is relative to the working directory); anything else (s3://, topic:) unchanged."""
+    v = value.strip()
+    if v.startswith("file://./") or v.startswith("file://../"):
+        path = v[len("file://"):]
+    elif v.startswith("file:") and not v.startswith("file://"):
+        path = v[len("file:"):]
+    elif v.startswith("file://"):
+        if not v.startswith("file:///"):
+            raise ValueError(f"{v!r}: file://HOST/... names a host; use file:///absolute/path or file:relative/path")
+        return v
+    elif "://" not in v and not v.startswith("topic:") and v not in ("topic",):
+        path = v
+    else:
+        return v
+    if not path:
+        raise ValueError("a file URI needs a path")
+    return "file://" + str(Path(path).expanduser().absolute())
+
+
+def check_writable_dir(path: Path) -> Path:
+    """`path` (absolute, or relative to the working directory) is a directory tierproxy can write, or can be
+    created: its nearest existing ancestor is a writable directory and not `/` (nothing is ever created at the
+    filesystem root). Raises ValueError with the path and the reason."""
+    p = path.expanduser().absolute()
+    try:
+        return _writable_dir(p)
+    except PermissionError as exc:  # a parent this user cannot enter
+        raise ValueError(f"{p}: cannot be reached by this user (uid {os.getuid()}): {exc.strerror}") from None
+
+
+def _writable_dir(p: Path) -> Path:
+    if p.exists():
+        if not p.is_dir():
+            raise ValueError(f"{p}: a file is in the way (not a directory)")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ValueError(f"{p}: not writable by this user (uid {os.getuid()})")
+        return p
+    ancestor = p.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{p}: {ancestor} is a file, not a directory")
+    if ancestor == Path(ancestor.anchor):
+        raise ValueError(f"{p}: its parent {p.parent} does not exist (nothing is created at {ancestor})")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{p}: cannot be created, {ancestor} is not writable by this user (uid {os.getuid()})")
+    return p
+
+
+URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):[^@\s/]*@")
+SECRET_KEYS = ("password", "secret", "token", "credential")
+
+
+def hide_url_passwords(text: str) -> str:
+    """Every `scheme://user:password@` in `text` with its password as ***."""
+    return URL_PASSWORD.sub(r"\g<head>:***@", text)
+
+
+def _hidden(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if any(s in key for s in SECRET_KEYS):
+        return "***"
+    if isinstance(value, str):
+        return hide_url_passwords(value)
+    if isinstance(value, dict):
+        return {k: _hidden(str(k), v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hidden(key, v) for v in value]
+    return value
+
+
+def parse_duration_ms(value: str | int) -> int:
+    """'30s', '5m', '1h', '250ms' or a number of milliseconds."""
+    if isinstance(value, int):
+        return value
+    v = value.strip().lower()
+    for suffix, factor in (("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000)):
+        if v.endswith(suffix) and v[: -len(suffix)].replace(".", "", 1).isdigit():
+            return int(float(v[: -len(suffix)]) * factor)
+    if v.isdigit():
+        return int(v)
+    raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 5m, 250ms)")
+
