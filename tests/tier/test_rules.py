@@ -19,6 +19,7 @@ from tierproxy.tier.rules import (
     tier_start,
     tiering_lag,
     topic_deletions_due,
+    topic_setting,
 )
 
 # requested, the broker's low watermark, the tier's first served offset → answer, log start to record
@@ -153,3 +154,10 @@ def test_served_segments_and_tier_start() -> None:
     segs = [seg(t, 0, 99), seg(t, 100, 199), seg(t, 200, 299)]
     assert served_segments(segs, 150) == segs[1:] and tier_start(served_segments(segs, 150), 150) == 150
     assert tier_start(served_segments(segs, 0), 0) == 0 and tier_start(served_segments(segs, 300), 300) is None
+
+
+def test_a_topic_setting_is_the_topics_override_else_the_global_value() -> None:
+    overrides = {"audit": {"retention.ms": 86_400_000, "segment.bytes": 1 << 20}}
+    assert topic_setting(overrides, "audit", "retention.ms", -1) == 86_400_000
+    assert topic_setting(overrides, "audit", "retention.bytes", -1) == -1  # not overridden: the global value
+    assert topic_setting(overrides, "orders", "segment.bytes", 128 << 20) == 128 << 20

@@ -10,7 +10,7 @@ from typing import Any
 from tierproxy.admin.models import PartitionStatus, RemoteFetchStatus, TopicSummary
 from tierproxy.proxy.server import Proxy
 from tierproxy.tier.model import uuid_str
-from tierproxy.tier.rules import lost_range, tiering_lag
+from tierproxy.tier.rules import lost_range, tiering_lag, topic_setting
 
 log = logging.getLogger("tierproxy.admin")
 
@@ -23,7 +23,9 @@ def topic_summary(proxy: Proxy, name: str, t: dict[str, Any]) -> TopicSummary:
             finished = list(pc.finished())
             segs += len(finished)
             nbytes += sum(m.segment_size_in_bytes for m in finished)
-    ms, max_bytes = proxy.settings.tier_retention(name)
+    s = proxy.settings
+    ms = topic_setting(s.tier_topic_overrides, name, "retention.ms", s.tier_retention_ms)
+    max_bytes = topic_setting(s.tier_topic_overrides, name, "retention.bytes", s.tier_retention_bytes)
     return TopicSummary(topic=name, topic_id=uuid_str(t["topic_id"]), partitions=len(t["partitions"]),
                         tiered_segments=segs, tiered_bytes=nbytes, tier_retention_ms=ms,
                         tier_retention_bytes=max_bytes)

@@ -76,12 +76,6 @@ class CommonSettings(BaseModel):
                                      f"{'>= 1024' if key == 'segment.bytes' else '>= -1'}")
         return v
 
-    def tier_retention(self, topic: str) -> tuple[int, int]:
-        """The tier's (retention.ms, retention.bytes) for `topic`: its override, else the global setting."""
-        over = self.tier_topic_overrides.get(topic, {})
-        return (int(over.get("retention.ms", self.tier_retention_ms)),
-                int(over.get("retention.bytes", self.tier_retention_bytes)))
-
     @field_validator("command_config")
     @classmethod
     def _check_command_config(cls, v: Path | None) -> Path | None:

@@ -22,7 +22,7 @@ still holds any of it: the next tiering pass fills it. A reader never skips what
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tierproxy.tier.model import RemoteLogSegmentMetadata
@@ -108,6 +108,12 @@ def topic_deletions_due(gone: set[bytes], sightings: dict[bytes, int], now_ms: i
     sighting (the delay starts again). → (ids to delete, the sightings to keep)."""
     kept = {i: sightings.get(i, now_ms) for i in gone}
     return {i for i, first in kept.items() if now_ms - first >= delay_ms}, kept
+
+
+def topic_setting(overrides: Mapping[str, Mapping[str, int]], topic: str, key: str, default: int) -> int:
+    """One of the tier's per-topic settings (`tier.topic.overrides`: retention.ms, retention.bytes,
+    segment.bytes): the topic's own value, else the global one — as a Kafka topic config overrides the broker's."""
+    return int(overrides.get(topic, {}).get(key, default))
 
 
 def served_segments(finished: Iterable[RemoteLogSegmentMetadata], log_start: int) -> list[RemoteLogSegmentMetadata]:

@@ -38,7 +38,7 @@ from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.tier.rules import tiering_lag, topic_deletions_due
+from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
 from tierproxy.tiering import housekeeping
 from tierproxy.tiering.cluster import ClusterView, deleted_topic_ids, describe_cluster, list_offsets, topic_configs
 from tierproxy.tiering.copy import copy_task
@@ -174,7 +174,7 @@ class TieringJob:
                 continue
             pc = self.rlmm.cache.get(p.topic_id, p.partition)
             tiered_end = pc.latest_tiered_offset() if pc else -1
-            seg_bytes = s.tier_topic_overrides.get(p.topic, {}).get("segment.bytes", s.tier_segment_bytes)
+            seg_bytes = topic_setting(s.tier_topic_overrides, p.topic, "segment.bytes", s.tier_segment_bytes)
             try:
                 rs, gaps = plan_partition(view, p, o, tiered_end, seg_bytes, pc.holes() if pc else [],
                                           pc.log_start_offset if pc else 0)
@@ -189,7 +189,9 @@ class TieringJob:
         self._copy(ranges, summary)
 
         # the tier's own retention, never the broker topic's (that is the local retention: tier.rules)
-        retention = {t: s.tier_retention(t) for t in topics}
+        retention = {t: (topic_setting(s.tier_topic_overrides, t, "retention.ms", s.tier_retention_ms),
+                         topic_setting(s.tier_topic_overrides, t, "retention.bytes", s.tier_retention_bytes))
+                     for t in topics}
         view = self._view or view  # leaders may have moved during the copies
         current = {(p.topic_id, p.partition): p for p in view.partitions}
         parts = [current.get((p.topic_id, p.partition), p) for p in parts]
