@@ -6,8 +6,11 @@ import argparse
 import logging
 import ssl
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tierproxy.config import TierSettings
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -48,22 +51,28 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tier(args: argparse.Namespace) -> int:
+def _job_settings(args: argparse.Namespace, cli: dict[str, Any]) -> tuple[TierSettings, dict[str, str]] | int:
+    """A Spark job's settings and its extra Spark configuration; exit 2 with one line when they are wrong."""
     from tierproxy.config import ConfigError, TierSettings, load_settings
 
-    cli = {"bootstrap_servers": args.bootstrap_server, "storage": args.storage, "metadata": args.metadata,
-           "tier_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval,
-           "command_config": args.command_config, "confirm_retention": True if args.confirm_retention else None}
     try:
         settings = load_settings(TierSettings, config_file=args.config, cli=cli)
         spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
     except (ConfigError, ValueError) as exc:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
-    from tierproxy.identity.sasl import AuthenticationFailed
+    return settings, spark_conf
+
+
+def _tier(args: argparse.Namespace) -> int:
+    cli = {"bootstrap_servers": args.bootstrap_server, "storage": args.storage, "metadata": args.metadata,
+           "tier_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval,
+           "command_config": args.command_config, "confirm_retention": True if args.confirm_retention else None}
+    loaded = _job_settings(args, cli)
+    if isinstance(loaded, int):
+        return loaded
+    settings, spark_conf = loaded
     from tierproxy.signals import stop_on_sigterm
-    from tierproxy.tier.ownership import WrongCluster
-    from tierproxy.tier.rlmm import WriterFenced
     from tierproxy.tiering.job import run_loop
 
     if (rc := _check_storage(settings.storage, unreachable_is_fatal=True)) is not None:
@@ -88,69 +97,72 @@ def _tier(args: argparse.Namespace) -> int:
                     "the Iceberg step failed (%d so far); the tier loop goes on and the next pass retries: %s: %s",
                     failures[0], type(exc).__name__, exc)
                 print(f"ICEBERG STEP FAILED ({failures[0]} so far): {type(exc).__name__}: {exc}", flush=True)
-    try:
+    def work() -> int:
         summaries = run_loop(settings, once=args.once, spark_conf=spark_conf, progress=not args.no_progress,
                              after_pass=after_pass)
+        return summaries[-1].exit_code if summaries else 0
+
+    return _run_job("tier", settings, work)
+
+
+def _run_job(name: str, settings: TierSettings, work: Callable[[], int]) -> int:
+    """Run a job's work; a signal is exit 130, a known failure one line and its code (`_job_error`)."""
+    try:
+        return work()
     except KeyboardInterrupt:
-        print("tierproxy: tier stopped by a signal", file=sys.stderr)
+        print(f"tierproxy: {name} stopped by a signal", file=sys.stderr)
         return 130
-    except AuthenticationFailed as exc:  # (an OSError too: before the unreachable case)
-        print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
-        return 3
-    except (OSError, TimeoutError) as exc:
-        if isinstance(exc, ssl.SSLError):
-            print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
-                  file=sys.stderr)
-            return 3
-        print(f"tierproxy: the brokers at {settings.own_bootstrap} cannot be reached: {exc}", file=sys.stderr)
-        return 6
-    except WriterFenced as exc:
-        print(f"tierproxy: stopped: {exc}", file=sys.stderr)
-        return 4
-    except WrongCluster as exc:
-        print(f"tierproxy: {exc}", file=sys.stderr)
-        return 2
     except Exception as exc:
-        if (rc := _iceberg_error(exc)) is not None:
+        if (rc := _job_error(exc, settings)) is not None:
             return rc
         raise
-    return summaries[-1].exit_code if summaries else 0
 
 
-def _iceberg_error(exc: BaseException) -> int | None:
-    """The Iceberg step's errors as one line: 7 for the catalog (unreachable, refusing, no namespace, a table
-    that is not ours), 8 for a segment whose bytes cannot become rows. None: not one of them."""
+def _job_error(exc: Exception, settings: TierSettings) -> int | None:
+    """A Spark job's (`tier`, `iceberg`) failures as one line and an exit code: 3 authentication or TLS refused,
+    4 fenced by a newer writer, 2 another cluster's tier, 7 the Iceberg catalog (unreachable, refusing, no
+    namespace, a table that is not ours), 8 a segment whose bytes cannot become rows, 6 brokers unreachable.
+    None: not one of them."""
     from tierproxy.iceberg.catalog import CatalogError
     from tierproxy.iceberg.run import SegmentDataError
+    from tierproxy.identity.sasl import AuthenticationFailed
+    from tierproxy.tier.ownership import WrongCluster
+    from tierproxy.tier.rlmm import WriterFenced
 
-    if isinstance(exc, CatalogError):
-        print(f"tierproxy: iceberg: {exc}", file=sys.stderr)
-        return 7
-    if isinstance(exc, SegmentDataError):
-        print(f"tierproxy: iceberg: {exc}", file=sys.stderr)
-        return 8
+    if isinstance(exc, AuthenticationFailed):  # (an OSError too: before the unreachable case)
+        print(f"tierproxy: authentication failed: {exc}", file=sys.stderr)
+        return 3
+    if isinstance(exc, ssl.SSLError):
+        print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
+              file=sys.stderr)
+        return 3
+    kinds: list[tuple[type[Exception], str, int]] = [
+        (WriterFenced, "stopped: ", 4), (WrongCluster, "", 2), (CatalogError, "iceberg: ", 7),
+        (SegmentDataError, "iceberg: ", 8)]
+    for kind, prefix, code in kinds:
+        if isinstance(exc, kind):
+            print(f"tierproxy: {prefix}{exc}", file=sys.stderr)
+            return code
+    if isinstance(exc, (OSError, TimeoutError)):
+        print(f"tierproxy: the brokers at {settings.own_bootstrap} cannot be reached: {exc}", file=sys.stderr)
+        return 6
     return None
 
 
 def _iceberg(args: argparse.Namespace) -> int:
     import json
 
-    from tierproxy.config import ConfigError, TierSettings, load_settings
-
     cli = {"bootstrap_servers": args.bootstrap_server, "storage": args.storage, "metadata": args.metadata,
            "iceberg_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval,
            "command_config": args.command_config, "iceberg_catalog": args.catalog, "iceberg_table": args.table,
            "iceberg_isolation_level": args.isolation, "iceberg_retention": args.retention}
-    try:
-        settings = load_settings(TierSettings, config_file=args.config, cli=cli)
-        spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
-    except (ConfigError, ValueError) as exc:
-        print(f"tierproxy: config error: {exc}", file=sys.stderr)
-        return 2
+    loaded = _job_settings(args, cli)
+    if isinstance(loaded, int):
+        return loaded
+    settings, spark_conf = loaded
     from tierproxy.iceberg import run
-    from tierproxy.tier.ownership import WrongCluster
 
-    try:
+    def work() -> int:
         if args.action == "metadata-location":
             print(run.metadata_location(settings))
             return 0
@@ -182,20 +194,9 @@ def _iceberg(args: argparse.Namespace) -> int:
         finally:
             if spark:
                 spark[0].stop()
-    except KeyboardInterrupt:
-        print("tierproxy: iceberg stopped by a signal", file=sys.stderr)
-        return 130
-    except WrongCluster as exc:
-        print(f"tierproxy: {exc}", file=sys.stderr)
-        return 2
-    except (OSError, TimeoutError) as exc:
-        print(f"tierproxy: the brokers at {settings.own_bootstrap} cannot be reached: {exc}", file=sys.stderr)
-        return 6
-    except Exception as exc:
-        if (rc := _iceberg_error(exc)) is not None:
-            return rc
-        raise
-    return 0
+        return 0
+
+    return _run_job("iceberg", settings, work)
 
 
 def _port_problem(address: str) -> str | None:
@@ -212,12 +213,21 @@ def _port_problem(address: str) -> str | None:
     return None
 
 
+def _failure_of(probe: Callable[[], Coroutine[Any, Any, None]]) -> Exception | None:
+    """Run a start-up check on its own event loop; what it raised, if anything."""
+    import asyncio
+
+    try:
+        asyncio.run(probe())
+    except Exception as exc:
+        return exc
+    return None
+
+
 def _check_owner(settings: Any) -> int | None:
     """Exit 2 when the tier belongs to another cluster than the brokers' (`tier.ownership`), asked on the proxy's
     own connections (its identity and TLS). Brokers that cannot be asked yet are let through with a warning: the
     proxy relays the tail meanwhile, and its remote tier checks again before it serves anything."""
-    import asyncio
-
     from tierproxy.remote.leaders import OwnLeaders
     from tierproxy.tier.ownership import WrongCluster, check_cluster
     from tierproxy.tier.rsm import RemoteStorageManager
@@ -230,22 +240,19 @@ def _check_owner(settings: Any) -> int | None:
             await rsm.close()
             await leaders.close()
 
-    try:
-        asyncio.run(check())
-    except WrongCluster as exc:
-        print(f"tierproxy: {exc}", file=sys.stderr)
+    failure = _failure_of(check)
+    if isinstance(failure, WrongCluster):
+        print(f"tierproxy: {failure}", file=sys.stderr)
         return 2
-    except Exception as exc:  # any other reason: checked again by the remote tier before it serves
+    if failure is not None:  # any other reason: checked again by the remote tier before it serves
         logging.getLogger("tierproxy").warning("which cluster the tier belongs to was not checked yet: %s: %s",
-                                               type(exc).__name__, exc)
+                                               type(failure).__name__, failure)
     return None
 
 
 def _check_storage(uri: str, *, unreachable_is_fatal: bool) -> int | None:
     """Exit 2 when the storage refuses this configuration (no such bucket, credentials refused, not writable);
     an unreachable store is exit 6 for `tier` and a warning for `serve` (it relays the tail meanwhile)."""
-    import asyncio
-
     from tierproxy.tier.storage import StorageRefused, StorageUnavailable, open_store
 
     async def probe() -> None:
@@ -255,20 +262,19 @@ def _check_storage(uri: str, *, unreachable_is_fatal: bool) -> int | None:
         finally:
             await store.close()
 
-    try:
-        asyncio.run(probe())
-    except StorageRefused as exc:
-        print(f"tierproxy: config error: storage: {uri}: {exc}", file=sys.stderr)
-        return 2
-    except StorageUnavailable as exc:
+    failure = _failure_of(probe)
+    if failure is None:
+        return None
+    if isinstance(failure, StorageUnavailable) and not isinstance(failure, StorageRefused):
         if unreachable_is_fatal:
-            print(f"tierproxy: storage {uri} cannot be reached: {exc}", file=sys.stderr)
+            print(f"tierproxy: storage {uri} cannot be reached: {failure}", file=sys.stderr)
             return 6
-        logging.getLogger("tierproxy").warning("storage %s cannot be reached yet: %s", uri, exc)
-    except (OSError, ValueError) as exc:
-        print(f"tierproxy: config error: storage: {uri}: {exc}", file=sys.stderr)
+        logging.getLogger("tierproxy").warning("storage %s cannot be reached yet: %s", uri, failure)
+        return None
+    if isinstance(failure, (StorageRefused, OSError, ValueError)):
+        print(f"tierproxy: config error: storage: {uri}: {failure}", file=sys.stderr)
         return 2
-    return None
+    raise failure
 
 
 def _spark_job_args(job: argparse.ArgumentParser) -> None:

@@ -59,6 +59,22 @@ class S3Server:
         os.environ.update({"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key})
 
 
+def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, part: str, timeout: float) -> None:
+    """Until `url` answers HTTP (any status: an error status is an answer); the part fails with the tail of its log
+    if its process ends or `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                unavailable(part, log.read_text(errors="replace")[-3000:])
+            time.sleep(0.1)
+
+
 @contextmanager
 def moto_server(workdir: Path) -> Iterator[S3Server]:
     """A moto S3 server in a subprocess on a free loopback port (a subprocess so tests can stop it)."""
@@ -69,15 +85,7 @@ def moto_server(workdir: Path) -> Iterator[S3Server]:
                                 stdout=out, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(endpoint + "/moto-api/", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    unavailable("moto S3 server", log.read_text(errors="replace")[-2000:])
-                time.sleep(0.1)
+        wait_http(endpoint + "/moto-api/", proc, log, "moto S3 server", 30)
         yield S3Server(endpoint, proc, log)
     finally:
         proc.terminate()
@@ -139,18 +147,8 @@ def seaweedfs_server(workdir: Path) -> Iterator[S3Server]:
              f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     endpoint = f"http://127.0.0.1:{s3}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:  # an unsigned request is refused once the gateway serves (403), which is what we wait for
-                urllib.request.urlopen(endpoint + "/", timeout=1).close()
-                break
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    unavailable("SeaweedFS S3 server", log.read_text(errors="replace")[-3000:])
-                time.sleep(0.2)
+    try:  # an unsigned request is refused once the gateway serves (403), which is what we wait for
+        wait_http(endpoint + "/", proc, log, "SeaweedFS S3 server", 60)
         yield S3Server(endpoint, proc, log)
     finally:
         proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
