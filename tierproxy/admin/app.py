@@ -25,6 +25,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from prometheus_client import generate_latest
 
+from protocol.messages import MetadataResponseTopic
 from tierproxy.admin import ui
 from tierproxy.admin.guard import COOKIE, MAX_BODY_BYTES, BoundedBodies, session_value
 from tierproxy.admin.metrics import REGISTRY, ProxyCollector
@@ -92,7 +93,7 @@ def create_app(proxy: Proxy) -> FastAPI:
         """Prometheus text format."""
         return PlainTextResponse(generate_latest(REGISTRY).decode(), media_type="text/plain; version=0.0.4")
 
-    async def cluster() -> dict[str, Any]:
+    async def cluster() -> dict[str, MetadataResponseTopic]:
         try:
             return await asyncio.wait_for(proxy.cluster_topics(), 10)
         except Exception as exc:
@@ -102,8 +103,8 @@ def create_app(proxy: Proxy) -> FastAPI:
     async def topics() -> list[TopicSummary]:
         return [topic_summary(proxy, name, t) for name, t in sorted((await cluster()).items())]
 
-    async def topic_or_404(topic: str) -> dict[str, Any]:
-        t: dict[str, Any] | None = (await cluster()).get(topic)
+    async def topic_or_404(topic: str) -> MetadataResponseTopic:
+        t = (await cluster()).get(topic)
         if t is None:
             raise HTTPException(404, f"unknown topic {topic!r}")
         return t

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import Any
 
+from protocol.messages import MetadataResponseTopic, MetadataResponseTopicPartition
 from tierproxy.admin.models import PartitionStatus, RemoteFetchStatus, TopicSummary
 from tierproxy.proxy.server import Proxy
 from tierproxy.tier.model import uuid_str
@@ -15,7 +16,7 @@ from tierproxy.tier.rules import lost_range, tiering_lag, topic_setting
 log = logging.getLogger("tierproxy.admin")
 
 
-def topic_summary(proxy: Proxy, name: str, t: dict[str, Any]) -> TopicSummary:
+def topic_summary(proxy: Proxy, name: str, t: MetadataResponseTopic) -> TopicSummary:
     segs = nbytes = 0
     for p in t["partitions"]:
         pc = proxy.remote.partition_by_id(t["topic_id"], p["partition_index"]) if proxy.remote else None
@@ -47,7 +48,8 @@ def remote_status(proxy: Proxy) -> RemoteFetchStatus:
                              bytes_total=sum(stats.bytes.values()), errors_total=sum(stats.errors.values()))
 
 
-async def partition_status(proxy: Proxy, topic: str, topic_id: bytes, p: dict[str, Any]) -> PartitionStatus:
+async def partition_status(proxy: Proxy, topic: str, topic_id: bytes, p: MetadataResponseTopicPartition
+                           ) -> PartitionStatus:
     n = p["partition_index"]
     pc = proxy.remote.partition_by_id(topic_id, n) if proxy.remote else None
     finished = list(pc.finished()) if pc else []

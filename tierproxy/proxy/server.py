@@ -12,9 +12,10 @@ import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, cast
 
 from protocol.constants import ApiKey
+from protocol.messages import MetadataResponse, MetadataResponseTopic
 from tierproxy import tls
 from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
@@ -131,18 +132,18 @@ class Proxy:
             if last is not None:
                 raise last
 
-    async def cluster_topics(self) -> dict[str, dict[str, Any]]:
+    async def cluster_topics(self) -> dict[str, MetadataResponseTopic]:
         """Every topic's id and partitions (with leaders), from the first bootstrap server that answers."""
         last: BaseException = OSError("no bootstrap servers")
         for host, port in self.settings.own_bootstrap_list:
             client = AsyncWireClient(host, port, ssl_context=self._own_ssl, identity=self.settings.identity,
                                      timeout=self.settings.upstream_connect_timeout_ms / 1000)
             try:
-                md = await client.request(ApiKey.METADATA, METADATA_VERSION, {"topics": None,
-                                                                              "allow_auto_topic_creation": False})
+                md = cast(MetadataResponse, await client.request(
+                    ApiKey.METADATA, METADATA_VERSION, {"topics": None, "allow_auto_topic_creation": False}))
                 if not self.settings.own_listener_apart:
                     self.brokers.learn((b["node_id"], b["host"], b["port"]) for b in md["brokers"])
-                return {t["name"]: t for t in md["topics"] if t["error_code"] == 0}
+                return {t["name"]: t for t in md["topics"] if t["error_code"] == 0 and t["name"] is not None}
             except (OSError, TimeoutError, ConnectionError) as exc:
                 last = exc
             finally:
