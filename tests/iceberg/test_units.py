@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch, iter_batches
-from tierproxy.iceberg.files import TransactionTracker
+from tierproxy.iceberg.files import SliceWritten, TransactionTracker
 from tierproxy.iceberg.ledger import Ledger, ledger_of
 from tierproxy.iceberg.schema import iceberg_schema, same_columns
 from tierproxy.iceberg.sync import held_back_from
 
 
-def _slice(opens: dict[int, int], closes: list[int]) -> dict[str, Any]:
-    return {"opens": opens, "closes": closes}
+def _slice(opens: dict[Any, int], closes: list[int]) -> SliceWritten:
+    return SliceWritten(None, opens=opens, closes=closes)
 
 
 @pytest.mark.parametrize(("slices", "held"), [
@@ -30,7 +30,7 @@ def _slice(opens: dict[int, int], closes: list[int]) -> dict[str, Any]:
     ([_slice({7: 10}, []), _slice({8: 30}, [7]), _slice({}, [8])], None),
     ([_slice({"7": 10}, []), _slice({}, [7])], None),  # producer ids as JSON keys (strings) from the executors
 ])
-def test_held_back_from(slices: list[dict[str, Any]], held: int | None) -> None:
+def test_held_back_from(slices: list[SliceWritten], held: int | None) -> None:
     assert held_back_from(slices) == held
 
 
@@ -90,14 +90,14 @@ def test_the_slices_of_a_segment_are_accepted_in_byte_order() -> None:
 
     from tierproxy.iceberg.sync import IcebergSummary, IcebergSync
 
-    def result(byte: int, opens: dict[int, int], closes: list[int]) -> dict[str, Any]:
-        return {"topic": "t", "partition": 0, "topic_id": "id", "segment": "seg", "start": 0, "segment_end": 99,
-                "byte_start": byte, "path": f"data/00000000000000000000-seg-{byte}-pass.parquet", "rows": 1,
-                "opens": opens, "closes": closes}
+    def result(byte: int, opens: dict[int, int], closes: list[int]) -> SliceWritten:
+        return SliceWritten(f"data/00000000000000000000-seg-{byte}-pass.parquet", rows=1, topic="t", partition=0,
+                            topic_id="id", segment="seg", start=0, segment_end=99, byte_start=byte, opens=opens,
+                            closes=closes)
 
     results = [result(b, o, c) for b, o, c in ((100_000, {}, [7]), (0, {}, []), (3_000_000, {}, []),
                                                 (20_000, {7: 40}, []))]
-    assert sorted(r["path"] for r in results)[0].endswith("-0-pass.parquet")  # "-0-", "-100000-", "-20000-", ...
+    assert sorted(str(r.path) for r in results)[0].endswith("-0-pass.parquet")  # "-0-", "-100000-", "-20000-", ...
     sync = IcebergSync(SimpleNamespace(read_committed=True), spark=None)  # type: ignore[arg-type]
     new = Ledger()
     paths, _, rejected = sync._accept(results, new, IcebergSummary("p"), {("t", 0): None})

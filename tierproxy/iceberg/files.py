@@ -12,6 +12,7 @@ hold back segments whose transactions' outcomes are not tiered yet.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -109,8 +110,30 @@ def table_batches(batches: Iterator[RecordBatch], s: Slice, read_committed: bool
         yield flush()
 
 
+@dataclass(frozen=True)
+class SliceWritten:
+    """What an executor answers for one slice: its file (None: no visible row) and what the driver checks before
+    committing it (the transactions the slice saw open and close, where the slice lies), or the error."""
+
+    path: str | None
+    rows: int = 0
+    topic: str = ""
+    partition: int = -1
+    topic_id: str = ""  # uuid string, as the ledger keys it
+    segment: str = ""  # the segment's id (uuid string)
+    start: int = 0  # [start, end): the slice's offsets
+    end: int = 0
+    segment_end: int = -1
+    byte_start: int = 0  # where the slice starts in its segment (its slices commit in byte order)
+    opens: dict[int, int] = field(default_factory=dict)  # producer id → first offset of a transaction still open
+    closes: list[int] = field(default_factory=list)  # producer ids whose transaction marker the slice holds
+    error: str | None = None
+    peak_rss_kb: int = 0
+    rss_before_kb: int = 0
+
+
 def write_slice(storage: str, table_location: str, io_properties: dict[str, str], s: Slice, read_committed: bool,
-                pass_id: str, target: Any) -> dict[str, Any]:
+                pass_id: str, target: Any) -> SliceWritten:
     """Run on an executor: the slice's rows → one Parquet file in `target` (the table's Arrow schema, its field
     ids included), none when no row is visible. Returns what the driver commits and checks."""
     import pyarrow.parquet as pq
@@ -140,13 +163,11 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     if error is not None:
         if writer is not None:
             io.delete(path)
-        return {"error": error, "path": None}
-    return {"path": path if rows else None, "rows": rows, "topic": s.topic, "partition": s.partition,
-            "segment": uuid_str(s.segment.segment_id.id), "topic_id": uuid_str(s.segment.segment_id.tp.topic_id),
-            "start": s.start, "end": s.end, "segment_end": s.segment.end_offset, "opens": tracker.opens,
-            "byte_start": s.byte_range[0] if s.byte_range else 0,
-            "closes": sorted(tracker.closes), "error": None, "peak_rss_kb": _peak_rss_kb(),
-            "rss_before_kb": rss_before}
+        return SliceWritten(None, error=error)
+    return SliceWritten(path if rows else None, rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
+                        uuid_str(s.segment.segment_id.id), s.start, s.end, s.segment.end_offset,
+                        s.byte_range[0] if s.byte_range else 0, dict(tracker.opens), sorted(tracker.closes),
+                        None, _peak_rss_kb(), rss_before)
 
 
 def _peak_rss_kb() -> int:

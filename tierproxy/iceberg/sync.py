@@ -23,11 +23,12 @@ import os
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, open_table
-from tierproxy.iceberg.files import write_slice
+from tierproxy.iceberg.files import SliceWritten, write_slice
 from tierproxy.iceberg.ledger import LEDGER, WRITER, Ledger, current_ledger
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
@@ -125,15 +126,15 @@ def _pause_point(name: str) -> None:
         time.sleep(3600)
 
 
-def held_back_from(results: list[dict[str, Any]]) -> int | None:
+def held_back_from(results: Sequence[SliceWritten]) -> int | None:
     """The first offset of the earliest transaction still open after a partition's slices (in offset order): its
     outcome is not tiered, so nothing from there on may become rows yet. None: every outcome is known."""
     state: dict[int, int] = {}
     for r in results:
-        closes = set(r["closes"])
+        closes = set(r.closes)
         for pid in closes:
             state.pop(pid, None)
-        for pid, first in r["opens"].items():
+        for pid, first in r.opens.items():
             if int(pid) in closes or int(pid) not in state:
                 state[int(pid)] = int(first)
     return min(state.values()) if state else None
@@ -179,8 +180,8 @@ class IcebergSync:
                                                                      pp.live.log_start if pp.live else None)
                  for pp in planner.plans}
         paths, segments, rejected = self._accept(results, new, summary, stops)
-        summary.executor_peak_rss_mb = max((r.get("peak_rss_kb", 0) for r in results), default=0) / 1024
-        summary.executor_base_rss_mb = min((r.get("rss_before_kb", 0) for r in results), default=0) / 1024
+        summary.executor_peak_rss_mb = max((r.peak_rss_kb for r in results), default=0) / 1024
+        summary.executor_base_rss_mb = min((r.rss_before_kb for r in results), default=0) / 1024
         deletes = [] if o.keep else self._follow(planner, ledger, new)
         for pp in planner.plans:
             new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)
@@ -229,7 +230,7 @@ class IcebergSync:
         return table.refresh()
 
     # --- write --------------------------------------------------------------------------------------------------
-    def _write(self, table: Any, slices: list[Slice], pass_id: str) -> list[dict[str, Any]]:
+    def _write(self, table: Any, slices: list[Slice], pass_id: str) -> list[SliceWritten]:
         if not slices:
             return []
         from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -238,44 +239,44 @@ class IcebergSync:
                                read_committed=self.o.read_committed, pass_id=pass_id,
                                target=schema_to_pyarrow(table.schema()))
         sc = self._spark().sparkContext
-        out: list[dict[str, Any]] = sc.parallelize(slices, len(slices)).map(fn).collect()
-        errors = [r["error"] for r in out if r.get("error")]
+        out: list[SliceWritten] = sc.parallelize(slices, len(slices)).map(fn).collect()
+        errors = [r.error for r in out if r.error]
         if errors:
-            self._delete_files(table, [r["path"] for r in out if r.get("path")])
+            self._delete_files(table, [r.path for r in out if r.path])
             raise SegmentDataError(f"{errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
         return out
 
-    def _accept(self, results: list[dict[str, Any]], new: Ledger, summary: IcebergSummary,
+    def _accept(self, results: list[SliceWritten], new: Ledger, summary: IcebergSummary,
                 stops: dict[tuple[str, int], int | None]) -> tuple[list[str], list[str], list[str]]:
         """Files to commit, their segments, and files held back (an undecided transaction, or above an open hole
         in `stops`); advances `new.ends`."""
-        by_partition: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        by_partition: dict[tuple[str, int], list[SliceWritten]] = defaultdict(list)
         for r in results:
-            by_partition[(r["topic"], r["partition"])].append(r)
+            by_partition[(r.topic, r.partition)].append(r)
         paths: list[str] = []
         segments: list[str] = []
         rejected: list[str] = []
         for (topic, partition), rs in by_partition.items():
-            rs.sort(key=lambda r: (r["start"], r["byte_start"]))  # a segment's slices in byte order
+            rs.sort(key=lambda r: (r.start, r.byte_start))  # a segment's slices in byte order
             hold = held_back_from(rs) if self.o.read_committed else None
             stop = stops.get((topic, partition))
             if stop is not None:
                 log.info("iceberg: %s-%d held back from offset %d: a hole between tiered segments the tier job may "
                          "still fill", topic, partition, stop)
             for r in rs:
-                if (hold is not None and r["segment_end"] >= hold) or (stop is not None and r["start"] >= stop):
-                    summary.files_held_back += r["path"] is not None
-                    if r["path"]:
-                        rejected.append(r["path"])
+                if (hold is not None and r.segment_end >= hold) or (stop is not None and r.start >= stop):
+                    summary.files_held_back += r.path is not None
+                    if r.path:
+                        rejected.append(r.path)
                     continue
-                if r["path"]:
-                    paths.append(r["path"])
+                if r.path:
+                    paths.append(r.path)
                     summary.files_added += 1
-                    summary.rows_added += r["rows"]
-                if r["segment"] not in segments:
-                    segments.append(r["segment"])
-                key = f"{r['topic_id']}:{partition}"
-                new.ends[key] = max(new.ends.get(key, 0), r["segment_end"] + 1)
+                    summary.rows_added += r.rows
+                if r.segment not in segments:
+                    segments.append(r.segment)
+                key = f"{r.topic_id}:{partition}"
+                new.ends[key] = max(new.ends.get(key, 0), r.segment_end + 1)
             if hold is not None:
                 log.info("iceberg: %s-%d held back from offset %d: a transaction's outcome is not tiered yet",
                          topic, partition, hold)

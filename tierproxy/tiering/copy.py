@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass, field
 
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.records import RecordBatch, iter_batches
@@ -96,42 +96,76 @@ def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, f
     return batches, sorted(aborted)
 
 
-def copy_task(task: dict[str, Any], identity: ClientIdentity | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CopyTask:
+    """One segment to copy, as the driver ships it to an executor (pickled: plain values only, no secrets)."""
+
+    leader: str | None  # HOST:PORT of the partition's leader when planned
+    topic: str
+    topic_id: bytes
+    partition: int
+    start: int  # [start, end): the offsets planned
+    end: int
+    first: bool  # the first range after the tier's end: a batch straddling `start` is kept
+    segment_id: bytes
+    storage: str
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """What an executor answers: the copied segment's facts, or why it was not copied."""
+
+    task: CopyTask
+    ok: bool
+    empty: bool = False  # nothing below the LSO in the range after all
+    start_offset: int = -1
+    end_offset: int = -1
+    max_timestamp_ms: int = -1
+    leader_epochs: dict[int, int] = field(default_factory=dict)
+    size: int = 0
+    txn_index_empty: bool = True
+    seconds: float = 0.0
+    gone: bool = False  # the broker no longer holds the range (a gap, reported by the next pass)
+    leader_moved: bool = False  # refused, reset or timed out: retried at the partition's next leader
+    error: str = ""
+
+
+def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyResult:
     """Run on an executor: fetch, build indexes, upload. Returns the segment facts or the error.
 
     `identity` (tierproxy's own, secrets and key material included) comes bound to the function Spark ships, never
-    in the task dicts that come back to the driver and its summaries."""
+    in the tasks that come back to the driver and its summaries."""
     started = time.monotonic()
     try:
-        if not task["leader"]:
-            raise LeaderMoved(f"{task['topic']}-{task['partition']} has no leader the cluster can name")
-        batches, aborted = fetch_range(task["leader"], task["topic"], task["partition"], task["start"], task["end"],
-                                       task["first"], identity, bytes(task["topic_id"]))  # the id recorded
+        if not task.leader:
+            raise LeaderMoved(f"{task.topic}-{task.partition} has no leader the cluster can name")
+        batches, aborted = fetch_range(task.leader, task.topic, task.partition, task.start, task.end,
+                                       task.first, identity, task.topic_id)  # the id recorded
         if not batches:
-            return {**task, "ok": True, "empty": True}
+            return CopyResult(task, ok=True, empty=True)
         builder = SegmentBuilder(txn_starts=aborted)
         for view in batches:
             builder.add(next(iter_batches(view)))
         files = builder.finish()
-        tp = TopicIdPartition(task["topic"], bytes(task["topic_id"]), task["partition"])
-        md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, bytes(task["segment_id"])), files.start_offset,
+        tp = TopicIdPartition(task.topic, task.topic_id, task.partition)
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, task.segment_id), files.start_offset,
                                       files.end_offset, files.max_timestamp_ms, -1, 0,
                                       files.leader_epochs or {0: files.start_offset}, files.log_size,
                                       SegmentState.COPY_SEGMENT_STARTED, files.txn_index_empty)
 
         async def upload() -> None:
-            rsm = RemoteStorageManager.from_uri(task["storage"])
+            rsm = RemoteStorageManager.from_uri(task.storage)
             try:
                 await rsm.copy_segment(md, files)
             finally:
                 await rsm.close()
 
         asyncio.run(upload())
-        return {**task, "ok": True, "empty": False, "start_offset": files.start_offset,
-                "end_offset": files.end_offset, "max_timestamp_ms": files.max_timestamp_ms,
-                "leader_epochs": files.leader_epochs or {0: files.start_offset}, "size": files.log_size,
-                "txn_index_empty": files.txn_index_empty, "seconds": time.monotonic() - started}
+        return CopyResult(task, ok=True, start_offset=files.start_offset, end_offset=files.end_offset,
+                          max_timestamp_ms=files.max_timestamp_ms,
+                          leader_epochs=files.leader_epochs or {0: files.start_offset}, size=files.log_size,
+                          txn_index_empty=files.txn_index_empty, seconds=time.monotonic() - started)
     except Exception as exc:  # the driver decides: retry with a new segment id
         moved = isinstance(exc, (LeaderMoved, OSError))  # refused, reset or timed out: the leader may be gone
-        return {**task, "ok": False, "gone": isinstance(exc, DataGone), "leader_moved": moved,
-                "error": f"{type(exc).__name__}: {exc}"}
+        return CopyResult(task, ok=False, gone=isinstance(exc, DataGone), leader_moved=moved,
+                          error=f"{type(exc).__name__}: {exc}")

@@ -41,7 +41,7 @@ from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
 from tierproxy.tiering import housekeeping
 from tierproxy.tiering.cluster import ClusterView, deleted_topic_ids, describe_cluster, list_offsets, topic_configs
-from tierproxy.tiering.copy import copy_task
+from tierproxy.tiering.copy import CopyResult, CopyTask, copy_task
 from tierproxy.tiering.plan import Gap, Range, plan_partition, select_topics
 
 log = logging.getLogger("tierproxy.tier")
@@ -270,38 +270,38 @@ class TieringJob:
             retry: list[Range] = []
             moved = set()
             for result in self._run_tasks(tasks):
+                t = result.task
                 r = next(x for x in pending if (x.part.topic_id, x.part.partition, x.start) ==
-                         (bytes(result["topic_id"]), result["partition"], result["start"]))
-                if result["ok"]:
+                         (t.topic_id, t.partition, t.start))
+                if result.ok:
                     self.run(self._finish(result))
-                    if not result.get("empty"):
+                    if not result.empty:
                         summary.segments += 1
-                        summary.bytes += int(result["size"])
+                        summary.bytes += result.size
                 else:
                     summary.failed += 1
-                    summary.errors.append(result["error"])
+                    summary.errors.append(result.error)
                     log.warning("copy of %s-%d [%d, %d) failed (attempt %d): %s", r.part.topic, r.part.partition,
-                                r.start, r.end, attempt, result["error"])
+                                r.start, r.end, attempt, result.error)
                     self.run(self._discard(result))
-                    if not result.get("gone"):  # data gone from the broker: the next pass reports the gap
+                    if not result.gone:  # data gone from the broker: the next pass reports the gap
                         retry.append(r)
-                        if result.get("leader_moved"):
+                        if result.leader_moved:
                             moved.add((r.part.topic_id, r.part.partition, r.part.leader))
             pending = retry
         for r in pending:  # the segments copied after it stay (the broker may have deleted their data by now)
             log.warning("%s-%d [%d, %d) not copied after %d attempts: left as a hole for the next pass",
                         r.part.topic, r.part.partition, r.start, r.end, self.settings.tier_task_max_attempts)
 
-    def _start(self, ranges: list[Range]) -> list[dict[str, Any]]:
+    def _start(self, ranges: list[Range]) -> list[CopyTask]:
         tasks, mds = [], []
         for r in ranges:
             tp = TopicIdPartition(r.part.topic, r.part.topic_id, r.part.partition)
             seg_id = new_uuid()
             mds.append(new_segment(tp, seg_id, r.start, r.end - 1, -1, {max(r.part.leader_epoch, 0): r.start}, 0,
                                    broker_leader_epoch=max(r.part.leader_epoch, 0)))
-            tasks.append({"leader": self._leader(r), "topic": r.part.topic, "topic_id": r.part.topic_id,
-                          "partition": r.part.partition, "start": r.start, "end": r.end, "first": r.first,
-                          "segment_id": seg_id, "storage": self.settings.storage})
+            tasks.append(CopyTask(self._leader(r), r.part.topic, r.part.topic_id, r.part.partition, r.start, r.end,
+                                  r.first, seg_id, self.settings.storage))
         self.run(self.rlmm.add_segments(mds))
         return tasks
 
@@ -331,12 +331,12 @@ class TieringJob:
         self._view = view
         return [replace(r, part=current.get((r.part.topic_id, r.part.partition), r.part)) for r in pending]
 
-    def _run_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _run_tasks(self, tasks: list[CopyTask]) -> list[CopyResult]:
         """One Spark task per segment, all in parallel; a live progress bar follows Spark's task counters."""
         sc = self.spark().sparkContext
         rdd = sc.parallelize(tasks, max(1, len(tasks))).map(functools.partial(copy_task,
                                                                               identity=self.settings.identity))
-        out: list[list[dict[str, Any]]] = []
+        out: list[list[CopyResult]] = []
         errors: list[BaseException] = []
 
         def collect() -> None:
@@ -365,25 +365,25 @@ class TieringJob:
             raise errors[0]
         return out[0]
 
-    async def _finish(self, result: dict[str, Any]) -> None:
-        tp = TopicIdPartition(result["topic"], bytes(result["topic_id"]), result["partition"])
-        seg_id = RemoteLogSegmentId(tp, bytes(result["segment_id"]))
+    async def _finish(self, result: CopyResult) -> None:
+        t = result.task
+        tp = TopicIdPartition(t.topic, t.topic_id, t.partition)
+        seg_id = RemoteLogSegmentId(tp, t.segment_id)
         pc = self.rlmm.cache.get(tp.topic_id, tp.partition)
         planned = pc.segments[seg_id.id] if pc else None
         assert planned is not None
-        if result.get("empty"):  # nothing below the LSO in this range after all
+        if result.empty:  # nothing below the LSO in this range after all
             await housekeeping.delete_segment(self.rlmm, self.rsm, planned)
             return
         facts = RemoteLogSegmentMetadata(
-            seg_id, result["start_offset"], result["end_offset"], result["max_timestamp_ms"], -1, 0,
-            {int(k): int(v) for k, v in result["leader_epochs"].items()}, int(result["size"]),
-            SegmentState.COPY_SEGMENT_FINISHED, bool(result["txn_index_empty"]), None, planned.broker_leader_epoch)
+            seg_id, result.start_offset, result.end_offset, result.max_timestamp_ms, -1, 0, dict(result.leader_epochs),
+            result.size, SegmentState.COPY_SEGMENT_FINISHED, result.txn_index_empty, None, planned.broker_leader_epoch)
         await self.rlmm.finish_copy(facts)
 
-    async def _discard(self, result: dict[str, Any]) -> None:
-        tp = TopicIdPartition(result["topic"], bytes(result["topic_id"]), result["partition"])
-        pc = self.rlmm.cache.get(tp.topic_id, tp.partition)
-        md = pc.segments.get(bytes(result["segment_id"])) if pc else None
+    async def _discard(self, result: CopyResult) -> None:
+        t = result.task
+        pc = self.rlmm.cache.get(t.topic_id, t.partition)
+        md = pc.segments.get(t.segment_id) if pc else None
         if md is not None:
             await housekeeping.delete_segment(self.rlmm, self.rsm, md)
 
