@@ -5,28 +5,29 @@ back, in request order."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import cast
 
 import pytest
 
 from protocol import registry
 from protocol.constants import ApiKey, ErrorCode
 from protocol.headers import RequestHeader, decode_request_header
+from protocol.messages import FetchRequest, FetchResponse
 from protocol.requests import fetch_request
 from tierproxy.proxy.intercept.errors import READ_FAILURES, error_for
-from tierproxy.proxy.intercept.fetch.answer import merge_response, partition_entry
-from tierproxy.proxy.intercept.fetch.plan import plan_fetch
+from tierproxy.proxy.intercept.fetch.answer import Entry, merge_response, partition_entry
+from tierproxy.proxy.intercept.fetch.plan import Key, plan_fetch
 from tierproxy.remote.pool import PoolFull, ReaderPool
 from tierproxy.remote.view import BrokerOffsets
 from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
 
 
-def request(offsets: dict[str, dict[int, int]]) -> dict[str, Any]:
+def request(offsets: dict[str, dict[int, int]]) -> FetchRequest:
     """A client's Fetch as the proxy sees it: encoded and decoded by the codec, as fetch_request receives it."""
     header = RequestHeader(ApiKey.FETCH, 12, 1, "c", 2, 0)
     frame = memoryview(b"".join(bytes(c) for c in registry.encode_request(
         header, fetch_request(offsets, max_bytes=1 << 20))))[4:]
-    return registry.decode_request(decode_request_header(frame), frame)
+    return cast(FetchRequest, registry.decode_request(decode_request_header(frame), frame))
 
 
 def test_a_fetch_with_nothing_known_reads_nothing_early() -> None:
@@ -36,7 +37,7 @@ def test_a_fetch_with_nothing_known_reads_nothing_early() -> None:
 
 def test_partitions_below_the_brokers_start_are_read_early_the_rest_forgotten() -> None:
     req = request({"a": {0: 5, 1: 500, 2: 9}, "b": {0: 1}})
-    known = {("a", 0): 100, ("a", 1): 100, ("b", 0): 50}  # remote partitions and the broker's local start
+    known: dict[Key, int] = {("a", 0): 100, ("a", 1): 100, ("b", 0): 50}  # remote, and the broker's local start
     plan = plan_fetch(req, False, known)
     assert plan.remote == [("a", 0), ("b", 0)]
     assert known == {("a", 0): 100, ("b", 0): 50}  # a-1 caught up with the broker: forgotten
@@ -46,15 +47,23 @@ def test_partitions_below_the_brokers_start_are_read_early_the_rest_forgotten() 
 def test_merge_answers_exactly_the_requested_partitions_in_request_order() -> None:
     req = request({"a": {2: 0, 0: 0, 1: 0}, "b": {3: 0}})
     plan = plan_fetch(req, False, {("a", 0): 10, ("b", 3): 10})
-    broker = {"throttle_time_ms": 3, "error_code": 0, "session_id": 0, "node_endpoints": [], "responses": [
-        {"topic": "a", "partitions": [{"partition_index": 1, "tag": "broker"}, {"partition_index": 2, "tag": "broker"},
-                                      {"partition_index": 9, "tag": "not asked"}]}]}
-    entries = {("a", p["partition_index"]): p for p in broker["responses"][0]["partitions"]}
-    entries[("a", 0)] = {"partition_index": 0, "tag": "tier"}
-    entries[("b", 3)] = {"partition_index": 3, "tag": "tier"}
+    broker_hw, tier_hw = 111, 222  # which side answered a partition, told by its high watermark
+
+    def entry(partition: int, hw: int) -> Entry:
+        e = partition_entry(partition, None, None, None)
+        e["high_watermark"] = hw
+        return e
+
+    broker: FetchResponse = {"throttle_time_ms": 3, "error_code": 0, "session_id": 0, "node_endpoints": [],
+                             "responses": [{"topic": "a", "topic_id": bytes(16), "partitions": [
+                                 entry(1, broker_hw), entry(2, broker_hw), entry(9, broker_hw)]}]}
+    entries: dict[Key, Entry] = {("a", p["partition_index"]): p for p in broker["responses"][0]["partitions"]}
+    entries[("a", 0)] = entry(0, tier_hw)
+    entries[("b", 3)] = entry(3, tier_hw)
     merged = merge_response(plan, broker, entries)
-    got = [(t["topic"], p["partition_index"], p["tag"]) for t in merged["responses"] for p in t["partitions"]]
-    assert got == [("a", 2, "broker"), ("a", 0, "tier"), ("a", 1, "broker"), ("b", 3, "tier")]
+    got = [(t["topic"], p["partition_index"], p["high_watermark"]) for t in merged["responses"]
+           for p in t["partitions"]]
+    assert got == [("a", 2, broker_hw), ("a", 0, tier_hw), ("a", 1, broker_hw), ("b", 3, tier_hw)]  # 9: not asked
     assert merged["throttle_time_ms"] == 3 and merged["session_id"] == 0
 
 

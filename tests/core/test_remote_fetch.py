@@ -12,11 +12,12 @@ from typing import Any
 from protocol import registry
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.headers import RequestHeader
+from protocol.messages import FetchResponse
 from protocol.records import Record, build_batch, iter_batches
 from protocol.requests import fetch_request
 from tests.support.inprocess import InProcessProxy, Wire, run
 from tests.support.memory_tier import InMemoryTier
-from tierproxy.proxy.intercept.fetch.answer import partition_entry
+from tierproxy.proxy.intercept.fetch.answer import Entry, partition_entry
 from tierproxy.remote.quota import RemoteFetchQuota
 from tierproxy.tier.indexes import AbortedTxn
 from tierproxy.tier.model import TopicIdPartition
@@ -29,14 +30,14 @@ TP0, TP1 = TopicIdPartition(TOPIC, TID, 0), TopicIdPartition(TOPIC, TID, 1)
 
 
 def broker_entry(partition: int, error: int = NONE, records: bytes = b"", hw: int = 1000, log_start: int = 500
-                 ) -> Data:
+                 ) -> Entry:
     entry = partition_entry(partition, None, None, None)
-    entry.update(error_code=error, high_watermark=hw, last_stable_offset=hw, log_start_offset=log_start,
-                 records=records)
+    entry.update({"error_code": error, "high_watermark": hw, "last_stable_offset": hw, "log_start_offset": log_start,
+                  "records": records})
     return entry
 
 
-def broker_answer(parts: dict[int, Data], topic: str = TOPIC, topic_id: bytes = TID) -> Data:
+def broker_answer(parts: dict[int, Entry], topic: str = TOPIC, topic_id: bytes = TID) -> FetchResponse:
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "node_endpoints": [],
             "responses": [{"topic": topic, "topic_id": topic_id, "partitions": list(parts.values())}]}
 
@@ -58,7 +59,7 @@ class Scene:
         [(header, _)] = self.wire.broker_receives()
         return header
 
-    async def fetch(self, offsets: dict[int, int], answer: dict[int, Data], **kw: Any) -> Data:
+    async def fetch(self, offsets: dict[int, int], answer: dict[int, Entry], **kw: Any) -> Data:
         header = self.send(offsets, **kw)
         self.wire.broker_answers(header, broker_answer(answer))
         await self.proxy.settle()

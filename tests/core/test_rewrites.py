@@ -45,7 +45,7 @@ def proxied(node_id: int) -> tuple[str, int]:
 
 @pytest.mark.parametrize("version", versions(ApiKey.METADATA))
 def test_metadata_brokers_become_proxy_addresses(version: int) -> None:
-    response = sample(registry.SUPPORTED[ApiKey.METADATA].response, version)  # type: ignore[arg-type]
+    response = sample(registry.SUPPORTED[ApiKey.METADATA].response, version)
     response["brokers"] = [{**b, "node_id": i, "host": f"kafka-{i}.internal", "port": 9092 + i}
                            for i, b in enumerate(response["brokers"])]
     wire, got = exchange(ApiKey.METADATA, version, sample(registry.SUPPORTED[ApiKey.METADATA].request, version),
@@ -58,7 +58,7 @@ def test_metadata_brokers_become_proxy_addresses(version: int) -> None:
 @pytest.mark.parametrize("version", versions(ApiKey.FIND_COORDINATOR))
 def test_find_coordinator_answers_name_the_proxy(version: int) -> None:
     message = registry.SUPPORTED[ApiKey.FIND_COORDINATOR]
-    response = sample(message.response, version)  # type: ignore[arg-type]
+    response = sample(message.response, version)
     if version >= 4:
         response["coordinators"] = [
             {**response["coordinators"][0], "node_id": 3, "host": "kafka-3.internal", "port": 19092},
@@ -66,7 +66,7 @@ def test_find_coordinator_answers_name_the_proxy(version: int) -> None:
              "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}]
     else:
         response.update(node_id=3, host="kafka-3.internal", port=19092)
-    _, got = exchange(ApiKey.FIND_COORDINATOR, version, sample(message.request, version), response)  # type: ignore[arg-type]
+    _, got = exchange(ApiKey.FIND_COORDINATOR, version, sample(message.request, version), response)
     if version >= 4:
         assert [(c["node_id"], c["host"], c["port"]) for c in got["coordinators"]] == [
             (3, *proxied(3)), (-1, "", -1)]  # an error entry keeps its empty address
@@ -78,12 +78,12 @@ def test_find_coordinator_answers_name_the_proxy(version: int) -> None:
                          [(v, t) for v in versions(ApiKey.DESCRIBE_CLUSTER) for t in (1, 2) if v >= 1 or t == 1])
 def test_describe_cluster_rewrites_brokers_never_controllers(version: int, endpoint_type: int) -> None:
     message = registry.SUPPORTED[ApiKey.DESCRIBE_CLUSTER]
-    response = sample(message.response, version)  # type: ignore[arg-type]
+    response = sample(message.response, version)
     response["brokers"] = [{**b, "broker_id": i, "host": f"kafka-{i}.internal", "port": 9092}
                            for i, b in enumerate(response["brokers"])]
     if version >= 1:
         response["endpoint_type"] = endpoint_type
-    _, got = exchange(ApiKey.DESCRIBE_CLUSTER, version, sample(message.request, version), response)  # type: ignore[arg-type]
+    _, got = exchange(ApiKey.DESCRIBE_CLUSTER, version, sample(message.request, version), response)
     addresses = [(b["host"], b["port"]) for b in got["brokers"]]
     if endpoint_type == 1:
         assert addresses == [proxied(i) for i in range(len(addresses))]
@@ -95,7 +95,7 @@ def test_describe_cluster_rewrites_brokers_never_controllers(version: int, endpo
 def test_fetch_node_endpoints_are_rewritten_and_other_responses_pass_byte_for_byte(version: int) -> None:
     message = registry.SUPPORTED[ApiKey.FETCH]
     for with_endpoints in (True, False):
-        response = sample(message.response, version)  # type: ignore[arg-type]
+        response = sample(message.response, version)
         if version >= 16:
             response["node_endpoints"] = [{"node_id": 2, "host": "kafka-2.internal", "port": 9094, "rack": None}
                                           ] if with_endpoints else []
@@ -124,7 +124,7 @@ def test_fetch_node_endpoints_are_rewritten_and_other_responses_pass_byte_for_by
 @pytest.mark.parametrize("version", [v for v in versions(ApiKey.PRODUCE) if v >= 10])
 def test_produce_node_endpoints_are_rewritten(version: int) -> None:
     message = registry.SUPPORTED[ApiKey.PRODUCE]
-    response = sample(message.response, version)  # type: ignore[arg-type]
+    response = sample(message.response, version)
     response["node_endpoints"] = [{"node_id": 7, "host": "kafka-7.internal", "port": 9099, "rack": "r1"}]
 
     async def go() -> Data | None:
@@ -185,7 +185,7 @@ def test_an_api_the_proxy_does_not_intercept_passes_byte_for_byte_in_order() -> 
         wire.client_sends(ApiKey.METADATA, 12, sample(registry.SUPPORTED[ApiKey.METADATA].request, 12))
         got = wire.broker_receives()
         answer = (100).to_bytes(4, "big") + b"\x00opaque-answer"  # correlation id, tagged fields, body
-        md = sample(registry.SUPPORTED[ApiKey.METADATA].response, 12)  # type: ignore[arg-type]
+        md = sample(registry.SUPPORTED[ApiKey.METADATA].response, 12)
         md["brokers"] = []
         wire.broker_answers(got[0][0], len(answer).to_bytes(4, "big") + answer)
         wire.broker_answers(got[1][0], md)

@@ -20,9 +20,9 @@ def header(correlation_id: int, api_key: int = 1) -> RequestHeader:
 
 async def session_with_client() -> tuple[Session, RecordingTransport, InProcessProxy]:
     proxy = InProcessProxy()
-    session = Session(proxy, None)  # type: ignore[arg-type]
+    session = Session(proxy, None)
     client = RecordingTransport()
-    session.client = client  # type: ignore[assignment]
+    session.client = client
     return session, client, proxy
 
 

@@ -4,6 +4,7 @@ are scripted (httpcore's mock-backend idea). No sockets, no broker, no sleeps.""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from protocol import registry
@@ -14,20 +15,22 @@ from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.brokers import BrokerMap
 from tierproxy.proxy.flow import ByteBudget
 from tierproxy.proxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
-from tierproxy.proxy.session import Session
+from tierproxy.proxy.session import ProxyContext, Session
+from tierproxy.remote.view import RemoteTierView
 
 Data = dict[str, Any]
 ADVERTISED, PORT_BASE = "proxy.example", 9200
 
 
-class RecordingTransport:
+class RecordingTransport(asyncio.Transport):
     """One side of a connection: what the proxy wrote to it, and whether it closed it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.written: list[bytes] = []
         self.closed = False
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written.append(bytes(data))
 
     def is_closing(self) -> bool:
@@ -44,7 +47,7 @@ class RecordingTransport:
 class InProcessProxy:
     """What a Session needs of its proxy: settings, the handler tables, the broker map, spawning tasks."""
 
-    def __init__(self, remote: Any = None, **settings: Any) -> None:
+    def __init__(self, remote: RemoteTierView | None = None, **settings: Any) -> None:
         self.settings = ProxySettings(bootstrap_servers="127.0.0.1:1", **settings)
         self.request_budget = ByteBudget(self.settings.queued_max_request_bytes, 64 * 1024)
         self.request_handlers = REQUEST_HANDLERS
@@ -60,10 +63,19 @@ class InProcessProxy:
     def loop(self) -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
 
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.append(task)
         return task
+
+    async def connect_upstream(self, session: Session) -> tuple[asyncio.Transport, str]:
+        raise ConnectionError("in process: the broker side is scripted (Wire sets the session's upstream)")
+
+    def accepting(self, transport: asyncio.BaseTransport) -> bool:
+        return True
+
+    def session_opened(self, session: Session) -> None:
+        return None
 
     def session_closed(self, session: Session) -> None:
         self.closed_sessions.append(session)
@@ -79,16 +91,17 @@ class Wire:
 
     def __init__(self, proxy: InProcessProxy | None = None) -> None:
         self.proxy = proxy or InProcessProxy()
-        self.session = Session(self.proxy, None)  # type: ignore[arg-type]
+        context: ProxyContext = self.proxy  # checked: the in-process proxy is what a session may use
+        self.session = Session(context, None)
         self.client, self.broker = RecordingTransport(), RecordingTransport()
-        self.session.client = self.client  # type: ignore[assignment]
-        self.session.upstream = self.broker  # type: ignore[assignment]
+        self.session.client = self.client
+        self.session.upstream = self.broker
         self.session.upstream_name = "broker.example:9092"
         self._client_conn = ClientConnection()  # the client's view of its own connection
         self._broker_conn = ServerConnection()  # the broker's view
         self._ids = iter(range(1, 1 << 30))
 
-    def client_sends(self, api_key: int, version: int, body: Data) -> RequestHeader:
+    def client_sends(self, api_key: int, version: int, body: Mapping[str, Any]) -> RequestHeader:
         header = RequestHeader(api_key, version, next(self._ids), "scripted", request_header_version(api_key, version),
                                0)
         self._client_conn.expect_response(header)
@@ -110,7 +123,7 @@ class Wire:
             out.append((ev.header, bytes(ev.frame)))
         return out
 
-    def broker_answers(self, header: RequestHeader, body: Data | bytes) -> None:
+    def broker_answers(self, header: RequestHeader, body: Mapping[str, Any] | bytes) -> None:
         """The broker's response to `header`: a body to encode, or the whole frame (size prefix included)."""
         raw = body if isinstance(body, bytes) else b"".join(bytes(c) for c in registry.encode_response(
             header.api_key, header.api_version, header.correlation_id, body))

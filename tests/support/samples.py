@@ -15,8 +15,10 @@ from protocol.schema import F, Message, _in
 Data = dict[str, Any]
 
 
-def sample(message: Message, version: int, seed: int = 0, nulls: bool = False) -> Data:
+def sample(message: Message | None, version: int, seed: int = 0, nulls: bool = False) -> Data:
     """A message valid for `version`, filled with values; `nulls` puts null wherever the version allows it."""
+    if message is None:
+        raise ValueError("an opaque body (no schema) has no sample")
     rnd = random.Random(f"{message.name}-{version}-{seed}")
     return _struct(message.fields, version, message.is_flexible(version), rnd, nulls, depth=0)
 
