@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.parts import ProxyProcess, S3Server, kcat_path, moto_server, seaweedfs_server, unavailable
+from tests.support.parts import kcat_path, unavailable
+from tests.support.proxy import ProxyProcess
+from tests.support.s3 import S3Server, moto_server, seaweedfs_server
 from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 _clusters: list[KafkaCluster] = []

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.support.helm import CHART, chart_tool, render_chart
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
 

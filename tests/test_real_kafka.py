@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Producer
 
 from tests.support.kafka import create_topic, watermarks
-from tests.support.parts import S3Server
+from tests.support.s3 import S3Server
 from tierproxy.dev.kafkadist import KAFKA_VERSION, KafkaCluster
 
 pytestmark = pytest.mark.kafka

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.remote.conftest import TieredTopic, make_tiered_topic
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.admin.guard import COOKIE, session_value
 from tierproxy.dev.kafkadist import KafkaCluster, free_port

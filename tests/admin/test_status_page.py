@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.kafka import create_topic, delete_records, watermarks
-from tests.support.parts import ProxyProcess, unavailable
+from tests.support.parts import unavailable
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once, tiered
 from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, free_port

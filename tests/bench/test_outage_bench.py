@@ -16,9 +16,10 @@ import pytest
 
 from tests.bench.report import report
 from tests.support.kafka import watermarks
-from tests.support.parts import ProxyProcess, S3Server
+from tests.support.proxy import ProxyProcess
 from tests.support.relay import DelayRelay
 from tests.support.remote import tier_to_s3_and_forget, timed_fetch
+from tests.support.s3 import S3Server
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]

@@ -18,7 +18,7 @@ from protocol.requests import fetch_request
 from tests.bench.clients import kcat_seconds, perf_test_seconds
 from tests.bench.conftest import BENCH_RECORDS, RECORD_SIZE
 from tests.bench.report import busy_share, cpu_seconds, machine_ticks, report
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 

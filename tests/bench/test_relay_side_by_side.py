@@ -26,7 +26,8 @@ from protocol.requests import fetch_request
 from tests.bench.clients import kcat_seconds, perf_test_seconds, produce
 from tests.bench.report import cpu_seconds, report
 from tests.support.kafka import create_topic
-from tests.support.parts import ProxyProcess, stop_process
+from tests.support.parts import stop_process
+from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 

@@ -22,8 +22,9 @@ from protocol.requests import list_offsets_request
 from tests.bench.clients import CLIENT_BUSY, RECORDS, forget_tiered, kcat_args, kcat_mbps, produce
 from tests.bench.report import cpu_seconds, report
 from tests.support.kafka import create_topic, set_retention, watermarks
-from tests.support.parts import ProxyProcess, S3Server
+from tests.support.proxy import ProxyProcess
 from tests.support.relay import DelayRelay
+from tests.support.s3 import S3Server
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient

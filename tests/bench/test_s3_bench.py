@@ -18,8 +18,9 @@ import pytest
 from tests.bench.clients import forget_tiered, kcat_mbps, produce
 from tests.bench.report import report
 from tests.support.kafka import create_topic
-from tests.support.parts import ProxyProcess, S3Server, moto_server
+from tests.support.proxy import ProxyProcess
 from tests.support.relay import CountingRelay
+from tests.support.s3 import S3Server, moto_server
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
 

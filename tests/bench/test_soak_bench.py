@@ -26,7 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.report import report
 from tests.support.kafka import create_topic, watermarks
-from tests.support.parts import ProxyProcess, S3Server
+from tests.support.proxy import ProxyProcess
+from tests.support.s3 import S3Server
 from tests.support.s3_faults import fault_relay
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, free_port

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.parts import ProxyProcess, unavailable
+from tests.support.parts import unavailable
+from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 

@@ -19,7 +19,7 @@ from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.requests import fetch_request, list_offsets_request, listed_offsets
 from tests.fleet.conftest import metadata_topic, replica
 from tests.support.kafka import create_topic, delete_records, fill_topic, offsets_from_the_beginning, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.spark import local_session
 from tests.support.tiering import settings, tier_once, tiered
 from tests.support.waiting import proxy_serves_tier, wait_until

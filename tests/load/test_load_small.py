@@ -9,7 +9,7 @@ import pytest
 
 from tests.load.kcat_load import run
 from tests.remote.conftest import make_tiered_topic
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.kafka import create_topic, read_to_end
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = pytest.mark.kafka

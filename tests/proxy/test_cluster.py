@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.support.kafka import create_topic
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]

@@ -22,7 +22,7 @@ from protocol.constants import ApiKey
 from protocol.headers import RequestHeader, request_header_version
 from protocol.requests import fetch_request
 from tests.support.kafka import create_topic
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient

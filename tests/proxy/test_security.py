@@ -10,7 +10,8 @@ import pytest
 
 from tests.support.certs import Certs, make_certs
 from tests.support.kafka import create_topic
-from tests.support.parts import ProxyProcess, unavailable
+from tests.support.parts import unavailable
+from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 

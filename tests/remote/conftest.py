@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.kafka import create_topic, set_retention, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
 

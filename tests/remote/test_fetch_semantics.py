@@ -14,7 +14,7 @@ from protocol.constants import ApiKey, ErrorCode
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tests.support.kafka import create_topic, set_retention, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once, tiered
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster

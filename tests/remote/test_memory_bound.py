@@ -20,7 +20,7 @@ from protocol.headers import RequestHeader
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tests.support.kafka import create_topic, set_retention, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster

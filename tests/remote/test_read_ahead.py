@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from protocol.records import Record, build_batch, iter_batches
-from tests.support.parts import S3Server
 from tests.support.relay import DelayRelay
+from tests.support.s3 import S3Server
 from tests.support.segments import seg, tp
 from tierproxy.remote.reader import RemoteReader
 from tierproxy.tier.indexes import build_segment

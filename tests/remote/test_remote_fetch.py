@@ -16,7 +16,7 @@ from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request, list_offsets_request
 from tests.remote.conftest import TieredTopic, make_tiered_topic
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient

@@ -16,9 +16,10 @@ from confluent_kafka import Producer
 
 from protocol.records import iter_batches
 from tests.support.kafka import broker_forgets, create_topic, read_to_end, set_retention, set_topic_config, watermarks
-from tests.support.parts import ProxyProcess, S3Server
+from tests.support.proxy import ProxyProcess
 from tests.support.relay import DelayRelay
 from tests.support.remote import tier_to_s3_and_forget, timed_fetch
+from tests.support.s3 import S3Server
 from tests.support.spark import local_session
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import proxy_serves_tier, wait_until

@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.kafka import broker_forgets, create_topic
-from tests.support.parts import ProxyProcess, S3Server
+from tests.support.proxy import ProxyProcess
+from tests.support.s3 import S3Server
 from tests.support.s3_faults import fault_relay
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until

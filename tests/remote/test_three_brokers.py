@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey
 from tests.support.kafka import broker_forgets, create_topic, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tiering.job import TieringJob

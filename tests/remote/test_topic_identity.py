@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
 from tests.support.kafka import broker_forgets, create_topic
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient

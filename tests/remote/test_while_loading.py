@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.requests import fetch_request, list_offsets_request
 from tests.support.kafka import broker_forgets, create_topic, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
 from tierproxy.config import TierSettings

@@ -23,7 +23,7 @@ from protocol.requests import fetch_request, list_offsets_request
 from tests.secured.conftest import OAUTH_SECRET, PASSWORDS, PRINCIPAL, Secured
 from tests.support.acls import create_acls, delete_acls, reader_acls, tierproxy_acls
 from tests.support.kafka import broker_forgets, create_topic, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import free_port
 from tierproxy.identity import load_command_config

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from tests.spark.read_job import digest
 from tests.support.kafka import create_topic, watermarks
-from tests.support.parts import S3Server
+from tests.support.s3 import S3Server
 from tests.support.spark import (
     delete_on_broker,
     kafka_source,

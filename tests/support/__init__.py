@@ -1,6 +1,7 @@
 """What the tests share, one module per kind of part (no test module imports another):
 
-- `parts`: starting real parts (S3 servers, proxies as processes, ports), failing when one cannot start
+- `parts`: what starting any real part needs (failing when one cannot start, kcat, ports, stopping processes)
+- `s3`: SeaweedFS and moto S3 servers; `proxy`: `tierproxy serve` as a process
 - `kafka`: topics, watermarks, retention, DeleteRecords on a real cluster; `fetchraw`: raw batches from a broker
 - `tiering`: a tier pass and its settings; `segments`: segment metadata for the RLMM tests
 - `spark`, `iceberg`, `helm`: Spark sessions and clusters, Iceberg catalogs and readers, the chart's tools

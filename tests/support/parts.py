@@ -1,26 +1,17 @@
-"""Starting the real parts tests need: Kafka, S3 (SeaweedFS; moto where a test needs what SeaweedFS cannot do),
-kcat. In CI a part that cannot start fails the test."""
+"""What starting any real part needs: failing (in CI) when it cannot start, kcat, ports, stopping processes and
+what they spawned. S3 servers are in `s3`, the proxy as a process in `proxy`."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
-
-from tierproxy.dev.kafkadist import free_port
 
 
 def unavailable(part: str, reason: str) -> NoReturn:
@@ -31,128 +22,18 @@ def unavailable(part: str, reason: str) -> NoReturn:
     pytest.skip(msg)
 
 
-@dataclass
-class S3Server:
-    endpoint: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    region = "us-east-1"
-    access_key = "testing"
-    secret_key = "testing"
-
-    def create_bucket(self, name: str) -> None:
-        """Create a bucket, and put this server's credentials in the environment (the usual chain)."""
-        import asyncio
-
-        from tierproxy.tier.storage import S3Store
-
-        async def run() -> None:
-            store = S3Store(name, endpoint=self.endpoint, region=self.region, access_key=self.access_key,
-                            secret_key=self.secret_key)
-            try:
-                await (await store._c()).create_bucket(Bucket=name)
-            finally:
-                await store.close()
-
-        asyncio.run(run())
-        os.environ.update({"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key})
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, part: str, timeout: float) -> None:
-    """Until `url` answers HTTP (any status: an error status is an answer); the part fails with the tail of its log
-    if its process ends or `timeout` seconds pass first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                unavailable(part, log.read_text(errors="replace")[-3000:])
-            time.sleep(0.1)
 
 
-@contextmanager
-def moto_server(workdir: Path) -> Iterator[S3Server]:
-    """A moto S3 server in a subprocess on a free loopback port (a subprocess so tests can stop it)."""
-    port = free_port()
-    log = workdir / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(endpoint + "/moto-api/", proc, log, "moto S3 server", 30)
-        yield S3Server(endpoint, proc, log)
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
-S3_IDENTITIES = {"identities": [{"name": "tierproxy", "credentials": [
-    {"accessKey": S3Server.access_key, "secretKey": S3Server.secret_key}],
-    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
 
 
-def weed_path() -> Path:
-    """SeaweedFS's `weed`, built from the Go module proxy by .ci/install-tools.sh (make install)."""
-    from tierproxy.dev.maven import cache_dir
-
-    path = cache_dir() / "bin" / "weed"
-    if not path.exists():
-        unavailable("SeaweedFS", f"{path} missing (make install builds it: .ci/install-tools.sh)")
-    return path
 
 
-def _ports_with_grpc(n: int) -> int:
-    """The first of `n` consecutive free ports whose +10000 twins (SeaweedFS's gRPC ports) are free too."""
-    for _ in range(100):
-        base = free_port_block(n)
-        if base + n + 10000 >= 65536:
-            continue
-        try:
-            socks = []
-            for p in range(base + 10000, base + 10000 + n):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free port block for SeaweedFS")
 
 
-@contextmanager
-def seaweedfs_server(workdir: Path) -> Iterator[S3Server]:
-    """`weed server -s3`: master, volume server, filer and S3 gateway in one process on loopback, with one S3
-    identity (the test credentials), so unsigned or wrongly signed requests are refused as on AWS."""
-    weed = weed_path()
-    data = workdir / "seaweedfs"
-    data.mkdir(parents=True, exist_ok=True)
-    config = workdir / "s3-identities.json"
-    config.write_text(json.dumps(S3_IDENTITIES))
-    base = _ports_with_grpc(4)
-    master, volume, filer, s3 = base, base + 1, base + 2, base + 3
-    log = workdir / "seaweedfs.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(weed), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-             f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
-             f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    endpoint = f"http://127.0.0.1:{s3}"
-    try:  # an unsigned request is refused once the gateway serves (403), which is what we wait for
-        wait_http(endpoint + "/", proc, log, "SeaweedFS S3 server", 60)
-        yield S3Server(endpoint, proc, log)
-    finally:
-        proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
-        proc.wait(10)
 
 
 def kcat_path() -> str:
@@ -173,38 +54,6 @@ def wait_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None
     raise TimeoutError(f"nothing listens on {host}:{port}")
 
 
-class ProxyProcess:
-    """`tierproxy serve` in a subprocess on free loopback ports, its log in a file."""
-
-    def __init__(self, bootstrap: str, workdir: Path, extra: dict[str, str] | None = None,
-                 args: list[str] | None = None) -> None:
-        self.port = free_port()
-        self.base = free_port_block(100)
-        self.log = workdir / f"tierproxy-{self.port}.log"
-        env = dict(os.environ)
-        env.update({"TIERPROXY_BROKER_PORT_BASE": str(self.base), "TIERPROXY_BROKER_PORT_RANGE": "100",
-                    "TIERPROXY_STORAGE": f"file://{workdir}/tier-{self.port}",
-                    "TIERPROXY_METADATA": f"file://{workdir}/meta-{self.port}"})
-        env.update(extra or {})
-        cmd = [sys.executable, "-m", "tierproxy.cli", "--log-level", "DEBUG" if os.environ.get("TP_DEBUG") else "INFO",
-               "serve", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}", *(args or [])]
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            wait_port(self.port, 20)
-        except TimeoutError:
-            self.stop()
-            unavailable("tierproxy serve", self.log.read_text(errors="replace")[-3000:])
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, timeout: float = 20) -> int:
-        return stop_process(self.proc, timeout)
 
 
 def descendants(pid: int) -> list[int]:

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 from protocol.constants import ApiKey
 from protocol.requests import fetch_request
 from tests.support.kafka import broker_forgets, create_topic
-from tests.support.parts import S3Server
+from tests.support.s3 import S3Server
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient

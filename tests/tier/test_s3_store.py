@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import pytest
 
-from tests.support.parts import S3Server
+from tests.support.s3 import S3Server
 from tests.support.s3_faults import fault_relay
 from tierproxy.tier.model import uuid_str
 from tierproxy.tier.rsm import RemoteStorageManager

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from protocol.records import Record, build_batch
-from tests.support.parts import S3Server
+from tests.support.s3 import S3Server
 from tests.support.segments import seg, tp
 from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import uuid_str

@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.support.kafka import broker_forgets, create_topic, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tests.support.waiting import wait_until
 from tierproxy.config import ProxySettings, TierSettings

@@ -20,7 +20,7 @@ from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tests.support.kafka import broker_forgets, create_topic, set_retention, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tiered
 from tests.support.waiting import wait_until
 from tierproxy.config import TierSettings

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request, listed_offsets
 from tests.support.kafka import create_topic, offsets_from_the_beginning, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.spark import local_session
 from tests.support.tiering import settings, tier_once, tiered
 from tests.support.waiting import wait_until

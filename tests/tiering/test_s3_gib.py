@@ -16,8 +16,9 @@ import pytest
 
 from tests.bench.clients import forget_tiered, produce
 from tests.support.kafka import create_topic
-from tests.support.parts import ProxyProcess, S3Server
+from tests.support.proxy import ProxyProcess
 from tests.support.relay import CountingRelay
+from tests.support.s3 import S3Server
 from tests.support.tiering import tiered
 from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.config import TierSettings

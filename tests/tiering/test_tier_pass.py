@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 from tests.support.fetchraw import fetch_raw
 from tests.support.kafka import broker_forgets, create_topic
-from tests.support.parts import S3Server
+from tests.support.s3 import S3Server
 from tests.support.tiering import offsets_of, produce_everything, settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
 

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.support.fetchraw import fetch_raw
 from tests.support.kafka import create_topic, set_topic_config, watermarks
-from tests.support.parts import ProxyProcess
+from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.dev.kafkadist import KafkaCluster

@@ -1,0 +1,45 @@
+"""`tierproxy serve` as a process, the way tests run it (its own config file, log, ports)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.parts import free_port_block, stop_process, unavailable, wait_port
+from tierproxy.dev.kafkadist import free_port
+
+
+class ProxyProcess:
+    """`tierproxy serve` in a subprocess on free loopback ports, its log in a file."""
+
+    def __init__(self, bootstrap: str, workdir: Path, extra: dict[str, str] | None = None,
+                 args: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.base = free_port_block(100)
+        self.log = workdir / f"tierproxy-{self.port}.log"
+        env = dict(os.environ)
+        env.update({"TIERPROXY_BROKER_PORT_BASE": str(self.base), "TIERPROXY_BROKER_PORT_RANGE": "100",
+                    "TIERPROXY_STORAGE": f"file://{workdir}/tier-{self.port}",
+                    "TIERPROXY_METADATA": f"file://{workdir}/meta-{self.port}"})
+        env.update(extra or {})
+        cmd = [sys.executable, "-m", "tierproxy.cli", "--log-level", "DEBUG" if os.environ.get("TP_DEBUG") else "INFO",
+               "serve", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}", *(args or [])]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_port(self.port, 20)
+        except TimeoutError:
+            self.stop()
+            unavailable("tierproxy serve", self.log.read_text(errors="replace")[-3000:])
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, timeout: float = 20) -> int:
+        return stop_process(self.proc, timeout)

@@ -1,0 +1,144 @@
+"""S3 API servers on loopback for the tests: SeaweedFS (`weed server -s3`, with one identity, so unsigned or
+wrongly signed requests are refused as on AWS) and moto where a test needs what SeaweedFS cannot do."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.parts import free_port_block, unavailable
+from tierproxy.dev.kafkadist import free_port
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    region = "us-east-1"
+    access_key = "testing"
+    secret_key = "testing"
+
+    def create_bucket(self, name: str) -> None:
+        """Create a bucket, and put this server's credentials in the environment (the usual chain)."""
+        import asyncio
+
+        from tierproxy.tier.storage import S3Store
+
+        async def run() -> None:
+            store = S3Store(name, endpoint=self.endpoint, region=self.region, access_key=self.access_key,
+                            secret_key=self.secret_key)
+            try:
+                await (await store._c()).create_bucket(Bucket=name)
+            finally:
+                await store.close()
+
+        asyncio.run(run())
+        os.environ.update({"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key})
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, part: str, timeout: float) -> None:
+    """Until `url` answers HTTP (any status: an error status is an answer); the part fails with the tail of its log
+    if its process ends or `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                unavailable(part, log.read_text(errors="replace")[-3000:])
+            time.sleep(0.1)
+
+
+@contextmanager
+def moto_server(workdir: Path) -> Iterator[S3Server]:
+    """A moto S3 server in a subprocess on a free loopback port (a subprocess so tests can stop it)."""
+    port = free_port()
+    log = workdir / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(endpoint + "/moto-api/", proc, log, "moto S3 server", 30)
+        yield S3Server(endpoint, proc, log)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+S3_IDENTITIES = {"identities": [{"name": "tierproxy", "credentials": [
+    {"accessKey": S3Server.access_key, "secretKey": S3Server.secret_key}],
+    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+
+
+def weed_path() -> Path:
+    """SeaweedFS's `weed`, built from the Go module proxy by .ci/install-tools.sh (make install)."""
+    from tierproxy.dev.maven import cache_dir
+
+    path = cache_dir() / "bin" / "weed"
+    if not path.exists():
+        unavailable("SeaweedFS", f"{path} missing (make install builds it: .ci/install-tools.sh)")
+    return path
+
+
+def _ports_with_grpc(n: int) -> int:
+    """The first of `n` consecutive free ports whose +10000 twins (SeaweedFS's gRPC ports) are free too."""
+    for _ in range(100):
+        base = free_port_block(n)
+        if base + n + 10000 >= 65536:
+            continue
+        try:
+            socks = []
+            for p in range(base + 10000, base + 10000 + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free port block for SeaweedFS")
+
+
+@contextmanager
+def seaweedfs_server(workdir: Path) -> Iterator[S3Server]:
+    """`weed server -s3`: master, volume server, filer and S3 gateway in one process on loopback, with one S3
+    identity (the test credentials), so unsigned or wrongly signed requests are refused as on AWS."""
+    weed = weed_path()
+    data = workdir / "seaweedfs"
+    data.mkdir(parents=True, exist_ok=True)
+    config = workdir / "s3-identities.json"
+    config.write_text(json.dumps(S3_IDENTITIES))
+    base = _ports_with_grpc(4)
+    master, volume, filer, s3 = base, base + 1, base + 2, base + 3
+    log = workdir / "seaweedfs.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(weed), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
+             f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{s3}"
+    try:  # an unsigned request is refused once the gateway serves (403), which is what we wait for
+        wait_http(endpoint + "/", proc, log, "SeaweedFS S3 server", 60)
+        yield S3Server(endpoint, proc, log)
+    finally:
+        proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
+        proc.wait(10)
