@@ -21,6 +21,7 @@ from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.tiering.copy import CopyResult, CopyTask
 from tierproxy.tiering.job import TieringJob
 from tierproxy.wireclient import WireClient
 
@@ -77,7 +78,7 @@ class _KillLeaderOnFirstCopy(TieringJob):
         super().__init__(*args, **kw)
         self.cluster, self.topic, self.killed = cluster, topic, -1
 
-    def _run_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _run_tasks(self, tasks: list[CopyTask]) -> list[CopyResult]:
         if self.killed < 0:
             self.killed, _ = _partition(self.cluster.bootstrap, self.topic)
             self.cluster.stop_node(self.killed, kill=True)

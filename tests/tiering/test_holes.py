@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from tierproxy.iceberg.run import run_pass
 from tierproxy.iceberg.sync import IcebergSync
 from tierproxy.spark.options import parse_options
 from tierproxy.spark.plan import Planner
+from tierproxy.tiering.copy import CopyResult, CopyTask
 from tierproxy.tiering.job import TieringJob
 from tierproxy.wireclient import WireClient
 
@@ -45,13 +47,12 @@ class _OneCopyRefused(TieringJob):
         super().__init__(*args, **kw)
         self.refused: tuple[int, int] | None = None
 
-    def _run_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _run_tasks(self, tasks: list[CopyTask]) -> list[CopyResult]:
         if self.refused is None and len(tasks) >= 4:
-            third = sorted(tasks, key=lambda t: t["start"])[2]
-            self.refused = (third["start"], third["end"])
-        for t in tasks:
-            if self.refused is not None and t["start"] == self.refused[0]:
-                t["storage"] = "file:///proc/tierproxy-refused"
+            third = sorted(tasks, key=lambda t: t.start)[2]
+            self.refused = (third.start, third.end)
+        tasks = [replace(t, storage="file:///proc/tierproxy-refused")
+                 if self.refused is not None and t.start == self.refused[0] else t for t in tasks]
         return super()._run_tasks(tasks)
 
 
