@@ -139,6 +139,7 @@ def create_app(proxy: Proxy) -> FastAPI:
             found = await iceberg_status(proxy)
         except Exception as exc:
             raise HTTPException(503, str(exc)) from None
+        proxy.fetch_stats.iceberg = found  # the metrics show what this answer showed, not an older refresh
         return IcebergStatus(**found)
 
     @app.get("/v1/remote-fetch", dependencies=guarded, response_model=RemoteFetchStatus)
