@@ -35,6 +35,7 @@ class RemoteFetchStats:
     loading_retriable: int = 0  # answers made retriable (REPLICA_NOT_AVAILABLE) while the metadata was not loaded
     gap_skips: int = 0  # fetches in a gap (never tiered) moved to the first offset the tier or broker holds
     offsets_unknown: int = 0  # remote answers made retriable: the leader's HW / LSO / log start could not be asked
+    within_window: int = 0  # remote fetches answered without the broker (remote.authorization.cache.ms)
     iceberg: dict[str, Any] | None = None  # the Iceberg table's status (iceberg.status.table_status), refreshed by
     # the admin API every 30 s when iceberg.catalog is set
 

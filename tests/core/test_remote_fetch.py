@@ -414,3 +414,76 @@ def test_a_topic_created_again_never_gets_the_old_topics_history() -> None:
         assert p["error_code"] == OOR and s.tier.reads == []
 
     scene_run(go, tier)
+
+
+# --- the authorization window (remote.authorization.cache.ms) -------------------------------------------------------
+def _read_on(s: Scene, offset: int) -> RequestHeader:
+    """The client's next fetch, which the proxy may answer without the broker: its header."""
+    body = fetch_request({TOPIC: {0: offset}}, max_bytes=1 << 20)
+    return s.wire.client_sends(ApiKey.FETCH, 12, body)
+
+
+def test_within_the_authorization_window_history_is_read_without_the_broker() -> None:
+    tier = InMemoryTier()
+    held = tier.segment(TP0, 0, 99)
+    tier.leader(TOPIC, 0, log_start=500, high_watermark=1000, last_stable=990)
+
+    async def go(s: Scene) -> None:
+        first = parts(await s.fetch({0: 0}, {0: broker_entry(0, OOR)}))[0]  # the broker authorizes this one
+        assert bytes(first["records"]) == b"".join(held)
+        _read_on(s, 50)
+        await s.proxy.settle()
+        assert s.wire.broker_receives() == []  # not asked again
+        [(_, _, body)] = s.wire.client_receives()
+        assert body is not None
+        p = parts(body)[0]
+        assert p["error_code"] == NONE and bytes(p["records"]) == b"".join(held[5:])
+        assert (p["high_watermark"], p["last_stable_offset"], p["log_start_offset"]) == (1000, 990, 0)
+        assert s.proxy.fetch_stats.within_window == 1
+
+    scene_run(go, tier, remote_authorization_cache_ms=60_000)
+
+
+def test_without_a_window_every_remote_fetch_is_asked_of_the_broker() -> None:
+    async def go(s: Scene) -> None:
+        await s.fetch({0: 0}, {0: broker_entry(0, OOR)})
+        p = parts(await s.fetch({0: 50}, {0: broker_entry(0, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}))[0]
+        assert p["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED and not bytes(p["records"] or b"")
+        assert s.proxy.fetch_stats.within_window == 0
+
+    scene_run(go)  # the default, 0
+
+
+def test_once_the_window_has_passed_the_broker_decides_again_and_a_refusal_sticks() -> None:
+    async def go(s: Scene) -> None:
+        await s.fetch({0: 0}, {0: broker_entry(0, OOR)})
+        await asyncio.sleep(0.25)  # past the 200 ms window: the ACL may have been revoked since
+        p = parts(await s.fetch({0: 50}, {0: broker_entry(0, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}))[0]
+        assert p["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED and not bytes(p["records"] or b"")
+        # refused: the next fetch is the broker's to decide too, however soon it comes
+        p = parts(await s.fetch({0: 50}, {0: broker_entry(0, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}))[0]
+        assert p["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert s.proxy.fetch_stats.within_window == 0
+
+    scene_run(go, remote_authorization_cache_ms=200)
+
+
+def test_a_request_with_a_partition_the_tier_does_not_answer_goes_to_the_broker() -> None:
+    async def go(s: Scene) -> None:
+        await s.fetch({0: 0}, {0: broker_entry(0, OOR)})
+        header = s.send({0: 50, 1: 700})  # partition 1 is the broker's alone: the whole request is forwarded
+        records = build_batch([Record(700, 1, None, b"v")], base_offset=700)
+        s.wire.broker_answers(header, broker_answer({0: broker_entry(0, OOR), 1: broker_entry(1, records=records)}))
+        await s.proxy.settle()
+        [(_, _, body)] = s.wire.client_receives()
+        assert body is not None
+        got = parts(body)
+        assert bytes(got[0]["records"]) and bytes(got[1]["records"]) == records
+        # a fetch in the gap (200..499, never tiered) is not the tier's alone to answer either
+        header = s.send({0: 300})
+        s.wire.broker_answers(header, broker_answer({0: broker_entry(0, OOR)}))
+        await s.proxy.settle()
+        [(_, _, body)] = s.wire.client_receives()
+        assert body is not None and s.proxy.fetch_stats.within_window == 0
+
+    scene_run(go, remote_authorization_cache_ms=60_000)

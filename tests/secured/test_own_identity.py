@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ class Served:
     proxy: ProxyProcess
     admin_url: str
     tier_output: str
+    env: dict[str, str]  # the proxy's settings: another proxy of the same tier starts with them
 
 
 def _fill(bootstrap: str, topic: str) -> None:
@@ -142,12 +144,13 @@ def served(request: pytest.FixtureRequest, secured: Secured, kcat: str,
     log_start = broker_forgets(secured.admin, topic, above=RECORDS // 2)
     admin_port = free_port()
     relay_tls = {"TIERPROXY_UPSTREAM_SSL_ENABLED": "true", "TIERPROXY_UPSTREAM_SSL_CAFILE": str(secured.certs.ca)}
-    proxy = ProxyProcess(secured.listener(mech.listener), d, extra={
-        "TIERPROXY_COMMAND_CONFIG": str(cfg), "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": metadata,
-        "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{admin_port}", **(relay_tls if mech.own else {})})
+    env = {"TIERPROXY_COMMAND_CONFIG": str(cfg), "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": metadata,
+           **(relay_tls if mech.own else {})}
+    proxy = ProxyProcess(secured.listener(mech.listener), d,
+                         extra={**env, "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{admin_port}"})
     try:
         yield Served(secured, mech, topic, expected, log_start, proxy, f"http://127.0.0.1:{admin_port}",
-                     tier.stdout + tier.stderr)
+                     tier.stdout + tier.stderr, env)
     finally:
         proxy.stop()
 
@@ -250,6 +253,62 @@ def test_an_acl_removed_mid_read_refuses_the_next_fetch(served: Served) -> None:
             assert got == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
         finally:
             create_acls(served.secured.admin, acl)
+
+
+@pytest.mark.parametrize("served", ["PLAIN"], indirect=True)
+def test_within_the_authorization_window_a_revoked_acl_stops_tier_reads_when_it_ends(served: Served) -> None:
+    """remote.authorization.cache.ms=3000: alice reads on from the tier without the broker's round trip for 3 s
+    after the broker last authorized her connection's fetch; her ACL revoked, she is refused within the window
+    (and the broker's ACL propagation), and gets no tier record after that. Bob never gets one."""
+    window_s = 3.0
+    admin = f"127.0.0.1:{free_port()}"
+    proxy = ProxyProcess(served.secured.listener(served.mech.listener), served.proxy.log.parent, extra={
+        **served.env, "TIERPROXY_REMOTE_AUTHORIZATION_CACHE_MS": str(int(window_s * 1000)),
+        "TIERPROXY_ADMIN_LISTEN": admin})
+    acl = reader_acls("alice", served.topic)[:1]
+
+    def windowed() -> float:
+        with urllib.request.urlopen(f"http://{admin}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        line = next(x for x in text.splitlines()
+                    if x.startswith("tierproxy_remote_fetches_within_authorization_window_total "))
+        return float(line.split()[1])
+
+    try:
+        served_proxy, served.proxy = served.proxy, proxy  # _client connects to `served.proxy`
+        try:
+            with _client(served, "bob") as w:
+                assert _fetch(w, served.topic, 0) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+                assert _fetch(w, served.topic, 0) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+            with _client(served, "alice") as w:
+                wait_until(lambda: _fetch(w, served.topic, 0)[1] > 0, "the tier serves alice", timeout=90,
+                           interval=1)
+                before = windowed()
+                assert _fetch(w, served.topic, 100)[0] == ErrorCode.NONE
+                assert _fetch(w, served.topic, 150)[0] == ErrorCode.NONE
+                assert windowed() >= before + 2  # both answered without the broker
+                delete_acls(served.secured.admin, acl)
+                revoked = time.monotonic()
+                try:
+                    served_after = 0
+                    while time.monotonic() - revoked < window_s + 10:  # bounded: refused by then, or failed
+                        code, n = _fetch(w, served.topic, 200)
+                        if code != ErrorCode.NONE:
+                            break
+                        served_after += 1
+                        time.sleep(0.1)
+                    refused_after = time.monotonic() - revoked
+                    assert (code, n) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+                    # the window, plus ACL propagation
+                    assert refused_after < window_s + 5, (refused_after, served_after)
+                    for _ in range(5):  # refused: every later fetch is the broker's to decide
+                        assert _fetch(w, served.topic, 200) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+                finally:
+                    create_acls(served.secured.admin, acl)
+        finally:
+            served.proxy = served_proxy
+    finally:
+        proxy.stop()
 
 
 def test_tail_passthrough_keeps_working_when_tierproxys_identity_is_refused(secured: Secured, kcat: str,

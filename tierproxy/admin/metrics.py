@@ -15,6 +15,7 @@
     tierproxy_tier_last_copy_timestamp_seconds{topic},
     tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total,
     tierproxy_remote_gap_skips_total, tierproxy_remote_fetch_throttled_total,
+    tierproxy_remote_fetches_within_authorization_window_total,
     tierproxy_iceberg_lag_offsets{topic}, tierproxy_iceberg_last_commit_timestamp_seconds, tierproxy_iceberg_files,
     tierproxy_iceberg_rows (when iceberg.catalog is set)
 """
@@ -112,6 +113,9 @@ class ProxyCollector(Collector):
                 ("tierproxy_remote_fetch_throttled", "Remote fetch parts held back by a remote fetch quota "
                  "(remote.log.manager.fetch.max.bytes.per.second, remote.fetch.client.max.bytes.per.second)",
                  tier.quota.throttled),
+                ("tierproxy_remote_fetches_within_authorization_window", "Remote fetches answered without asking "
+                 "the broker: it authorized the connection's fetch of each topic less than "
+                 "remote.authorization.cache.ms ago", stats.within_window),
                 ("tierproxy_remote_gap_skips", "Fetches in a gap (deleted before it was tiered) answered up to the "
                  "first offset the tier or the broker holds", stats.gap_skips),
                 ("tierproxy_remote_answers_without_broker_offsets", "Remote answers made retriable "

@@ -47,6 +47,10 @@ class ProxySettings(CommonSettings):
     remote_log_storage_system_enable: bool = Field(True, description="serve offsets below the broker's log start "
                                                    "from the tier")
     remote_fetch_max_wait_ms: int = Field(500, ge=1, description="purgatory wait for remote partitions (KIP-1018)")
+    remote_authorization_cache_ms: int = Field(
+        0, ge=0, le=60_000, description="a connection whose fetch of a topic the broker authorized less than this "
+        "long ago reads on from the tier without asking the broker again (0: every fetch is asked; a revoked ACL "
+        "stops tier reads within this window)")
     remote_log_manager_fetch_max_bytes_per_second: int = Field(
         -1, ge=-1, description="bytes served from the tier per second, whole process (KIP-956; -1: no limit)")
     remote_fetch_client_max_bytes_per_second: int = Field(

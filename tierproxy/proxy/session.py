@@ -111,6 +111,10 @@ class Session:
         # partitions this connection reads from the tier → the broker's local log start (fetches below it are
         # read early); keyed (topic name or id, partition) as the Fetch names them
         self.tiered: dict[tuple[str | bytes, int], int] = {}
+        # topic (name or id, as the Fetch names it) → time.monotonic() of a request whose fetch of it the broker
+        # authorized (answered OFFSET_OUT_OF_RANGE): within remote.authorization.cache.ms of it, fetches the tier
+        # answers whole are not asked of the broker again
+        self.authorized: dict[str | bytes, float] = {}
         self.sasl_rounds: int | None = None  # SASL rounds left before the mechanism's last (pre-auth limit)
         self.writing_paused = False  # the client's transport holds more than the high water mark
         self.unwritten_reserved = 0  # queued.max.request.bytes held by responses still in that buffer

@@ -26,6 +26,7 @@ from tierproxy.proxy.intercept.fetch.plan import (
     plan_fetch,
     sessionless,
 )
+from tierproxy.proxy.intercept.fetch.window import authorized_now, no_broker_part, within_window
 from tierproxy.proxy.session import Session, Slot
 from tierproxy.remote.view import RemoteTierView
 
@@ -61,7 +62,14 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     plan.client_id = ev.header.client_id or ""
     if plan.remote and tier is not None:
         plan.deadline = asyncio.get_running_loop().time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
-        delayed_fetch(session, tier, plan).start_early()
+        op = delayed_fetch(session, tier, plan)
+        op.start_early()
+        if within_window(session.authorized, session.proxy.settings.remote_authorization_cache_ms, op):
+            slot = Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan))
+            session.add_slot(slot)
+            session.proxy.fetch_stats.within_window += 1
+            session.complete_later(slot, complete(session, slot, op, no_broker_part(plan), list(plan.remote), []))
+            return
     session.forward(ev, registry.encode_request(ev.header, data) if changed else None,
                     Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
 
@@ -85,6 +93,10 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         return
     op = delayed_fetch(session, tier, plan)
     oor = remote_after_broker(op, scan)
+    authorized_now(session.authorized, plan, oor)
+    for topic, _, code in scan.errors:
+        if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            session.authorized.pop(topic, None)
     beyond = past_the_tier(op, scan, oor)
     _drop_unused_reads(session, plan, oor)
     if not oor and not beyond:
