@@ -7,6 +7,7 @@ import os
 import resource
 import subprocess
 import time
+from pathlib import Path
 
 from tests.support.kafka import set_retention, watermarks
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -75,3 +76,17 @@ def forget_tiered(kafka: KafkaCluster, topic: str) -> int:
         time.sleep(0.5)
     set_retention(kafka.bootstrap, topic, 3_600_000)
     return watermarks(kafka.bootstrap, topic)[0]
+
+
+def perf_test_mbps(libs: Path, bootstrap: str, topic: str, count: int) -> float:
+    """The Java consumer (kafka-consumer-perf-test) reading `count` records from offset 0: its fetch MB/s, the
+    time after it joined its group (JVM start and the group join left out, alike on both sides)."""
+    cmd = ["java", "-Xmx512m", "-cp", f"{libs}/*", "org.apache.kafka.tools.ConsumerPerformance",
+           "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(count), "--timeout", "120000"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line.split(", ") for line in out.stdout.splitlines() if ", " in line]
+    header = next(i for i, fields in enumerate(lines) if "fetch.MB.sec" in fields)
+    values = dict(zip(lines[header], lines[header + 1], strict=True))
+    assert int(values["data.consumed.in.nMsg"]) >= count
+    return float(values["fetch.MB.sec"]) * 1.048576  # it counts MiB: MB/s like the kcat figures

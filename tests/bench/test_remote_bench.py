@@ -19,7 +19,7 @@ import pytest
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tests.bench.clients import CLIENT_BUSY, RECORDS, forget_tiered, kcat_args, kcat_mbps, produce
+from tests.bench.clients import CLIENT_BUSY, RECORDS, forget_tiered, kcat_args, kcat_mbps, perf_test_mbps, produce
 from tests.bench.report import cpu_seconds, report
 from tests.support.kafka import create_topic, set_retention, watermarks
 from tests.support.proxy import ProxyProcess
@@ -65,20 +65,6 @@ def _hwm_mib(pid: int) -> float:
     return -1.0
 
 
-def _java_consumer_mbps(libs: Path, bootstrap: str, topic: str, count: int) -> float:
-    """The Java consumer (kafka-consumer-perf-test) reading `count` records from offset 0: its fetch MB/s, the
-    time after it joined its group (JVM start and the group join left out, alike on both sides)."""
-    cmd = ["java", "-Xmx512m", "-cp", f"{libs}/*", "org.apache.kafka.tools.ConsumerPerformance",
-           "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(count), "--timeout", "120000"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = [line.split(", ") for line in out.stdout.splitlines() if ", " in line]
-    header = next(i for i, fields in enumerate(lines) if "fetch.MB.sec" in fields)
-    values = dict(zip(lines[header], lines[header + 1], strict=True))
-    assert int(values["data.consumed.in.nMsg"]) >= count
-    return float(values["fetch.MB.sec"]) * 1.048576  # it counts MiB: MB/s like the kcat figures
-
-
 def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]:
     """Kafka's own tiered storage (LocalTieredStorage from the kafka-storage test jar): the same data, read from
     offset 0 once the broker keeps only the tail locally, by kcat and by the Java consumer (MB/s each)."""
@@ -101,7 +87,7 @@ def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]
                 break
             time.sleep(2)
         return (max(kcat_mbps(kcat, native.bootstrap, topic, count) for _ in range(2)),
-                max(_java_consumer_mbps(native.libs, native.bootstrap, topic, count) for _ in range(2)))
+                max(perf_test_mbps(native.libs, native.bootstrap, topic, count) for _ in range(2)))
     finally:
         native.stop()
 
@@ -130,6 +116,7 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
         time.sleep(0.5)
     set_retention(kafka.bootstrap, topic, 3_600_000)
     figures = [f"direct tail {direct:.0f} MB/s"]
+    cpu: dict[str, float] = {}
     for name, (storage, metadata) in tiers.items():
         proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
             "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": metadata,
@@ -138,14 +125,18 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
             time.sleep(2)
             # a fresh proxy: the first read takes every chunk from the store; the second finds the tiered half in
             # the chunk cache (256 MiB): both are reported, the first is the catch-up from the store
+            c0, s0 = cpu_seconds(proxy.proc.pid), cpu_seconds(s3.proc.pid)
             cold = kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS)
+            gb = RECORDS * 1024 / 1e9
+            cpu[name] = (cpu_seconds(proxy.proc.pid) - c0) / gb
+            store_cpu = f", SeaweedFS {(cpu_seconds(s3.proc.pid) - s0) / gb:.2f}" if name == "s3" else ""
             warm = kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS)
-            figures.append(f"catch-up from {name} {cold:.0f} MB/s ({cold / direct:.2f}x; again with its chunks "
-                           f"cached {warm:.0f} MB/s, {warm / direct:.2f}x)")
+            figures.append(f"catch-up from {name} {cold:.0f} MB/s ({cold / direct:.2f}x; proxy CPU {cpu[name]:.2f} "
+                           f"core-s/GB{store_cpu}; again through the same proxy {warm:.0f} MB/s, {warm / direct:.2f}x)")
             if name == "filesystem":
                 half = max(kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS // 2) for _ in range(2))
                 half_busy = CLIENT_BUSY["last"]
-                java_half = max(_java_consumer_mbps(kafka.libs, proxy.bootstrap, topic, RECORDS // 2)
+                java_half = max(perf_test_mbps(kafka.libs, proxy.bootstrap, topic, RECORDS // 2)
                                 for _ in range(2))
                 broker = kafka.nodes[0].proc
                 assert broker is not None
@@ -171,6 +162,7 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
                    f"{half:.0f} vs {native:.0f} MB/s = {half / native:.1f}x (kcat itself busy {half_busy:.2f} "
                    f"cores through tierproxy, {CLIENT_BUSY['last']:.2f} with native); Java consumer "
                    f"{java_half:.0f} vs {java_native:.0f} MB/s = {java_half / java_native:.1f}x")
+    figures.append(f"proxy CPU per GB from S3 / from the filesystem tier {cpu['s3'] / cpu['filesystem']:.2f}x")
     report("remote catch-up", "; ".join(figures) + f" ({RECORDS} x 1 KiB)")
 
 

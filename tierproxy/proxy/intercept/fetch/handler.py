@@ -60,11 +60,12 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
         sessionless(data)
     plan = plan_fetch(data, by_id, session.tiered if tier is not None else {})
     plan.client_id = ev.header.client_id or ""
+    op = None
     if plan.remote and tier is not None:
         plan.deadline = asyncio.get_running_loop().time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
         op = delayed_fetch(session, tier, plan)
-        op.start_early()
         if within_window(session.authorized, session.proxy.settings.remote_authorization_cache_ms, op):
+            op.start_early()
             slot = Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan))
             session.add_slot(slot)
             session.proxy.fetch_stats.within_window += 1
@@ -72,6 +73,8 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
             return
     session.forward(ev, registry.encode_request(ev.header, data) if changed else None,
                     Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
+    if op is not None:  # after the request has left: the reads overlap the broker's round trip, not delay it
+        op.start_early()
 
 
 def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:

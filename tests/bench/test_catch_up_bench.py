@@ -1,0 +1,162 @@
+"""Catch-up at the speed of the tail: history read through tierproxy from the filesystem tier vs the same amount of
+the same kind of data read directly from the broker's own log, interleaved in one run.
+
+Every topic has a twin produced alike (ProducerPerformance, same record size, same batching): `tiered-*` is tiered
+and then deleted from the broker, `local-*` stays on the broker. Each round starts a fresh proxy (its chunk cache
+cold; the tier's files in the page cache as the broker's are) and reads, in turn: the history from the tier
+(cold), the twin directly, the history again (from the chunk cache), both with kafka-consumer-perf-test. Ratios
+are taken within a round, so the machine's drift between rounds (this 2-core machine's direct figure varies
+1.5x between runs) cancels out. Each configuration of `remote.authorization.cache.ms` (0, the default: the broker
+authorizes every remote fetch; 1000: a connection the broker authorized less than a second ago is not asked
+again) gets its own rounds. Then eight consumers at once, one per partition of an eight-partition topic.
+
+    pytest -m bench tests/bench/test_catch_up_bench.py -s   (TIERPROXY_BENCH_CATCH_UP_MIB per topic, default 128;
+                                                             TIERPROXY_BENCH_CATCH_UP_ROUNDS, default 3)
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bench.clients import kcat_args, perf_test_mbps, produce
+from tests.bench.report import busy_share, cpu_seconds, machine_ticks, report
+from tests.support.kafka import create_topic, set_retention, watermarks
+from tests.support.proxy import ProxyProcess
+from tests.support.tiering import settings, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
+
+pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
+MIB = int(os.environ.get("TIERPROXY_BENCH_CATCH_UP_MIB", "128"))
+ROUNDS = int(os.environ.get("TIERPROXY_BENCH_CATCH_UP_ROUNDS", "3"))
+SIZES = (1024, 200)
+WINDOWS = (0, 1000)
+CONSUMERS = 8
+
+
+def _forget(kafka: KafkaCluster, topic: str, partitions: int) -> list[int]:
+    """The broker deletes every closed segment of `topic` (all of them tiered): each partition's log start."""
+    set_retention(kafka.bootstrap, topic, 1000)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        starts = [watermarks(kafka.bootstrap, topic, p)[0] for p in range(partitions)]
+        if all(starts):
+            break
+        time.sleep(0.5)
+    set_retention(kafka.bootstrap, topic, 3_600_000)
+    assert all(starts), starts
+    return starts
+
+
+def _read(kcat: str, bootstrap: str, topic: str, count: int, size: int, partition: int = 0
+          ) -> tuple[float, float]:
+    """kcat reading `count` records of partition `partition` from offset 0: (ms to the first record, MB/s)."""
+    args = kcat_args(kcat, bootstrap, topic, count)
+    args[args.index("-p") + 1] = str(partition)
+    start = time.perf_counter()
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        first_ms = (time.perf_counter() - start) * 1000
+        n = 1 if first else 0
+        while chunk := proc.stdout.read(1 << 20):  # bounded by `count` lines: kcat stops there
+            n += chunk.count(b"\n")
+        assert proc.wait(600) == 0
+    assert n >= count, (topic, partition, n, count)
+    return first_ms, count * size / 1e6 / (time.perf_counter() - start)
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f}x ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def _proxy(kafka: KafkaCluster, tmp: Path, window_ms: int) -> ProxyProcess:
+    proxy = ProxyProcess(kafka.bootstrap, tmp, extra={
+        "TIERPROXY_STORAGE": f"file://{tmp}/tier", "TIERPROXY_METADATA": f"file://{tmp}/meta",
+        "TIERPROXY_REMOTE_AUTHORIZATION_CACHE_MS": str(window_ms)})
+    time.sleep(2)  # the tier's metadata loaded
+    return proxy
+
+
+@pytest.mark.timeout(1800)
+def test_catch_up_from_the_filesystem_tier_vs_direct_tail(kafka: KafkaCluster, kcat: str, tmp_path: Path) -> None:
+    segment = {"segment.bytes": str(16 << 20)}
+    for size in SIZES:
+        for kind in ("local", "tiered"):
+            create_topic(kafka.bootstrap, f"{kind}-{size}", config=segment)
+            produce(kafka, f"{kind}-{size}", (MIB << 20) // size, size)
+    for kind in ("local", "tiered"):
+        create_topic(kafka.bootstrap, f"{kind}-{CONSUMERS}p", partitions=CONSUMERS, config=segment)
+        produce(kafka, f"{kind}-{CONSUMERS}p", (2 * MIB << 20) // 1024, 1024)  # 32 MiB a partition
+    assert tier_once(settings(kafka.bootstrap, tmp_path, "tiered-", tier_topics="tiered-.*",
+                              tier_segment_bytes=16 << 20)).failed == 0
+    held = {size: _forget(kafka, f"tiered-{size}", 1)[0] for size in SIZES}
+    # per partition, what the tier alone holds, and no more than the twin has (the producer spreads records unevenly)
+    held_8p = [min(start, watermarks(kafka.bootstrap, f"local-{CONSUMERS}p", p)[1])
+               for p, start in enumerate(_forget(kafka, f"tiered-{CONSUMERS}p", CONSUMERS))]
+    figures = []
+    for window in WINDOWS:
+        for size in SIZES:
+            count, cold, cached, java, first_cold, first_direct = held[size], [], [], [], [], []
+            cpu = []
+            for _ in range(ROUNDS):
+                proxy = _proxy(kafka, tmp_path, window)
+                try:
+                    c0 = cpu_seconds(proxy.proc.pid)
+                    first_c, c = _read(kcat, proxy.bootstrap, f"tiered-{size}", count, size)
+                    cpu.append((cpu_seconds(proxy.proc.pid) - c0) / (count * size / 1e9))
+                    first_d, d = _read(kcat, kafka.bootstrap, f"local-{size}", count, size)
+                    _, again = _read(kcat, proxy.bootstrap, f"tiered-{size}", count, size)
+                    jd = perf_test_mbps(kafka.libs, kafka.bootstrap, f"local-{size}", count)
+                    jp = perf_test_mbps(kafka.libs, proxy.bootstrap, f"tiered-{size}", count)
+                finally:
+                    proxy.stop()
+                cold.append(c / d)
+                cached.append(again / d)
+                java.append(jp / jd)
+                first_cold.append(first_c)
+                first_direct.append(first_d)
+            figures.append(f"window {window} ms, {size} B records ({count * size >> 20} MiB): kcat cold "
+                           f"{_spread(cold)}, cached {_spread(cached)}; kafka-consumer-perf-test {_spread(java)}; "
+                           f"first record {statistics.median(first_cold):.0f} ms after kcat's start (direct "
+                           f"{statistics.median(first_direct):.0f} ms: "
+                           f"+{statistics.median(c - d for c, d in zip(first_cold, first_direct)):.0f} ms); proxy CPU {statistics.median(cpu):.2f} "
+                           f"core-s/GB")
+            print(figures[-1], flush=True)
+        # eight consumers at once, one partition each, against eight reading the twin directly
+        proxy = _proxy(kafka, tmp_path, window)
+        try:
+            ratios, hwm = [], []
+            for _ in range(ROUNDS):
+                got = {}
+                for name, bootstrap, topic in (("proxy", proxy.bootstrap, f"tiered-{CONSUMERS}p"),
+                                               ("direct", kafka.bootstrap, f"local-{CONSUMERS}p")):
+                    start, ticks = time.perf_counter(), machine_ticks()
+                    procs = []
+                    for p in range(CONSUMERS):
+                        args = kcat_args(kcat, bootstrap, topic, held_8p[p])
+                        args[args.index("-p") + 1] = str(p)
+                        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    assert all(pr.wait(600) == 0 for pr in procs)
+                    got[name] = sum(held_8p) * 1024 / 1e6 / (time.perf_counter() - start)
+                    got[name + " busy"] = busy_share(ticks, machine_ticks())
+                ratios.append(got["proxy"] / got["direct"])
+                hwm.append(_hwm_mib(proxy.proc.pid))
+        finally:
+            proxy.stop()
+        figures.append(f"window {window} ms, {CONSUMERS} consumers at once: aggregate {_spread(ratios)} of "
+                       f"{CONSUMERS} direct (last round {got['proxy']:.0f} vs {got['direct']:.0f} MB/s, machine "
+                       f"{got['proxy busy']:.0%} / {got['direct busy']:.0%} busy); proxy peak RSS {max(hwm):.0f} MiB")
+    report("catch-up vs direct tail (filesystem tier, ratios per round: median (min-max))", "; ".join(figures))
+
+
+def _hwm_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return -1.0
