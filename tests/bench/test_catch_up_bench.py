@@ -121,11 +121,12 @@ def test_catch_up_from_the_filesystem_tier_vs_direct_tail(kafka: KafkaCluster, k
                 java.append(jp / jd)
                 first_cold.append(first_c)
                 first_direct.append(first_d)
+            added = [c - d for c, d in zip(first_cold, first_direct, strict=True)]
             figures.append(f"window {window} ms, {size} B records ({count * size >> 20} MiB): kcat cold "
                            f"{_spread(cold)}, cached {_spread(cached)}; kafka-consumer-perf-test {_spread(java)}; "
                            f"first record {statistics.median(first_cold):.0f} ms after kcat's start (direct "
                            f"{statistics.median(first_direct):.0f} ms: "
-                           f"+{statistics.median(c - d for c, d in zip(first_cold, first_direct)):.0f} ms); proxy CPU {statistics.median(cpu):.2f} "
+                           f"+{statistics.median(added):.0f} ms); proxy CPU {statistics.median(cpu):.2f} "
                            f"core-s/GB")
             print(figures[-1], flush=True)
         # eight consumers at once, one partition each, against eight reading the twin directly
