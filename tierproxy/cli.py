@@ -42,6 +42,9 @@ def _serve(args: argparse.Namespace) -> int:
         return rc
     if (rc := _check_owner(settings)) is not None:
         return rc
+    from tierproxy.allocator import keep_freed_memory
+
+    keep_freed_memory(max(settings.remote_fetch_chunk_bytes, 4 << 20), settings.remote_fetch_cache_bytes)
     if settings.event_loop == "uvloop":
         import uvloop
 

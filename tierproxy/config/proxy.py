@@ -61,6 +61,9 @@ class ProxySettings(CommonSettings):
     remote_log_reader_max_pending_tasks: int = Field(100, ge=0, description="queued remote reads before rejecting")
     remote_fetch_chunk_bytes: int = Field(8 << 20, ge=64 * 1024, description="read-ahead chunk size (one S3 GET)")
     remote_fetch_cache_bytes: int = Field(256 << 20, ge=0, description="chunk cache size")
+    remote_fetch_file_direct_reads: bool = Field(True, description="a file:// tier is read in exact ranges "
+                                                 "through the OS page cache, without the chunk cache and read-ahead "
+                                                 "(false: as S3 is, e.g. for a network filesystem)")
     remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")
     remote_fetch_prefetch_max_chunks: int = Field(8, ge=0, description="how deep the read-ahead may grow while "
                                                   "storage is slower than a sequential reader")

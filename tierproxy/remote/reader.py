@@ -78,8 +78,12 @@ def _retrieved(task: asyncio.Task[bytes]) -> None:
 class RemoteReader:
     def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int = 8 << 20, cache_bytes: int = 256 << 20,
                  prefetch_chunks: int = 2, max_prefetch_chunks: int = 8, index_cache_bytes: int = 64 << 20,
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None, direct: bool = False) -> None:
         self.rsm = rsm
+        # direct: each read takes exactly the bytes it needs from storage, no chunk cache and no read-ahead of
+        # ours: for a tier of files, whose pages the OS caches and reads ahead already (a chunk cache there copied
+        # every chunk into fresh memory: a page fault and a zeroed page each 4 KiB)
+        self.direct = direct
         self.chunk = chunk_bytes
         self.prefetch = prefetch_chunks
         self.max_prefetch = max(prefetch_chunks, max_prefetch_chunks)
@@ -206,6 +210,8 @@ class RemoteReader:
         once (only those: joining whole chunks copied up to 16 MiB for a 4 MiB answer). The read-ahead runs on
         into the `following` segments when this one ends within it."""
         end = min(end, md.segment_size_in_bytes)
+        if self.direct:
+            return memoryview(await self._retrying("log", lambda: self._exactly(md, start, end), deadline))
         first, last = start // self.chunk, max(start, end - 1) // self.chunk
         parts = await asyncio.gather(*(self._chunk(md, n, deadline) for n in range(first, last + 1)))
         self._read_ahead(md, last, deadline + 30, following)  # it outlives this fetch: it warms the cache
@@ -216,6 +222,17 @@ class RemoteReader:
         views[-1] = views[-1][:end - last * self.chunk]
         views[0] = views[0][start - base:]
         return memoryview(b"".join(views))
+
+    async def _exactly(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the segment straight from storage (a direct reader's every read)."""
+        self.misses += 1
+        got = await self.rsm.fetch_log(md, start, end)
+        if len(got) != end - start:  # a file shorter than its metadata says: never served
+            self.short_reads += 1
+            raise StorageUnavailable(f"segment {md.segment_id.id.hex()} bytes {start}..{end}: storage returned "
+                                     f"{len(got)} bytes")
+        self.bytes_read += len(got)
+        return got
 
     def _read_ahead(self, md: RemoteLogSegmentMetadata, last: int, deadline: float,
                     following: Sequence[RemoteLogSegmentMetadata]) -> None:

@@ -33,6 +33,7 @@ from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import served_segments
+from tierproxy.tier.storage import FileStore
 
 log = logging.getLogger("tierproxy.remote")
 
@@ -50,7 +51,8 @@ class RemoteTier:
             index_cache_bytes=settings.remote_log_index_file_cache_total_size_bytes,
             backoff=Backoff(settings.remote_log_manager_task_retry_backoff_ms,
                             settings.remote_log_manager_task_retry_backoff_max_ms,
-                            settings.remote_log_manager_task_retry_jitter))
+                            settings.remote_log_manager_task_retry_jitter),
+            direct=settings.remote_fetch_file_direct_reads and isinstance(self.rsm.store, FileStore))
         self.pool = ReaderPool(settings.remote_log_reader_threads, settings.remote_log_reader_max_pending_tasks)
         self._quota = RemoteFetchQuota(settings.remote_log_manager_fetch_max_bytes_per_second,
                                       settings.remote_fetch_client_max_bytes_per_second)
