@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -84,6 +85,10 @@ class RemoteReader:
         # ours: for a tier of files, whose pages the OS caches and reads ahead already (a chunk cache there copied
         # every chunk into fresh memory: a page fault and a zeroed page each 4 KiB)
         self.direct = direct
+        # a direct reader's next read, started when the last one ended: (segment id, start) → (end, bytes task);
+        # oldest first, their bytes within `cache_bytes` in all
+        self._next: OrderedDict[tuple[bytes, int], tuple[int, asyncio.Task[bytes]]] = OrderedDict()
+        self._next_bytes = 0
         self.chunk = chunk_bytes
         self.prefetch = prefetch_chunks
         self.max_prefetch = max(prefetch_chunks, max_prefetch_chunks)
@@ -105,7 +110,7 @@ class RemoteReader:
 
     async def close(self) -> None:
         """Stop the reads in flight (read-ahead nobody waits for), before the storage they use is closed."""
-        tasks = [*self._inflight.values(), *self._index_tasks.values()]
+        tasks = [*self._inflight.values(), *self._index_tasks.values(), *(t for _, t in self._next.values())]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -211,6 +216,14 @@ class RemoteReader:
         into the `following` segments when this one ends within it."""
         end = min(end, md.segment_size_in_bytes)
         if self.direct:
+            ahead = self._taken((md.segment_id.id, start), end)
+            if ahead is not None:
+                try:
+                    data = await ahead
+                    self.hits += 1
+                    return memoryview(data)[:end - start]
+                except StorageUnavailable:
+                    pass  # read again, with retries, within this read's own deadline
             return memoryview(await self._retrying("log", lambda: self._exactly(md, start, end), deadline))
         first, last = start // self.chunk, max(start, end - 1) // self.chunk
         parts = await asyncio.gather(*(self._chunk(md, n, deadline) for n in range(first, last + 1)))
@@ -222,6 +235,39 @@ class RemoteReader:
         views[-1] = views[-1][:end - last * self.chunk]
         views[0] = views[0][start - base:]
         return memoryview(b"".join(views))
+
+    def _taken(self, key: tuple[bytes, int], end: int) -> asyncio.Task[bytes] | None:
+        """The read started ahead from this position, if it covers up to `end` (dropped either way)."""
+        found = self._next.pop(key, None)
+        if found is None:
+            return None
+        ahead_end, task = found
+        self._next_bytes -= ahead_end - key[1]
+        if ahead_end >= end or (task.done() and not task.cancelled() and task.exception() is None
+                                and len(task.result()) >= end - key[1]):
+            return task
+        task.cancel()
+        return None
+
+    def _read_next(self, md: RemoteLogSegmentMetadata, start: int, size: int,
+                   following: Sequence[RemoteLogSegmentMetadata]) -> None:
+        """A direct reader's next read, from where its last one ended (on in the following segment at its end):
+        its bytes come while the client takes in this answer. Bounded by `cache_bytes` in all, oldest dropped."""
+        if start >= md.segment_size_in_bytes:
+            if not following:
+                return
+            md, start = following[0], 0
+        key, end = (md.segment_id.id, start), min(start + size, md.segment_size_in_bytes)
+        if key in self._next or end <= start or end - start > self.chunks.maxsize:
+            return
+        while self._next and self._next_bytes + end - start > self.chunks.maxsize:
+            (_, old_start), (old_end, old) = self._next.popitem(last=False)
+            self._next_bytes -= old_end - old_start
+            old.cancel()
+        task = asyncio.get_running_loop().create_task(self._exactly(md, start, end))
+        task.add_done_callback(_retrieved)
+        self._next[key] = (end, task)
+        self._next_bytes += end - start
 
     async def _exactly(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
         """Bytes [start, end) of the segment straight from storage (a direct reader's every read)."""
@@ -301,6 +347,8 @@ class RemoteReader:
             pos += consumed
         if resume_at >= 0:  # where this reader's next fetch (at the offset after the last batch) starts
             self.resume[(seg, last + 1)] = resume_at
+            if self.direct:
+                self._read_next(md, resume_at, max_bytes + 256 * 1024, following or ())
         records: bytes | memoryview = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         return await self._result(md, records, read_committed, deadline, following)
 
