@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = {"config", "propfile", "metrics", "wireclient", "asyncclient", "tls", "identity", "signals"}
+SHARED = {"config", "propfile", "metrics", "wireclient", "asyncclient", "tls", "identity", "signals", "allocator"}
 CORE = {"proxy"}
 # what each layer may import from tierproxy (besides itself, the shared modules and protocol)
 ALLOWED: dict[str, set[str]] = {
