@@ -51,9 +51,9 @@ RECORDS = int(os.environ.get("TIERPROXY_BENCH_REMOTE_RECORDS", str(1 << 18)))
 CLIENT_BUSY: dict[str, float] = {}  # the last kcat run's CPU, in cores (1.0: the client itself was the limit)
 
 
-def kcat_args(kcat: str, bootstrap: str, topic: str, count: int | None) -> list[str]:
-    """kcat reading partition 0 from offset 0, one line per record: `count` records, or to the end."""
-    return [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-q", "-f", "%o\n",
+def kcat_args(kcat: str, bootstrap: str, topic: str, count: int | None, partition: int = 0) -> list[str]:
+    """kcat reading `partition` from offset 0, one line per record: `count` records, or to the end."""
+    return [kcat, "-b", bootstrap, "-C", "-t", topic, "-p", str(partition), "-o", "beginning", "-q", "-f", "%o\n",
             "-X", "fetch.message.max.bytes=4194304", *(["-c", str(count)] if count else ["-e"])]
 
 

@@ -30,3 +30,11 @@ def machine_ticks() -> tuple[int, int]:
 def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
     """Share of all the machine's cores busy between two `machine_ticks`."""
     return (after[0] - before[0]) / max(1, after[1] - before[1])
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A process's peak resident set so far (/proc/PID/status VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return -1.0

@@ -2,9 +2,9 @@
 the same kind of data read directly from the broker's own log, interleaved in one run.
 
 Every topic has a twin produced alike (ProducerPerformance, same record size, same batching): `tiered-*` is tiered
-and then deleted from the broker, `local-*` stays on the broker. Each round starts a fresh proxy (its chunk cache
-cold; the tier's files in the page cache as the broker's are) and reads, in turn: the history from the tier
-(cold), the twin directly, the history again (from the chunk cache), both with kafka-consumer-perf-test. Ratios
+and then deleted from the broker, `local-*` stays on the broker. Each round starts a fresh proxy (the tier's files
+in the page cache, as the broker's are) and reads, in turn: the history from the tier (cold), the twin directly,
+the history again through the same proxy, both with kafka-consumer-perf-test. Ratios
 are taken within a round, so the machine's drift between rounds (this 2-core machine's direct figure varies
 1.5x between runs) cancels out. Each configuration of `remote.authorization.cache.ms` (0, the default: the broker
 authorizes every remote fetch; 1000: a connection the broker authorized less than a second ago is not asked
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.clients import kcat_args, perf_test_mbps, produce
-from tests.bench.report import busy_share, cpu_seconds, machine_ticks, report
+from tests.bench.report import busy_share, cpu_seconds, machine_ticks, peak_rss_mib, report
 from tests.support.kafka import create_topic, set_retention, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
@@ -56,8 +56,7 @@ def _forget(kafka: KafkaCluster, topic: str, partitions: int) -> list[int]:
 def _read(kcat: str, bootstrap: str, topic: str, count: int, size: int, partition: int = 0
           ) -> tuple[float, float]:
     """kcat reading `count` records of partition `partition` from offset 0: (ms to the first record, MB/s)."""
-    args = kcat_args(kcat, bootstrap, topic, count)
-    args[args.index("-p") + 1] = str(partition)
+    args = kcat_args(kcat, bootstrap, topic, count, partition)
     start = time.perf_counter()
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
         assert proc.stdout is not None
@@ -138,16 +137,14 @@ def test_catch_up_from_the_filesystem_tier_vs_direct_tail(kafka: KafkaCluster, k
                 for name, bootstrap, topic in (("proxy", proxy.bootstrap, f"tiered-{CONSUMERS}p"),
                                                ("direct", kafka.bootstrap, f"local-{CONSUMERS}p")):
                     start, ticks = time.perf_counter(), machine_ticks()
-                    procs = []
-                    for p in range(CONSUMERS):
-                        args = kcat_args(kcat, bootstrap, topic, held_8p[p])
-                        args[args.index("-p") + 1] = str(p)
-                        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    procs = [subprocess.Popen(kcat_args(kcat, bootstrap, topic, held_8p[p], p),
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             for p in range(CONSUMERS)]
                     assert all(pr.wait(600) == 0 for pr in procs)
                     got[name] = sum(held_8p) * 1024 / 1e6 / (time.perf_counter() - start)
                     got[name + " busy"] = busy_share(ticks, machine_ticks())
                 ratios.append(got["proxy"] / got["direct"])
-                hwm.append(_hwm_mib(proxy.proc.pid))
+                hwm.append(peak_rss_mib(proxy.proc.pid))
         finally:
             proxy.stop()
         figures.append(f"window {window} ms, {CONSUMERS} consumers at once: aggregate {_spread(ratios)} of "
@@ -155,9 +152,3 @@ def test_catch_up_from_the_filesystem_tier_vs_direct_tail(kafka: KafkaCluster, k
                        f"{got['proxy busy']:.0%} / {got['direct busy']:.0%} busy); proxy peak RSS {max(hwm):.0f} MiB")
     report("catch-up vs direct tail (filesystem tier, ratios per round: median (min-max))", "; ".join(figures))
 
-
-def _hwm_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return -1.0

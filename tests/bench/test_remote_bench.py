@@ -20,7 +20,7 @@ import pytest
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
 from tests.bench.clients import CLIENT_BUSY, RECORDS, forget_tiered, kcat_args, kcat_mbps, perf_test_mbps, produce
-from tests.bench.report import cpu_seconds, report
+from tests.bench.report import cpu_seconds, peak_rss_mib, report
 from tests.support.kafka import create_topic, set_retention, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.relay import DelayRelay
@@ -56,13 +56,6 @@ def _kcat_first_and_mbps(kcat: str, bootstrap: str, topic: str, count: int) -> t
     elapsed = time.perf_counter() - start
     assert n >= count
     return first_s, n * 1024 / 1e6 / elapsed
-
-
-def _hwm_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return -1.0
 
 
 def _native_remote_mbps(kcat: str, tmp: Path, count: int) -> tuple[float, float]:
@@ -146,15 +139,16 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
                 figures.append(f"remote path CPU: proxy {(cpu_seconds(proxy.proc.pid) - c0) / gb:.2f} core-s/GB, "
                                f"broker {(cpu_seconds(broker.pid) - b0) / gb:.2f} core-s/GB")
             if name == "filesystem":
-                base = _hwm_mib(proxy.proc.pid)
+                base = peak_rss_mib(proxy.proc.pid)
                 procs = [subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", topic, "-p", "0", "-o",
                                            "beginning", "-q", "-c", "5000", "-f", "%o\n"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(100)]
                 for pr in procs:
                     pr.wait(300)
                 assert all(pr.returncode == 0 for pr in procs)
-                figures.append(f"proxy peak RSS with 100 concurrent remote consumers {_hwm_mib(proxy.proc.pid):.0f} "
-                               f"MiB (before {base:.0f} MiB)")
+                peak = peak_rss_mib(proxy.proc.pid)
+                figures.append(f"proxy peak RSS with 100 concurrent remote consumers {peak:.0f} MiB (before "
+                               f"{base:.0f} MiB)")
         finally:
             proxy.stop()
     native, java_native = _native_remote_mbps(kcat, tmp_path, RECORDS // 2)
