@@ -243,8 +243,7 @@ class RemoteReader:
             return None
         ahead_end, task = found
         self._next_bytes -= ahead_end - key[1]
-        if ahead_end >= end or (task.done() and not task.cancelled() and task.exception() is None
-                                and len(task.result()) >= end - key[1]):
+        if ahead_end >= end:
             return task
         task.cancel()
         return None
