@@ -26,7 +26,7 @@ from tierproxy.proxy.intercept.fetch.plan import (
     plan_fetch,
     sessionless,
 )
-from tierproxy.proxy.intercept.fetch.window import authorized_now, no_broker_part, within_window
+from tierproxy.proxy.intercept.fetch.window import broker_decided, no_broker_part, within_window
 from tierproxy.proxy.session import Session, Slot
 from tierproxy.remote.view import RemoteTierView
 
@@ -96,10 +96,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         return
     op = delayed_fetch(session, tier, plan)
     oor = remote_after_broker(op, scan)
-    authorized_now(session.authorized, plan, oor)
-    for topic, _, code in scan.errors:
-        if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-            session.authorized.pop(topic, None)
+    broker_decided(session.authorized, plan, oor, scan.errors)
     beyond = past_the_tier(op, scan, oor)
     _drop_unused_reads(session, plan, oor)
     if not oor and not beyond:

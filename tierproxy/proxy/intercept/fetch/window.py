@@ -18,7 +18,9 @@ reads within W rather than at once. Sessions are unaffected: remote fetches are 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
+from protocol.constants import ErrorCode
 from protocol.messages import FetchResponse, FetchResponseResponse
 from tierproxy.proxy.intercept.errors import LOADING
 from tierproxy.proxy.intercept.fetch.answer import partition_entry
@@ -26,12 +28,17 @@ from tierproxy.proxy.intercept.fetch.delayed import DelayedRemoteFetch
 from tierproxy.proxy.intercept.fetch.plan import FetchPlan, Key
 
 
-def authorized_now(authorized: dict[str | bytes, float], plan: FetchPlan, oor: list[Key]) -> None:
-    """The broker answered OFFSET_OUT_OF_RANGE for `oor`: it authorized this connection's fetch of their topics
-    (counted from the request's arrival, before the broker's check)."""
+def broker_decided(authorized: dict[str | bytes, float], plan: FetchPlan, oor: list[Key],
+                   errors: Iterable[tuple[str | bytes, int, int]]) -> None:
+    """What the broker's answer to a forwarded request says of this connection's reads: OFFSET_OUT_OF_RANGE for
+    `oor` (the tier answers them) authorized their topics, counted from the request's arrival, before the
+    broker's check; TOPIC_AUTHORIZATION_FAILED ends a topic's window at once."""
     for topic, _ in oor:
         if authorized.get(topic, 0.0) < plan.started:
             authorized[topic] = plan.started
+    for topic, _, code in errors:
+        if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            authorized.pop(topic, None)
 
 
 def within_window(authorized: dict[str | bytes, float], window_ms: int, op: DelayedRemoteFetch) -> bool:
