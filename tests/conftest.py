@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.parts import kcat_path, unavailable
 from tests.support.proxy import ProxyProcess
+from tests.support.registry import Registry, apicurio_registry
 from tests.support.s3 import S3Server, moto_server, seaweedfs_server
 from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
@@ -85,6 +86,13 @@ def moto_s3(tmp_path: Path) -> Iterator[S3Server]:
     """moto's S3 emulator: only for the benchmarks' contrast with the real server."""
     with moto_server(tmp_path) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """One Apicurio Registry for the session (in-memory: each test registers under its own subjects)."""
+    with apicurio_registry(tmp_path_factory.mktemp("registry")) as registry:
+        yield registry
 
 
 @pytest.fixture(scope="session")

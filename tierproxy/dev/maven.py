@@ -24,6 +24,11 @@ class Artifact:
     artifact: str
     version: str
     classifier: str | None = None
+    kind: str = "jar"  # Maven's packaging type (tar.gz, zip for a distribution archive)
+
+    def coordinates(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}:{self.kind}" + (f":{self.classifier}"
+                                                                             if self.classifier else "")
 
     def xml(self) -> str:
         classifier = f"<classifier>{self.classifier}</classifier>" if self.classifier else ""
@@ -41,6 +46,27 @@ def pom(name: str, artifacts: Sequence[Artifact]) -> str:
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0">\n  <modelVersion>4.0.0</modelVersion>\n'
             f"  <groupId>tierproxy</groupId><artifactId>{name}</artifactId><version>1</version>"
             f"<packaging>pom</packaging>\n  <dependencies>\n    {deps}\n  </dependencies>\n</project>\n")
+
+
+def fetch(name: str, artifact: Artifact, timeout: float = 900) -> Path:
+    """One artifact alone, without its dependencies (a distribution archive), copied once into `<cache>/<name>/`;
+    its path. Raises MavenUnavailable."""
+    root = cache_dir() / name
+    done = root / ".complete"
+    if done.exists() and (found := root / done.read_text()).is_file():
+        return found
+    if shutil.which("mvn") is None:
+        raise MavenUnavailable(f"mvn not found on PATH: needed to fetch {artifact.coordinates()} from Maven Central")
+    root.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={artifact.coordinates()}",
+                           f"-DoutputDirectory={root}"], capture_output=True, text=True, timeout=timeout)
+    suffix = f"-{artifact.classifier}" if artifact.classifier else ""
+    found = root / f"{artifact.artifact}-{artifact.version}{suffix}.{artifact.kind}"
+    if proc.returncode != 0 or not found.is_file():
+        raise MavenUnavailable(f"mvn failed fetching {artifact.coordinates()}:\n{proc.stdout[-3000:]}"
+                               f"{proc.stderr[-3000:]}")
+    done.write_text(found.name)
+    return found
 
 
 def resolve(name: str, artifacts: Sequence[Artifact], timeout: float = 900) -> Path:
