@@ -22,7 +22,7 @@ ORDER_V2 = """{"type": "record", "name": "Order", "namespace": "shop", "fields":
 
 
 def test_records_serialized_against_the_registry_carry_its_schema_ids(schema_registry: Registry) -> None:
-    with SchemaRegistryClient({"url": schema_registry.url}) as client:
+    with SchemaRegistryClient({"url": schema_registry.url, "timeout": 30}) as client:
         _round_trip(client)
 
 
