@@ -83,15 +83,13 @@ def _tier(args: argparse.Namespace) -> int:
     stop_on_sigterm()  # the Spark JVM and the metadata clients are stopped on the way out, as on Ctrl-C
     after_pass = None
     if settings.iceberg_catalog:
-        from tierproxy.iceberg.run import options_of as iceberg_options
-        from tierproxy.iceberg.run import run_pass
-        from tierproxy.iceberg.sync import IcebergSync
+        from tierproxy.iceberg.run import run_passes
 
         failures = [0]
 
         def after_pass(job: Any) -> None:
             try:
-                run_pass(IcebergSync(iceberg_options(settings), job.spark))
+                run_passes(settings, job.spark)
             except Exception as exc:  # the tier loop goes on: tiering must not stop for the table (--once: exit code)
                 if args.once:
                     raise
@@ -124,9 +122,11 @@ def _run_job(name: str, settings: TierSettings, work: Callable[[], int]) -> int:
 def _job_error(exc: Exception, settings: TierSettings) -> int | None:
     """A Spark job's (`tier`, `iceberg`) failures as one line and an exit code: 3 authentication or TLS refused,
     4 fenced by a newer writer, 2 another cluster's tier, 7 the Iceberg catalog (unreachable, refusing, no
-    namespace, a table that is not ours), 8 a segment whose bytes cannot become rows, 6 brokers unreachable.
+    namespace, a table that is not ours) or the schema registry (unreachable, refusing), 8 a segment whose bytes
+    cannot become rows, 6 brokers unreachable.
     None: not one of them."""
     from tierproxy.iceberg.catalog import CatalogError
+    from tierproxy.iceberg.registry import RegistryUnavailable
     from tierproxy.iceberg.run import SegmentDataError
     from tierproxy.identity.sasl import AuthenticationFailed
     from tierproxy.tier.ownership import WrongCluster
@@ -141,7 +141,7 @@ def _job_error(exc: Exception, settings: TierSettings) -> int | None:
         return 3
     kinds: list[tuple[type[Exception], str, int]] = [
         (WriterFenced, "stopped: ", 4), (WrongCluster, "", 2), (CatalogError, "iceberg: ", 7),
-        (SegmentDataError, "iceberg: ", 8)]
+        (RegistryUnavailable, "iceberg: ", 7), (SegmentDataError, "iceberg: ", 8)]
     for kind, prefix, code in kinds:
         if isinstance(exc, kind):
             print(f"tierproxy: {prefix}{exc}", file=sys.stderr)

@@ -77,7 +77,7 @@ def _writable_dir(p: Path) -> Path:
 
 
 URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):[^@\s/]*@")
-SECRET_KEYS = ("password", "secret", "token", "credential")
+SECRET_KEYS = ("password", "secret", "token", "credential", "user_info", "user.info")
 
 
 def hide_url_passwords(text: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -83,9 +84,25 @@ def open_catalog(cfg: CatalogConfig) -> Any:
         raise CatalogError(f"catalog {safe_uri(cfg.uri)} cannot be used: {_reason(exc)}") from None
 
 
-def open_table(catalog: Any, cfg: CatalogConfig, name: str) -> Any:
-    """The table `NS.NAME`, created with our schema when it does not exist; refused when it exists with another
-    schema or its namespace does not exist (created only in the embedded catalog)."""
+@dataclass(frozen=True)
+class TableShape:
+    """What a table of ours is: its schema, partition spec and sort order when created, and whether an existing
+    table with `schema` is one (a table of the same name and other columns is refused, never altered)."""
+
+    schema: Callable[[], Any]
+    spec: Callable[[Any], Any]  # the schema → the partition spec
+    order: Callable[[Any], Any]  # the schema → the sort order
+    matches: Callable[[Any], bool]
+    description: str
+
+
+RAW = TableShape(iceberg_schema, lambda _: partition_spec(), lambda _: sort_order(),
+                 lambda s: same_columns(s, iceberg_schema()), "kafka history from the tier")
+
+
+def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = RAW) -> Any:
+    """The table `NS.NAME`, created with the shape's schema when it does not exist; refused when it exists with
+    other columns or its namespace does not exist (created only in the embedded catalog)."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     if "." not in name.strip(".") or not all(name.split(".")):
@@ -97,20 +114,21 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str) -> Any:
         except NoSuchTableError:
             table = None
         if table is not None:
-            if not same_columns(table.schema(), iceberg_schema()):
+            if not shape.matches(table.schema()):
                 raise CatalogError(f"table {name} exists with another schema ({_columns(table.schema())}); "
-                                   f"tierproxy writes ({_columns(iceberg_schema())}): choose another "
-                                   "iceberg.table or drop that one")
+                                   f"tierproxy writes ({_columns(shape.schema())}): choose another "
+                                   "table name or drop that one")
             return table
         if not _namespace_exists(catalog, namespace):
             if not cfg.embedded:
                 raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)} "
                                    "(create it, or name another in iceberg.table)")
             catalog.create_namespace(namespace)
-        return catalog.create_table(name, schema=iceberg_schema(), partition_spec=partition_spec(),
-                                    sort_order=sort_order(),
+        schema = shape.schema()
+        return catalog.create_table(name, schema=schema, partition_spec=shape.spec(schema),
+                                    sort_order=shape.order(schema),
                                     properties={"write.parquet.compression-codec": "zstd",
-                                                "tierproxy.table": "kafka history from the tier"})
+                                                "tierproxy.table": shape.description})
     except CatalogError:
         raise
     except NoSuchNamespaceError:

@@ -130,6 +130,9 @@ class SliceWritten:
     error: str | None = None
     peak_rss_kb: int = 0
     rss_before_kb: int = 0
+    dlq_path: str | None = None  # a typed table's dead letters of this slice (None: none)
+    dlq_rows: int = 0
+    error_kind: str = ""  # "data": the tier's bytes; "registry": the schema registry could not be asked
 
 
 def write_slice(storage: str, table_location: str, io_properties: dict[str, str], s: Slice, read_committed: bool,
@@ -140,7 +143,7 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     from pyiceberg.io import load_file_io
 
     assert s.segment is not None
-    rss_before = _peak_rss_kb()  # the worker's imports and earlier tasks: what this slice's work adds is above it
+    rss_before = peak_rss_kb()  # the worker's imports and earlier tasks: what this slice's work adds is above it
     tracker = TransactionTracker()
     path = data_file_path(table_location, s, pass_id)
     rows, writer, out = 0, None, None
@@ -167,10 +170,10 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     return SliceWritten(path if rows else None, rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
                         uuid_str(s.segment.segment_id.id), s.start, s.end, s.segment.end_offset,
                         s.byte_range[0] if s.byte_range else 0, dict(tracker.opens), sorted(tracker.closes),
-                        None, _peak_rss_kb(), rss_before)
+                        None, peak_rss_kb(), rss_before)
 
 
-def _peak_rss_kb() -> int:
+def peak_rss_kb() -> int:
     """The executor's Python worker's peak resident memory so far (what one slice's read and write cost is
     bounded by: the read range, one Arrow batch, the Parquet writer's row group)."""
     import resource

@@ -3,19 +3,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tierproxy.config import TierSettings
+from tierproxy.config.tier import typed_table_name, typed_table_rules
 from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, open_catalog, open_table
 from tierproxy.iceberg.ledger import snapshot_at
+from tierproxy.iceberg.registry import RegistryConfig
 from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync, SegmentDataError
+from tierproxy.iceberg.typed_tables import TypedOptions
+from tierproxy.tiering.cluster import describe_cluster
 
 log = logging.getLogger(__name__)
-__all__ = ["SegmentDataError", "catalog_of", "metadata_location", "options_of", "run_loop", "run_pass",
+__all__ = ["SegmentDataError", "catalog_of", "metadata_location", "options_of", "run_loop", "run_pass", "run_passes",
            "snapshot_for_offsets"]
 
 
@@ -31,6 +37,39 @@ def options_of(s: TierSettings) -> IcebergOptions:
                           s.iceberg_retention == "keep", s.iceberg_orphan_min_age_ms)
 
 
+def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]:
+    """One pass's options per typed table (`iceberg.tables`): each topic a rule's regex matches in full, by the
+    first rule matching it."""
+    if not s.iceberg_tables:
+        return []
+    assert s.iceberg_schema_registry_url is not None  # the settings refuse typed tables without a registry
+    registry = RegistryConfig(s.iceberg_schema_registry_url, s.iceberg_schema_registry_basic_auth_user_info,
+                              s.iceberg_schema_registry_ssl_ca_location)
+    raw = options_of(s)
+    out = []
+    rules = typed_table_rules(s.iceberg_tables)
+    for topic in sorted(set(topics)):
+        pattern = next((p for r, p in rules if r.fullmatch(topic)), None)
+        if pattern is not None and not topic.startswith("__"):
+            out.append(dataclasses.replace(raw, table=typed_table_name(pattern, topic),
+                                           topics=f"^{re.escape(topic)}$",
+                                           typed=TypedOptions(registry, f"{topic}-value")))
+    return out
+
+
+def run_passes(settings: TierSettings, spark: Callable[[], Any]) -> list[IcebergSummary]:
+    """One pass of every table: the raw history table (unless typed tables alone are configured: `iceberg.tables`
+    set and `iceberg.topics` not), then each typed table. The first failure stops the round (its exit code)."""
+    out = []
+    if not settings.iceberg_tables or settings.iceberg_topics:
+        out.append(run_pass(IcebergSync(options_of(settings), spark)))
+    if settings.iceberg_tables:
+        topics = [p.topic for p in describe_cluster(settings.own_bootstrap).partitions]
+        for options in typed_options_of(settings, topics):
+            out.append(run_pass(IcebergSync(options, spark)))
+    return out
+
+
 def run_pass(sync: IcebergSync) -> IcebergSummary:
     """One pass; its summary line printed and logged."""
     summary = sync.run_once()
@@ -41,11 +80,12 @@ def run_pass(sync: IcebergSync) -> IcebergSummary:
 
 def run_loop(settings: TierSettings, spark: Callable[[], Any], *, once: bool,
              max_passes: int | None = None) -> list[IcebergSummary]:
-    sync = IcebergSync(options_of(settings), spark)
     out: list[IcebergSummary] = []
+    rounds = 0
     while True:
-        out.append(run_pass(sync))
-        if once or (max_passes is not None and len(out) >= max_passes):
+        out += run_passes(settings, spark)
+        rounds += 1
+        if once or (max_passes is not None and rounds >= max_passes):
             return out
         time.sleep(settings.tier_interval_ms / 1000)
 

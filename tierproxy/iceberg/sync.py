@@ -18,18 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, open_table
 from tierproxy.iceberg.files import SliceWritten, write_slice
 from tierproxy.iceberg.ledger import LEDGER, WRITER, Ledger, current_ledger
+from tierproxy.iceberg.registry import RegistryUnavailable
+from tierproxy.iceberg.schema import iceberg_schema
+from tierproxy.iceberg.typed import PREFIX
+from tierproxy.iceberg.typed_files import write_typed_slice
+from tierproxy.iceberg.typed_tables import SCHEMAS, TypedOptions, TypedTable, dlq_name, open_typed
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
 from tierproxy.tier.model import uuid_bytes, uuid_str
@@ -52,6 +58,7 @@ class IcebergOptions:
     read_committed: bool = True
     keep: bool = False  # iceberg.retention=keep
     orphan_min_age_ms: int = 3_600_000
+    typed: TypedOptions | None = None  # a typed table of one topic (`topics` then names just it)
 
 
 @dataclass
@@ -70,12 +77,56 @@ class IcebergSummary:
     snapshot_id: int | None = None
     lag: dict[str, int] = field(default_factory=dict)  # topic-partition → tier end - table end (offsets)
     seconds: float = 0.0
+    dead_letters: int = 0  # a typed table's records added to its dead-letter table
+    waiting: bool = False  # a typed table's subject has no version yet: nothing was done
+    typed: bool = False
 
     def line(self) -> str:
         return (f"iceberg pass {self.pass_id}: {self.segments_added} segments, {self.files_added} files, "
                 f"{self.rows_added} rows added; {self.files_held_back} files held back; {self.rows_deleted} rows "
-                f"removed; {self.snapshots_expired} snapshots expired; {self.files_deleted} files deleted; "
+                f"removed; " + (f"{self.dead_letters} dead letters; " if self.typed else "") +
+                f"{self.snapshots_expired} snapshots expired; {self.files_deleted} files deleted; "
                 f"lag {sum(self.lag.values())} offsets; snapshot {self.snapshot_id} in {self.seconds:.1f}s")
+
+
+RAW_COLUMNS = ("topic", "partition", "offset")
+TYPED_COLUMNS = (f"{PREFIX}topic", f"{PREFIX}partition", f"{PREFIX}offset")
+
+
+def _rows(r: SliceWritten) -> tuple[str | None, int]:
+    return r.path, r.rows
+
+
+def _dead_letters(r: SliceWritten) -> tuple[str | None, int]:
+    return r.dlq_path, r.dlq_rows
+
+
+@dataclass
+class _Accepted:
+    paths: list[str] = field(default_factory=list)
+    segments: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # written, not committed: deleted
+    rows: int = 0
+    held_back: int = 0
+
+
+@dataclass
+class _Target:
+    """One table a pass writes (the raw table; or a typed table and its dead-letter table, each with its own
+    ledger: a pass killed between their commits is completed by the next one, nothing twice)."""
+
+    name: str
+    table: Any
+    columns: tuple[str, str, str]  # its topic, partition and offset columns (what retention's deletes filter on)
+    pick: Callable[[SliceWritten], tuple[str | None, int]]  # a slice's file for this table and its rows
+    typed: TypedTable | None = None
+    ledger: Ledger = field(init=False)
+    new: Ledger | None = None
+    accepted: _Accepted = field(default_factory=_Accepted)
+    deletes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ledger = current_ledger(self.table)
 
 
 class TableBusy(CatalogError):
@@ -154,53 +205,81 @@ class IcebergSync:
         view = describe_cluster(o.bootstrap)
         asyncio.run(self._check_owner(view.cluster_id))
         catalog = open_catalog(o.catalog)
-        table = open_table(catalog, o.catalog, o.table)
-        ledger = current_ledger(table)
+        typed: TypedTable | None = None
+        if o.typed is not None:
+            summary.typed = True
+            typed = open_typed(catalog, o.catalog, o.table, o.typed)
+            if typed is None:
+                summary.waiting = True
+                summary.seconds = time.monotonic() - started
+                return summary
+            targets = [_Target(dlq_name(o.table), typed.dlq, RAW_COLUMNS, _dead_letters),
+                       _Target(o.table, typed.table, TYPED_COLUMNS, _rows, typed)]
+        else:
+            targets = [_Target(o.table, open_table(catalog, o.catalog, o.table), RAW_COLUMNS, _rows)]
+        main = targets[-1]
+        recorded: dict[str, str] = {}
+        for t in targets:
+            recorded.update(t.ledger.topics)
         starting: dict[tuple[str, int], int] = {}
         for p in view.partitions:
-            end = ledger.ends.get(f"{uuid_str(p.topic_id)}:{p.partition}")
-            starting[(p.topic, p.partition)] = end if end is not None and \
-                ledger.topics.get(p.topic) == uuid_str(p.topic_id) else EARLIEST
+            key, tid = f"{uuid_str(p.topic_id)}:{p.partition}", uuid_str(p.topic_id)
+            ends = [t.ledger.ends.get(key) if t.ledger.topics.get(p.topic) == tid else None for t in targets]
+            starting[(p.topic, p.partition)] = EARLIEST if any(e is None for e in ends) else min(
+                e for e in ends if e is not None)
         planner = TablePlanner(ReadOptions(o.bootstrap, o.storage, o.metadata, pattern=o.topics, starting=starting,
                                            include_headers=True, read_committed=o.read_committed,
-                                           fail_on_data_loss=False), ledger.topics)
+                                           fail_on_data_loss=False), recorded)
         slices = [s for s in planner.plan() if s.segment is not None]
-        holder = writer_of(table, self.o.orphan_min_age_ms)
-        if holder is not None:
-            raise TableBusy(f"table {o.table} is being written by pass {holder} (a pass's lease lasts at most "
-                            f"iceberg.orphan.min.age.ms={o.orphan_min_age_ms}): this pass changed nothing; the "
-                            "next one goes on")
+        for t in targets:
+            holder = writer_of(t.table, self.o.orphan_min_age_ms)
+            if holder is not None:
+                raise TableBusy(f"table {t.name} is being written by pass {holder} (a pass's lease lasts at most "
+                                f"iceberg.orphan.min.age.ms={o.orphan_min_age_ms}): this pass changed nothing; "
+                                "the next one goes on")
         if slices:  # data files about to be written: no other pass may commit, nor clean them up as orphans
-            table = self._lease(table, summary.pass_id)
-        results = self._write(table, slices, summary.pass_id)
+            for t in targets:
+                t.table = self._lease(t.table, t.name, summary.pass_id)
+        results = self._write(main.table, slices, summary.pass_id, typed)
 
-        new = Ledger(dict(ledger.ends), dict(ledger.starts), dict(ledger.topics))
         # the ledger never moves past a hole the tier job may still fill: its rows come when it is filled
         stops = {(pp.info.topic, pp.info.partition): first_open_hole(holes_between(pp.segments),
                                                                      pp.live.log_start if pp.live else None)
                  for pp in planner.plans}
-        paths, segments, rejected = self._accept(results, new, summary, stops)
         summary.executor_peak_rss_mb = max((r.peak_rss_kb for r in results), default=0) / 1024
         summary.executor_base_rss_mb = min((r.rss_before_kb for r in results), default=0) / 1024
-        deletes = [] if o.keep else self._follow(planner, ledger, new)
+        for t in targets:
+            t.new = Ledger(dict(t.ledger.ends), dict(t.ledger.starts), dict(t.ledger.topics))
+            t.accepted = self._accept(results, t, stops)
+            t.deletes = [] if o.keep else self._follow(planner, t.ledger, t.new, t.columns)
+            for pp in planner.plans:
+                t.new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)
+            self._delete_files(t.table, t.accepted.rejected)
+        summary.files_added, summary.rows_added = len(main.accepted.paths), main.accepted.rows
+        summary.files_held_back, summary.segments_added = main.accepted.held_back, len(main.accepted.segments)
+        summary.dead_letters = sum(t.accepted.rows for t in targets if t is not main)
         for pp in planner.plans:
-            new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)
             key = f"{uuid_str(pp.info.topic_id)}:{pp.info.partition}"
-            summary.lag[f"{pp.info.topic}-{pp.info.partition}"] = max(0, pp.tier_end + 1 - new.ends.get(key, 0)) \
-                if pp.segments else 0
-        self._delete_files(table, rejected)
+            table_end = main.new.ends.get(key, 0) if main.new is not None else 0
+            summary.lag[f"{pp.info.topic}-{pp.info.partition}"] = max(
+                0, pp.tier_end + 1 - table_end) if pp.segments else 0
         _pause_point("files")
-        if paths or deletes or new != Ledger(ledger.ends, ledger.starts, ledger.topics):
-            summary.rows_deleted = self._commit(table, new, deletes, paths, segments, summary.pass_id)
-            summary.committed = True
-            table = table.refresh()
-        elif WRITER in table.properties:
-            table = self._release(table)
-        summary.snapshot_id = table.current_snapshot().snapshot_id if table.current_snapshot() else None
+        for t in targets:
+            if t.accepted.paths or t.deletes or t.new != Ledger(t.ledger.ends, t.ledger.starts, t.ledger.topics) \
+                    or (t.typed is not None and t.typed.evolved is not None):
+                removed = self._commit(t, summary.pass_id)
+                summary.rows_deleted += removed if t is main else 0
+                summary.committed = True
+                t.table = t.table.refresh()
+            elif WRITER in t.table.properties:
+                t.table = self._release(t.table)
+        snap = main.table.current_snapshot()
+        summary.snapshot_id = snap.snapshot_id if snap else None
         _pause_point("commit")
-        if deletes and not o.keep:
-            summary.snapshots_expired = self._expire(table)
-        summary.files_deleted = self._clean_orphans(table, summary.pass_id)
+        for t in targets:
+            if t.deletes and not o.keep:
+                summary.snapshots_expired += self._expire(t.table)
+            summary.files_deleted += self._clean_orphans(t.table, summary.pass_id)
         summary.seconds = time.monotonic() - started
         return summary
 
@@ -213,14 +292,14 @@ class IcebergSync:
             await rsm.close()
 
     # --- the single-writer lease ---------------------------------------------------------------------------------
-    def _lease(self, table: Any, pass_id: str) -> Any:
+    def _lease(self, table: Any, name: str, pass_id: str) -> Any:
         """Take the table for this pass (a property commit: the catalog's compare-and-swap lets one of two passes
         starting together have it; the other fails cleanly)."""
         try:
             with table.transaction() as tx:
                 tx.set_properties({WRITER: f"{pass_id} {int(time.time() * 1000)}"})
         except Exception as exc:
-            raise TableBusy(f"table {self.o.table}: another pass took it first ({type(exc).__name__}): this pass "
+            raise TableBusy(f"table {name}: another pass took it first ({type(exc).__name__}): this pass "
                             "changed nothing; the next one goes on") from None
         return table.refresh()
 
@@ -230,32 +309,41 @@ class IcebergSync:
         return table.refresh()
 
     # --- write --------------------------------------------------------------------------------------------------
-    def _write(self, table: Any, slices: list[Slice], pass_id: str) -> list[SliceWritten]:
+    def _write(self, table: Any, slices: list[Slice], pass_id: str, typed: TypedTable | None) -> list[SliceWritten]:
         if not slices:
             return []
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-        fn = functools.partial(write_slice, self.o.storage, table.location(), self.o.catalog.io,
-                               read_committed=self.o.read_committed, pass_id=pass_id,
-                               target=schema_to_pyarrow(table.schema()))
+        if typed is None:
+            fn: Callable[[Slice], SliceWritten] = functools.partial(
+                write_slice, self.o.storage, table.location(), self.o.catalog.io, read_committed=self.o.read_committed,
+                pass_id=pass_id, target=schema_to_pyarrow(table.schema()))
+        else:
+            fn = functools.partial(
+                write_typed_slice, self.o.storage, (typed.table.location(), typed.dlq.location()), self.o.catalog.io,
+                read_committed=self.o.read_committed, pass_id=pass_id,
+                targets=(schema_to_pyarrow(iceberg_schema()), schema_to_pyarrow(typed.schema),
+                         schema_to_pyarrow(typed.dlq.schema())), plan=typed.plan, table_schema=typed.schema)
         sc = self._spark().sparkContext
         out: list[SliceWritten] = sc.parallelize(slices, len(slices)).map(fn).collect()
-        errors = [r.error for r in out if r.error]
+        errors = [r for r in out if r.error]
         if errors:
-            self._delete_files(table, [r.path for r in out if r.path])
-            raise SegmentDataError(f"{errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+            self._delete_files(table, [p for r in out for p in (r.path, r.dlq_path) if p])
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            registry = [r.error for r in errors if r.error_kind == "registry"]
+            if registry:
+                raise RegistryUnavailable(f"{registry[0]}: nothing of this pass was committed")
+            raise SegmentDataError(f"{errors[0].error}{more}")
         return out
 
-    def _accept(self, results: list[SliceWritten], new: Ledger, summary: IcebergSummary,
-                stops: dict[tuple[str, int], int | None]) -> tuple[list[str], list[str], list[str]]:
-        """Files to commit, their segments, and files held back (an undecided transaction, or above an open hole
-        in `stops`); advances `new.ends`."""
+    def _accept(self, results: list[SliceWritten], t: _Target, stops: dict[tuple[str, int], int | None]) -> _Accepted:
+        """A table's files to commit, their segments, and files held back (an undecided transaction, or above an
+        open hole in `stops`) or already in it (a table whose ledger is ahead of the other's); advances `t.new`."""
         by_partition: dict[tuple[str, int], list[SliceWritten]] = defaultdict(list)
         for r in results:
             by_partition[(r.topic, r.partition)].append(r)
-        paths: list[str] = []
-        segments: list[str] = []
-        rejected: list[str] = []
+        a = _Accepted()
+        assert t.new is not None
         for (topic, partition), rs in by_partition.items():
             rs.sort(key=lambda r: (r.start, r.byte_start))  # a segment's slices in byte order
             hold = held_back_from(rs) if self.o.read_committed else None
@@ -264,32 +352,37 @@ class IcebergSync:
                 log.info("iceberg: %s-%d held back from offset %d: a hole between tiered segments the tier job may "
                          "still fill", topic, partition, stop)
             for r in rs:
-                if (hold is not None and r.segment_end >= hold) or (stop is not None and r.start >= stop):
-                    summary.files_held_back += r.path is not None
-                    if r.path:
-                        rejected.append(r.path)
-                    continue
-                if r.path:
-                    paths.append(r.path)
-                    summary.files_added += 1
-                    summary.rows_added += r.rows
-                if r.segment not in segments:
-                    segments.append(r.segment)
+                path, rows = t.pick(r)
                 key = f"{r.topic_id}:{partition}"
-                new.ends[key] = max(new.ends.get(key, 0), r.segment_end + 1)
+                if t.ledger.topics.get(topic) == r.topic_id and r.segment_end < t.ledger.ends.get(key, 0):
+                    if path:
+                        a.rejected.append(path)  # this table has the segment already
+                    continue
+                if (hold is not None and r.segment_end >= hold) or (stop is not None and r.start >= stop):
+                    a.held_back += path is not None
+                    if path:
+                        a.rejected.append(path)
+                    continue
+                if path:
+                    a.paths.append(path)
+                    a.rows += rows
+                if r.segment not in a.segments:
+                    a.segments.append(r.segment)
+                t.new.ends[key] = max(t.new.ends.get(key, 0), r.segment_end + 1)
             if hold is not None:
                 log.info("iceberg: %s-%d held back from offset %d: a transaction's outcome is not tiered yet",
                          topic, partition, hold)
-        summary.segments_added = len(segments)
-        return paths, segments, rejected
+        return a
 
     # --- follow the tier ----------------------------------------------------------------------------------------
-    def _follow(self, planner: TablePlanner, old: Ledger, new: Ledger) -> list[str]:
-        """Row filters to delete: rows below each partition's tier start, and a deleted topic's rows."""
+    def _follow(self, planner: TablePlanner, old: Ledger, new: Ledger, columns: tuple[str, str, str]) -> list[str]:
+        """Row filters to delete: rows below each partition's tier start, and a deleted topic's rows (`columns`:
+        the table's topic, partition and offset columns)."""
+        topic_col, partition_col, offset_col = columns
         filters: list[str] = []
         for topic in sorted(planner.gone):
             tid = old.topics.get(topic, "")
-            filters.append(f"topic = '{topic}'")  # Kafka topic names never hold a quote
+            filters.append(f"{topic_col} = '{topic}'")  # Kafka topic names never hold a quote
             for d in (new.ends, new.starts):
                 for key in [k for k in d if k.startswith(f"{tid}:")]:
                     del d[key]
@@ -301,30 +394,38 @@ class IcebergSync:
             start = tier_start(pp.segments, pp.log_start)
             start = pp.log_start if start is None else start  # nothing served: no row below the purge
             if start > old.starts.get(key, 0):
-                filters.append(f"topic = '{pp.info.topic}' AND partition = {pp.info.partition} AND offset < {start}")
+                filters.append(f"{topic_col} = '{pp.info.topic}' AND {partition_col} = {pp.info.partition} AND "
+                               f"{offset_col} < {start}")
                 new.starts[key] = start
                 new.ends[key] = max(new.ends[key], start)
         return filters
 
     # --- commit -------------------------------------------------------------------------------------------------
-    def _commit(self, table: Any, new: Ledger, deletes: list[str], paths: list[str], segments: list[str],
-                pass_id: str) -> int:
-        """One catalog commit for the whole pass; returns the rows it removed."""
-        props = new.summary(pass_id, segments)
+    def _commit(self, t: _Target, pass_id: str) -> int:
+        """One catalog commit of a table for the whole pass (a typed table's evolution and schema decisions in it
+        too); returns the rows it removed."""
+        assert t.new is not None
+        table, deletes, paths = t.table, t.deletes, t.accepted.paths
+        props = t.new.summary(pass_id, t.accepted.segments)
         held = writer_of(table.refresh(), self.o.orphan_min_age_ms)
         if held is not None and held != pass_id:  # our lease expired and another pass took the table
-            raise TableBusy(f"table {self.o.table} was taken by pass {held} while this one wrote: nothing of this "
+            raise TableBusy(f"table {t.name} was taken by pass {held} while this one wrote: nothing of this "
                             "pass is in it; the next pass writes it again")
         try:
             with table.transaction() as tx:
+                if t.typed is not None:
+                    if t.typed.evolved is not None:
+                        with tx.update_schema() as update:
+                            update.union_by_name(t.typed.evolved)
+                    tx.set_properties({SCHEMAS: json.dumps(t.typed.decisions, sort_keys=True)})
                 for f in deletes:
                     tx.delete(f, snapshot_properties=props)
                 tx.add_files(paths, snapshot_properties=props)
-                tx.set_properties({LEDGER: new.property()})  # in the same commit: expiry cannot lose it
+                tx.set_properties({LEDGER: t.new.property()})  # in the same commit: expiry cannot lose it
                 if WRITER in table.properties:
                     tx.remove_properties(WRITER)
         except Exception as exc:
-            raise CatalogError(f"commit to table {self.o.table} failed, nothing of this pass is in it: "
+            raise CatalogError(f"commit to table {t.name} failed, nothing of this pass is in it: "
                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
         removed = 0
         snap = table.refresh().current_snapshot()

@@ -1,0 +1,133 @@
+"""How a typed table's columns follow the value schema's versions: the one rule the planner and the decoder use.
+
+A new version of the subject is a **compatible change** of the table when, field by field (by name, nested too):
+- a field the table has not: added (an optional column; field ids stay stable, new ones are new ids);
+- the same type, or a widening Iceberg allows in place: int → long, float → double, decimal(p, s) → decimal(p', s)
+  with p' ≥ p; a required column may become optional;
+- every required column of the table is still there (a required field renamed or removed is not compatible: its
+  records would need a value the record does not have).
+Anything else (a narrowing such as long → int, a type changed to another, a list made a map) is **incompatible**:
+the table is left as it is and that version's records go to the dead-letter table with the reason.
+
+A record written with an older version, or with a schema of another subject, **fits** the table when each of its
+fields is a column of the same type or of one its type widens to, and each required column is in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+_WIDENINGS = {("int", "long"), ("float", "double")}
+
+
+def change_reason(table: Sequence[Any], new: Sequence[Any], path: str = "") -> str | None:
+    """Why the version with fields `new` cannot evolve a table with fields `table`; None when it can."""
+    have = {f.name: f for f in table}
+    names = {f.name for f in new}
+    for f in table:
+        if f.required and f.name not in names:
+            return f"required column {path}{f.name} is not in this version (renamed or removed)"
+    for f in new:
+        old = have.get(f.name)
+        if old is not None and (why := _type_change(old.field_type, f.field_type, f"{path}{f.name}")):
+            return why
+    return None
+
+
+def fits_reason(table: Sequence[Any], writer: Sequence[Any], path: str = "") -> str | None:
+    """Why records of the schema with fields `writer` cannot be rows of a table with fields `table`; None when they
+    can (each field a column whose type is the same or wider, each required column present)."""
+    have = {f.name: f for f in table}
+    names = {f.name for f in writer}
+    for f in table:
+        if f.required and f.name not in names:
+            return f"required column {path}{f.name} is not in the record's schema"
+    for f in writer:
+        col = have.get(f.name)
+        if col is None:
+            return f"field {path}{f.name} is not a column of the table"
+        if col.required and not f.required:
+            return f"field {path}{f.name} is optional, its column is required"
+        if why := _type_fits(f.field_type, col.field_type, f"{path}{f.name}"):
+            return why
+    return None
+
+
+def _kind(t: Any) -> str:
+    return str(t).split("(")[0].split("<")[0].split("[")[0]
+
+
+def _both(a: Any, b: Any, kind: str) -> bool:
+    from pyiceberg import types
+
+    cls = {"struct": types.StructType, "list": types.ListType, "map": types.MapType}[kind]
+    return isinstance(a, cls) and isinstance(b, cls)
+
+
+def _type_change(old: Any, new: Any, path: str) -> str | None:
+    """Why `old` cannot become `new` in place (None: same, or a widening, or nested changes that are compatible)."""
+    if _both(old, new, "struct"):
+        return change_reason(old.fields, new.fields, f"{path}.")
+    if _both(old, new, "list"):
+        return _type_change(old.element_type, new.element_type, f"{path}[]")
+    if _both(old, new, "map"):
+        return _type_change(old.value_type, new.value_type, f"{path}{{}}")
+    if old == new or (_kind(old), _kind(new)) in _WIDENINGS:
+        return None
+    if _kind(old) == _kind(new) == "decimal" and old.scale == new.scale and new.precision >= old.precision:
+        return None
+    return f"column {path} is {old}, this version has {new} (not a widening Iceberg allows)"
+
+
+def _type_fits(writer: Any, column: Any, path: str) -> str | None:
+    if _both(writer, column, "struct"):
+        return fits_reason(column.fields, writer.fields, f"{path}.")
+    if _both(writer, column, "list"):
+        return _type_fits(writer.element_type, column.element_type, f"{path}[]")
+    if _both(writer, column, "map"):
+        return _type_fits(writer.value_type, column.value_type, f"{path}{{}}")
+    return _type_change(writer, column, path) and f"field {path} is {writer}, its column is {column}"
+
+
+def optional_copy(fields: Sequence[Any]) -> list[Any]:
+    """`fields` with every field optional, nested too: what union-by-name adds as new columns (Iceberg adds only
+    optional columns to a table that has rows)."""
+    from pyiceberg.types import ListType, MapType, NestedField, StructType
+
+    def loosen(t: Any) -> Any:
+        if isinstance(t, StructType):
+            return StructType(*optional_copy(t.fields))
+        if isinstance(t, ListType):
+            return ListType(t.element_id, loosen(t.element_type), element_required=False)
+        if isinstance(t, MapType):
+            return MapType(t.key_id, t.key_type, t.value_id, loosen(t.value_type), value_required=False)
+        return t
+
+    return [NestedField(f.field_id, f.name, loosen(f.field_type), required=False) for f in fields]
+
+
+def evolve(table_fields: Sequence[Any], new: Sequence[Any]) -> list[Any]:
+    """The fields after a compatible version (`change_reason` None): existing columns widened or made optional in
+    place (their ids kept), new ones appended as optional, nested alike. Ids of new fields are placeholders: the
+    table assigns its own (pyiceberg's union-by-name, which this mirrors, does)."""
+    from pyiceberg.types import ListType, MapType, NestedField, StructType
+
+    def merged(old: Any, t: Any) -> Any:
+        if isinstance(old, StructType) and isinstance(t, StructType):
+            return StructType(*evolve(old.fields, t.fields))
+        if isinstance(old, ListType) and isinstance(t, ListType):
+            return ListType(old.element_id, merged(old.element_type, t.element_type),
+                            element_required=old.element_required and t.element_required)
+        if isinstance(old, MapType) and isinstance(t, MapType):
+            return MapType(old.key_id, old.key_type, old.value_id, merged(old.value_type, t.value_type),
+                           value_required=old.value_required and t.value_required)
+        return t if old != t else old
+
+    by_name = {f.name: f for f in new}
+    out = [NestedField(f.field_id, f.name, merged(f.field_type, by_name[f.name].field_type),
+                       required=f.required and by_name[f.name].required) if f.name in by_name else f
+           for f in table_fields]
+    known = {f.name for f in table_fields}
+    out += optional_copy([f for f in new if f.name not in known])
+    return out

@@ -1,0 +1,116 @@
+"""A Schema Registry client for the typed tables: Confluent's REST API (`/schemas/ids/{id}`, `/subjects/{s}/versions`),
+as Confluent Schema Registry, Apicurio's `/apis/ccompat/v7`, Karapace and Redpanda serve it.
+
+Schemas are immutable per id, so each is fetched once per process (the driver and each executor keep their own).
+A registry that cannot be reached or answers 5xx is `RegistryUnavailable` (the pass fails, nothing is committed);
+an id or subject it does not know is `SchemaNotFound` (a record's problem: it goes to the dead-letter table).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from tierproxy.config import hide_url_passwords
+
+
+class RegistryUnavailable(RuntimeError):
+    """The registry cannot be reached, refuses our credentials, or fails (5xx): the message names its URL."""
+
+
+class SchemaNotFound(LookupError):
+    """The registry answers that it does not know this schema id or subject."""
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    url: str  # base URL of the Confluent-compatible API
+    basic_auth: str | None = None  # "user:password" (iceberg.schema.registry.basic.auth.user.info; never logged)
+    ca_location: str | None = None  # PEM bundle verifying an https registry (default: the system's)
+    timeout_s: float = 30.0
+
+    def __repr__(self) -> str:  # the password stays out of logs and tracebacks
+        return f"RegistryConfig(url={hide_url_passwords(self.url)!r})"
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    id: int
+    schema_type: str  # AVRO, PROTOBUF, JSON
+    text: str  # the schema as registered
+    version: int | None = None  # its version under the subject it was looked up by, when it was
+
+
+class RegistryClient:
+    """Blocking (the driver plans, executors decode in Spark tasks); one HTTP connection pool per client."""
+
+    def __init__(self, config: RegistryConfig) -> None:
+        import httpx
+
+        auth = tuple(config.basic_auth.split(":", 1)) if config.basic_auth else None
+        self.config = config
+        self._http = httpx.Client(base_url=config.url.rstrip("/"), auth=auth,  # type: ignore[arg-type]
+                                  verify=config.ca_location or True, timeout=config.timeout_s,
+                                  headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"})
+        self._by_id: dict[int, RegisteredSchema] = {}
+
+    def close(self) -> None:
+        self._http.close()
+
+    def schema(self, schema_id: int) -> RegisteredSchema:
+        """The schema registered under `schema_id` (cached: an id's schema never changes)."""
+        found = self._by_id.get(schema_id)
+        if found is None:
+            body = self._get(f"/schemas/ids/{schema_id}", f"schema id {schema_id}")
+            found = self._by_id[schema_id] = RegisteredSchema(schema_id, body.get("schemaType") or "AVRO",
+                                                              body["schema"])
+        return found
+
+    def versions(self, subject: str) -> list[RegisteredSchema]:
+        """Every version of `subject`, oldest first ([] when the subject does not exist)."""
+        try:
+            numbers = self._get(f"/subjects/{quote(subject, safe='')}/versions", f"subject {subject}")
+        except SchemaNotFound:
+            return []
+        out = []
+        for v in sorted(int(n) for n in numbers):
+            body = self._get(f"/subjects/{quote(subject, safe='')}/versions/{v}", f"subject {subject} version {v}")
+            s = RegisteredSchema(int(body["id"]), body.get("schemaType") or "AVRO", body["schema"], v)
+            self._by_id.setdefault(s.id, RegisteredSchema(s.id, s.schema_type, s.text))
+            out.append(s)
+        return out
+
+    def _get(self, path: str, what: str) -> Any:
+        import httpx
+
+        where = hide_url_passwords(self.config.url)
+        try:
+            r = self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise RegistryUnavailable(f"schema registry {where} unreachable ({what}): {type(exc).__name__}: "
+                                      f"{str(exc)[:200]}") from None
+        if r.status_code == 404:
+            raise SchemaNotFound(f"{what} is not in the schema registry")
+        if r.status_code in (401, 403):
+            raise RegistryUnavailable(f"schema registry {where} refused us ({what}): HTTP {r.status_code} (check "
+                                      "iceberg.schema.registry.basic.auth.user.info)")
+        if r.status_code != 200:
+            raise RegistryUnavailable(f"schema registry {where} answered HTTP {r.status_code} for {what}: "
+                                      f"{r.text[:200]}")
+        return r.json()
+
+
+_clients: dict[RegistryConfig, RegistryClient] = {}
+_clients_lock = threading.Lock()
+
+
+def registry_client(config: RegistryConfig) -> RegistryClient:
+    """This process's client for `config` (an executor's Python worker keeps one, with its schema cache, across
+    the tasks it runs)."""
+    with _clients_lock:
+        client = _clients.get(config)
+        if client is None:
+            client = _clients[config] = RegistryClient(config)
+        return client

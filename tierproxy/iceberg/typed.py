@@ -1,0 +1,145 @@
+"""Typed tables: a topic's values decoded with the Schema Registry into columns, beside a dead-letter table.
+
+A typed table's columns are the value's (`avro_types`: a record's fields at the top level) and the record's Kafka
+columns, prefixed `_kafka_` (`_kafka_topic`, `_kafka_partition`, `_kafka_offset`, `_kafka_timestamp`,
+`_kafka_timestamp_type`, `_kafka_key`, `_kafka_headers`, `_kafka_leader_epoch`, `_kafka_producer_id`), partitioned by
+`_kafka_partition`. Its dead-letter table `<table>_dlq` has the raw table's columns and `error`: every record that
+does not become a row is there, so rows + dead letters = the visible records tiered.
+
+Values are in Confluent's wire format: magic byte 0, a 4-byte big-endian schema id, the Avro binary payload.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, python_fixer, value_fields
+from tierproxy.iceberg.evolution import fits_reason
+from tierproxy.iceberg.registry import RegistryConfig, SchemaNotFound, registry_client
+from tierproxy.iceberg.schema import COLUMNS
+
+PREFIX = "_kafka_"
+# the raw column each Kafka column of a typed table is taken from, and its type (as in schema.COLUMNS)
+KAFKA_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("topic", "_kafka_topic"), ("partition", "_kafka_partition"), ("offset", "_kafka_offset"),
+    ("timestamp", "_kafka_timestamp"), ("timestampType", "_kafka_timestamp_type"), ("key", "_kafka_key"),
+    ("headers", "_kafka_headers"), ("leaderEpoch", "_kafka_leader_epoch"), ("producerId", "_kafka_producer_id"))
+WIRE_HEADER = struct.Struct(">bI")  # magic byte (0), schema id
+
+
+def kafka_fields() -> list[Any]:
+    """The Kafka columns of a typed table (placeholder ids: the table assigns its own)."""
+    from pyiceberg.types import NestedField
+
+    from tierproxy.iceberg.schema import iceberg_schema
+
+    raw = {f.name: f for f in iceberg_schema().fields}
+    return [NestedField(1000 + i, typed, raw[name].field_type, required=raw[name].required)
+            for i, (name, typed) in enumerate(KAFKA_COLUMNS)]
+
+
+def typed_schema(values: list[Any]) -> Any:
+    """A new typed table's schema: the value columns, then the Kafka ones, with fresh ids."""
+    from pyiceberg.schema import Schema, assign_fresh_schema_ids
+
+    clash = [f.name for f in values if f.name.startswith(PREFIX)]
+    if clash:
+        raise UnsupportedSchema(f"value field {clash[0]} starts with {PREFIX}, which the Kafka columns use")
+    return assign_fresh_schema_ids(Schema(*values, *kafka_fields()))
+
+
+def value_columns(schema: Any) -> list[Any]:
+    """A typed table's value columns (every column but the Kafka ones)."""
+    return [f for f in schema.fields if not f.name.startswith(PREFIX)]
+
+
+def dlq_schema() -> Any:
+    """The dead-letter table's schema: the raw table's columns and `error`."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType
+
+    from tierproxy.iceberg.schema import iceberg_schema
+
+    return Schema(*iceberg_schema().fields, NestedField(max(c[0] for c in COLUMNS) + 3, "error", StringType(),
+                                                        required=True))
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What the driver decided before the executors decode: each version's schema whose records become rows, each
+    one whose records are dead letters (and why); any other id is looked up by the executor and must fit."""
+
+    registry: RegistryConfig
+    accepted: dict[int, str] = field(default_factory=dict)  # schema id → schema text
+    rejected: dict[int, str] = field(default_factory=dict)  # schema id → the reason its records are dead letters
+    record: bool = True  # the value schema is a record (its fields are the columns), else one `value` column
+
+
+class ValueDecoder:
+    """On an executor: a value's bytes → the row's value columns, or the reason it is a dead letter."""
+
+    def __init__(self, plan: DecodePlan, columns: list[Any]) -> None:
+        self.plan = plan
+        self.columns = columns  # the table's value columns after this pass's evolution
+        self._readers: dict[int, tuple[Any, Any] | str] = dict(plan.rejected)
+
+    def decode(self, value: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
+        """(columns, None) or (None, reason)."""
+        import fastavro
+
+        if value is None:
+            return None, "no value (a tombstone)"
+        if len(value) < WIRE_HEADER.size:
+            return None, f"value of {len(value)} bytes is shorter than the wire format's 5-byte header"
+        magic, schema_id = WIRE_HEADER.unpack_from(value)
+        if magic != 0:
+            return None, f"magic byte {magic & 0xFF} is not the schema registry wire format's 0"
+        reader = self._reader(schema_id)
+        if isinstance(reader, str):
+            return None, reader
+        parsed, fix = reader
+        body = io.BytesIO(memoryview(value)[WIRE_HEADER.size:])
+        try:
+            decoded = fastavro.schemaless_reader(body, parsed, None)
+        except Exception as exc:  # fastavro raises whatever the bytes provoke (EOFError, ValueError, ...)
+            return None, f"payload does not match schema id {schema_id}: {type(exc).__name__}: {str(exc)[:200]}"
+        left = len(value) - WIRE_HEADER.size - body.tell()
+        if left:
+            return None, f"payload has {left} bytes past the end of schema id {schema_id}'s value"
+        if fix is not None:
+            decoded = fix(decoded)
+        columns: dict[str, Any] = decoded if self.plan.record and isinstance(decoded, dict) else {"value": decoded}
+        return columns, None
+
+    def _reader(self, schema_id: int) -> tuple[Any, Any] | str:
+        found = self._readers.get(schema_id)
+        if found is None:
+            found = self._readers[schema_id] = self._load(schema_id)
+        return found
+
+    def _load(self, schema_id: int) -> tuple[Any, Any] | str:
+        """The reader of a schema id, or why its records are dead letters (RegistryUnavailable propagates: the
+        pass fails rather than call a record undecodable because the registry was down)."""
+        import fastavro
+
+        text = self.plan.accepted.get(schema_id)
+        if text is None:
+            try:
+                found = registry_client(self.plan.registry).schema(schema_id)
+            except SchemaNotFound:
+                return f"schema id {schema_id} is not in the schema registry"
+            if found.schema_type.upper() != "AVRO":
+                return f"schema id {schema_id} is {found.schema_type}: only Avro values are decoded yet"
+            try:
+                fields = value_fields(parse_avro(found.text))
+            except UnsupportedSchema as exc:
+                return f"schema id {schema_id}: {exc}"
+            if why := fits_reason(self.columns, fields):
+                return f"schema id {schema_id} does not fit the table: {why}"
+            text = found.text
+        import json
+
+        return fastavro.parse_schema(json.loads(text)), python_fixer(parse_avro(text))

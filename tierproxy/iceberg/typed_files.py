@@ -1,0 +1,110 @@
+"""The executors' half of a typed table: one tier slice → a Parquet file of typed rows and one of dead letters.
+
+The slice's records are read as for the raw table (`files.table_batches`: the tier's exact bytes, CRC-checked,
+aborted transactions dropped under read_committed); each value is decoded (`typed.ValueDecoder`); a record whose value
+decodes is a row of the typed table, any other is a row of the dead-letter table with the reason. Both files are
+named like the raw table's (segment, byte range, pass), under their own table's location.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import ProtocolError
+from tierproxy.iceberg.files import (
+    ROW_GROUP_ROWS,
+    SliceWritten,
+    TransactionTracker,
+    checked,
+    data_file_path,
+    peak_rss_kb,
+    table_batches,
+)
+from tierproxy.iceberg.registry import RegistryUnavailable
+from tierproxy.iceberg.typed import KAFKA_COLUMNS, DecodePlan, ValueDecoder, value_columns
+from tierproxy.spark.plan import Slice
+from tierproxy.spark.source import read_tier_slice
+from tierproxy.tier.model import uuid_str
+
+
+class _LazyParquet:
+    """A Parquet file opened at its first batch (a slice with no row of a kind leaves no file of it)."""
+
+    def __init__(self, fileio: Any, path: str, schema: Any) -> None:
+        self.io, self.path, self.schema = fileio, path, schema
+        self.rows = 0
+        self._out: Any = None
+        self._writer: Any = None
+
+    def write(self, rb: Any) -> None:
+        import pyarrow.parquet as pq
+
+        if rb.num_rows == 0:
+            return
+        if self._writer is None:
+            self._out = self.io.new_output(self.path).create(overwrite=True)
+            self._writer = pq.ParquetWriter(self._out, self.schema, compression="zstd", write_statistics=True)
+        self._writer.write_batch(rb, row_group_size=ROW_GROUP_ROWS)
+        self.rows += rb.num_rows
+
+    def close(self, discard: bool = False) -> str | None:
+        if self._writer is not None:
+            self._writer.close()
+            self._out.close()
+        if self._writer is not None and discard:
+            self.io.delete(self.path)
+        return self.path if self._writer is not None and not discard else None
+
+
+def split_batch(rb: Any, decoder: ValueDecoder, typed_target: Any, dlq_target: Any) -> tuple[Any, Any]:
+    """A raw table batch → (typed rows, dead letters), each in its table's Arrow schema, in offset order."""
+    import pyarrow as pa
+
+    raw = rb.to_pylist()
+    rows: list[dict[str, Any]] = []
+    dead: list[dict[str, Any]] = []
+    for r in raw:
+        columns, reason = decoder.decode(r["value"])
+        if columns is None:
+            r["error"] = reason
+            dead.append(r)
+            continue
+        for name, typed in KAFKA_COLUMNS:
+            columns[typed] = r[name]
+        rows.append(columns)
+    return pa.RecordBatch.from_pylist(rows, schema=typed_target), pa.RecordBatch.from_pylist(dead, schema=dlq_target)
+
+
+def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: dict[str, str], s: Slice,
+                      read_committed: bool, pass_id: str, targets: tuple[Any, Any, Any], plan: DecodePlan,
+                      table_schema: Any) -> SliceWritten:
+    """Run on an executor: the slice's records → typed rows and dead letters. `locations` = (typed table, dead-letter
+    table); `targets` = the Arrow schemas (raw rows as read, typed table, dead-letter table); `table_schema` the
+    typed table's Iceberg schema after this pass's evolution (what a schema id met here must fit)."""
+    from pyiceberg.io import load_file_io
+
+    assert s.segment is not None
+    rss_before = peak_rss_kb()
+    raw_target, typed_target, dlq_target = targets
+    decoder = ValueDecoder(plan, value_columns(table_schema))
+    tracker = TransactionTracker()
+    fileio = load_file_io(properties=io_properties, location=locations[0])
+    typed = _LazyParquet(fileio, data_file_path(locations[0], s, pass_id), typed_target)
+    dead = _LazyParquet(fileio, data_file_path(locations[1], s, pass_id), dlq_target)
+    error, kind = None, ""
+    try:
+        for rb in table_batches(tracker.see(checked(read_tier_slice(storage, s), s)), s, read_committed, raw_target):
+            rows, letters = split_batch(rb, decoder, typed_target, dlq_target)
+            typed.write(rows)
+            dead.write(letters)
+    except ProtocolError as exc:
+        error, kind = str(exc), "data"
+    except RegistryUnavailable as exc:
+        error, kind = str(exc), "registry"
+    typed_path, dead_path = typed.close(error is not None), dead.close(error is not None)
+    if error is not None:
+        return SliceWritten(None, error=error, error_kind=kind)
+    return SliceWritten(typed_path, typed.rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
+                        uuid_str(s.segment.segment_id.id), s.start, s.end, s.segment.end_offset,
+                        s.byte_range[0] if s.byte_range else 0, dict(tracker.opens), sorted(tracker.closes),
+                        None, peak_rss_kb(), rss_before, dlq_path=dead_path, dlq_rows=dead.rows)

@@ -1,0 +1,148 @@
+"""The driver's half of a typed table: its columns from the subject's versions, decided once per version.
+
+Each version of the value subject (`<topic>-value`, the registry's default subject naming) is decided when a pass
+first sees it, in version order, by `evolution.change_reason` against the columns so far: compatible (its records
+become rows; the table evolves in the pass's commit) or incompatible (its records are dead letters, with the
+reason). Decisions are kept in the table property `tierproxy.schemas` ({"<schema id>": null or the reason}), set in
+the same commit as the rows they routed, so a version is never decided twice another way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, value_fields
+from tierproxy.iceberg.catalog import CatalogConfig, TableShape, open_table
+from tierproxy.iceberg.evolution import change_reason, evolve
+from tierproxy.iceberg.registry import RegistryClient, RegistryConfig
+from tierproxy.iceberg.schema import partition_spec, same_columns, sort_order
+from tierproxy.iceberg.typed import PREFIX, DecodePlan, dlq_schema, kafka_fields, typed_schema, value_columns
+
+log = logging.getLogger(__name__)
+SCHEMAS = "tierproxy.schemas"
+
+
+@dataclass(frozen=True)
+class TypedOptions:
+    registry: RegistryConfig
+    subject: str  # the value subject, "<topic>-value"
+
+
+@dataclass
+class TypedTable:
+    """A typed table ready for a pass: the table, its dead-letter table, and what this pass decided."""
+
+    table: Any
+    dlq: Any
+    plan: DecodePlan
+    schema: Any  # the Iceberg schema after this pass's evolution (the data files' field ids)
+    evolved: Any | None  # the schema to union into the table in the pass's commit (None: unchanged)
+    decisions: dict[str, str | None]  # the new `tierproxy.schemas`
+
+
+def dlq_name(table: str) -> str:
+    return f"{table}_dlq"
+
+
+def _typed_spec(schema: Any) -> Any:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    return PartitionSpec(PartitionField(schema.find_field(f"{PREFIX}partition").field_id, 1000,
+                                        IdentityTransform(), f"{PREFIX}partition"))
+
+
+def _typed_order(schema: Any) -> Any:
+    from pyiceberg.table.sorting import SortField, SortOrder
+    from pyiceberg.transforms import IdentityTransform
+
+    return SortOrder(SortField(source_id=schema.find_field(f"{PREFIX}offset").field_id,
+                               transform=IdentityTransform()))
+
+
+def _has_kafka_columns(schema: Any) -> bool:
+    names = {f.name for f in schema.fields}
+    return all(f.name in names for f in kafka_fields())
+
+
+DLQ = TableShape(dlq_schema, lambda _: partition_spec(), lambda _: sort_order(),
+                 lambda s: same_columns(s, dlq_schema()), "kafka records a typed table could not decode")
+
+
+def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions) -> TypedTable | None:
+    """The typed table and its dead-letter table, created when missing; None while the subject has no version whose
+    records can be columns (the table waits: nothing is decided, nothing dead-lettered)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    client = RegistryClient(options.registry)
+    try:
+        versions = client.versions(options.subject)
+    finally:
+        client.close()
+    try:
+        existing = catalog.load_table(name)
+    except NoSuchTableError:
+        existing = None
+    decisions: dict[str, str | None] = json.loads(existing.properties.get(SCHEMAS, "{}")) if existing else {}
+    current = value_columns(existing.schema()) if existing is not None else None
+    plan = DecodePlan(options.registry)
+    for v in versions:
+        key = str(v.id)
+        if key not in decisions:
+            decisions[key], fields = _decide(v.schema_type, v.text, current)
+            if decisions[key] is None:
+                current = fields if current is None else evolve(current, fields)
+                log.info("iceberg: table %s takes %s version %d (schema id %d)", name, options.subject, v.version,
+                         v.id)
+            else:
+                decisions[key] = f"{options.subject} version {v.version} (schema id {v.id}): {decisions[key]}"
+                log.warning("iceberg: table %s: %s", name, decisions[key])
+        if decisions[key] is None:
+            plan.accepted[v.id] = v.text
+        else:
+            plan.rejected[v.id] = str(decisions[key])
+    if current is None:
+        log.info("iceberg: table %s waits: subject %s has no version whose values can be columns", name,
+                 options.subject)
+        return None
+    first = current
+    table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(first), _typed_spec, _typed_order,
+                                                      _has_kafka_columns, f"typed values of {options.subject}"))
+    evolved = None
+    if existing is not None and change_reason(value_columns(table.schema()), current) is None and \
+            not same_columns(_schema_of(value_columns(table.schema())), _schema_of(current)):
+        evolved = _schema_of(current)
+        schema = table.update_schema().union_by_name(evolved)._apply()
+    else:
+        schema = table.schema()
+    dlq = open_table(catalog, cfg, dlq_name(name), DLQ)
+    return TypedTable(table, dlq, DecodePlan(options.registry, plan.accepted, plan.rejected, _is_record(plan)), schema,
+                      evolved, decisions)
+
+
+def _decide(schema_type: str, text: str, current: list[Any] | None) -> tuple[str | None, list[Any]]:
+    """(None, its fields) when a version's records can be rows of a table with `current` columns, else (why, [])."""
+    if schema_type.upper() != "AVRO":
+        return f"{schema_type} values are not decoded yet (Avro only)", []
+    try:
+        fields = value_fields(parse_avro(text))
+    except UnsupportedSchema as exc:
+        return str(exc), []
+    if current is None:
+        return None, fields
+    why = change_reason(current, fields)
+    return (f"incompatible change: {why}", []) if why else (None, fields)
+
+
+def _is_record(plan: DecodePlan) -> bool:
+    return any(json.loads(t).get("type") == "record" for t in plan.accepted.values()
+               if t.lstrip().startswith("{"))
+
+
+def _schema_of(fields: list[Any]) -> Any:
+    from pyiceberg.schema import Schema, assign_fresh_schema_ids
+
+    return assign_fresh_schema_ids(Schema(*fields))
