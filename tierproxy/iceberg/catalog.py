@@ -137,6 +137,18 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
         raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc)}") from None
 
 
+def load_existing(catalog: Any, cfg: CatalogConfig, name: str) -> Any | None:
+    """The table `name` as it is (any of ours: raw, typed, dead letters), None when it does not exist."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return catalog.load_table(name)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+    except Exception as exc:
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc)}") from None
+
+
 def _namespace_exists(catalog: Any, namespace: str) -> bool:
     from pyiceberg.exceptions import NoSuchNamespaceError
 

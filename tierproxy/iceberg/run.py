@@ -13,7 +13,7 @@ from typing import Any
 
 from tierproxy.config import TierSettings
 from tierproxy.config.tier import typed_table_name, typed_table_rules
-from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, open_catalog, open_table
+from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, open_table
 from tierproxy.iceberg.ledger import snapshot_at
 from tierproxy.iceberg.registry import RegistryConfig
 from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync, SegmentDataError
@@ -93,7 +93,9 @@ def run_loop(settings: TierSettings, spark: Callable[[], Any], *, once: bool,
 def metadata_location(settings: TierSettings) -> str:
     """The table's current metadata file: DuckDB's `iceberg_scan(...)` and other catalog-less readers start there."""
     cfg = catalog_of(settings)
-    location: str = open_table(open_catalog(cfg), cfg, settings.iceberg_table).metadata_location
+    catalog = open_catalog(cfg)
+    table = load_existing(catalog, cfg, settings.iceberg_table)  # a typed table or a dead-letter table too
+    location: str = (table if table is not None else open_table(catalog, cfg, settings.iceberg_table)).metadata_location
     return location
 
 

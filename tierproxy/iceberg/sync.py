@@ -271,6 +271,8 @@ class IcebergSync:
                 summary.rows_deleted += removed if t is main else 0
                 summary.committed = True
                 t.table = t.table.refresh()
+                if t is not main:
+                    _pause_point("between")  # the dead letters committed, the typed rows not yet
             elif WRITER in t.table.properties:
                 t.table = self._release(t.table)
         snap = main.table.current_snapshot()

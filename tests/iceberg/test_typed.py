@@ -1,0 +1,237 @@
+"""Typed tables end to end: Avro records produced by confluent-kafka's serializers against a real schema registry
+(Apicurio), through three compatible versions and one incompatible, with records of an unknown schema id, garbage and
+an aborted transaction; tiered, deleted by the broker, then `tierproxy iceberg` builds the typed table and its
+dead-letter table from the tier alone (a backfill: the history was tiered before the table existed). DuckDB and
+pyiceberg read typed columns equal, row by row, to what confluent-kafka's AvroDeserializer decodes from the broker
+under read_committed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tests.support.iceberg import duckdb_connect, iceberg_cli, pyiceberg_table
+from tests.support.kafka import create_topic, watermarks
+from tests.support.registry import Registry
+from tests.support.spark import delete_on_broker, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.registry]
+
+
+def _order(*fields: dict[str, Any]) -> str:
+    return json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": list(fields)})
+
+
+ID, ITEM = {"name": "id", "type": "long"}, {"name": "item", "type": "string"}
+V1 = _order(ID, ITEM, {"name": "qty", "type": "int"},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}})
+V2 = _order(ID, ITEM, {"name": "qty", "type": "int"},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "note", "type": ["null", "string"], "default": None})  # an added optional field
+V3 = _order(ID, ITEM, {"name": "qty", "type": "long"},  # widened int → long
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "note", "type": ["null", "string"], "default": None})
+V4 = _order(ID, {"name": "title", "type": "string"}, {"name": "qty", "type": "long"},  # item renamed: incompatible
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}})
+VALUE_COLUMNS = ["id", "item", "qty", "at", "note"]
+
+
+class Typed:
+    def __init__(self, kafka: KafkaCluster, registry: Registry, tmp: Path, topic: str) -> None:
+        self.kafka, self.registry, self.tmp, self.topic = kafka, registry, tmp, topic
+        self.storage, self.metadata = f"file://{tmp}/tier", f"file://{tmp}/meta"
+        self.table = "kafka." + topic.replace("-", "_")
+        self.expected: dict[tuple[int, int], dict[str, Any] | None] = {}  # None: AvroDeserializer refused it
+        self.versions: dict[tuple[int, int], str] = {}  # which producer wrote the record
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {"TIERPROXY_ICEBERG_TABLES": f"{self.topic}=kafka.{{topic}}",
+                "TIERPROXY_ICEBERG_SCHEMA_REGISTRY_URL": self.registry.url, **extra}
+
+    def args(self, *extra: str) -> list[str]:
+        return ["--bootstrap-server", self.kafka.bootstrap, "--storage", self.storage, "--metadata", self.metadata,
+                "--master", "local[2]", *extra]
+
+
+def _produce(t: Typed) -> None:
+    ctx = SerializationContext(t.topic, MessageField.VALUE)
+    with SchemaRegistryClient({"url": t.registry.url, "timeout": 30}) as client:
+        p = Producer({"bootstrap.servers": t.kafka.bootstrap, "linger.ms": 5})
+        for n, (name, schema) in enumerate((("v1", V1), ("v2", V2), ("v3", V3), ("v4", V4))):
+            ser = AvroSerializer(client, schema)
+            for i in range(120):
+                rec: dict[str, Any] = {"id": n * 1000 + i, "qty": i, "at": 1_700_000_000_000 + i}
+                rec["title" if name == "v4" else "item"] = f"{name}-item-{i}"
+                if name in ("v2", "v3"):
+                    rec["note"] = None if i % 3 else f"note {i}"
+                p.produce(t.topic, ser(rec, ctx), f"k{i}".encode(), partition=i % 2)
+            p.flush(30)
+            if name == "v1":  # an aborted transaction of valid records: rows of neither table
+                tx = Producer({"bootstrap.servers": t.kafka.bootstrap, "transactional.id": f"tx-{t.topic}"})
+                tx.init_transactions(30)
+                tx.begin_transaction()
+                for i in range(20):
+                    tx.produce(t.topic, ser({"id": -i, "item": "aborted", "qty": 0, "at": 0}, ctx), partition=i % 2)
+                tx.abort_transaction(30)
+        for i in range(15):  # a schema id the registry never gave, and bytes that are no wire format at all
+            p.produce(t.topic, b"\0" + struct.pack(">I", 987654) + b"\x02\x04ab", partition=i % 2)
+            p.produce(t.topic, b"plain text, no schema", partition=i % 2)
+        p.produce(t.topic, b"after-the-transaction", partition=0)
+        p.produce(t.topic, b"after-the-transaction", partition=1)
+        p.flush(30)
+        _expected(t, client)
+
+
+def _expected(t: Typed, client: SchemaRegistryClient) -> None:
+    """What the broker holds under read_committed, decoded as applications decode it."""
+    read = AvroDeserializer(client)
+    ctx = SerializationContext(t.topic, MessageField.VALUE)
+    ends = {p: watermarks(t.kafka.bootstrap, t.topic, p)[1] for p in (0, 1)}
+    c = Consumer({"bootstrap.servers": t.kafka.bootstrap, "group.id": f"expect-{t.topic}", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    c.subscribe([t.topic])
+    done: set[int] = set()
+    try:
+        for _ in range(600):
+            if len(done) == 2:
+                break
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            try:
+                t.expected[(m.partition(), m.offset())] = read(m.value(), ctx)
+            except Exception:
+                t.expected[(m.partition(), m.offset())] = None
+            if m.offset() >= ends[m.partition()] - 1:
+                done.add(m.partition())
+    finally:
+        c.close()
+    assert len(t.expected) == 4 * 120 + 30 + 2, len(t.expected)
+
+
+@pytest.fixture(scope="module")
+def typed(kafka: KafkaCluster, schema_registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> Typed:
+    tmp = tmp_path_factory.mktemp("typed")
+    t = Typed(kafka, schema_registry, tmp, f"typed-orders-{os.getpid()}")
+    create_topic(kafka.bootstrap, t.topic, partitions=2, config={"segment.ms": "500"})
+    _produce(t)
+    tier_once(kafka.bootstrap, t.topic, t.storage, t.metadata, tmp)
+    delete_on_broker(kafka.bootstrap, t.topic, 2)
+    return t
+
+
+def _duckdb(metadata: str, columns: list[str]) -> list[dict[str, Any]]:
+    con = duckdb_connect()
+    cur = con.execute(f"SELECT {', '.join(columns)} FROM iceberg_scan('{metadata}')")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def test_the_typed_table_equals_the_avro_deserializer_and_every_other_record_is_a_dead_letter(typed: Typed) -> None:
+    t = typed
+    assert all(watermarks(t.kafka.bootstrap, t.topic, p)[0] > 0 for p in (0, 1))  # only the tier has the start
+    out = iceberg_cli(t.tmp, *t.args("--once"), env=t.env())
+    assert "dead letters" in out.stdout, out.stdout
+    uri, wh = f"sqlite:///{t.tmp}/tier/iceberg/catalog.db", f"file://{t.tmp}/tier/iceberg"
+    table = pyiceberg_table(uri, wh, t.table)
+    dlq = pyiceberg_table(uri, wh, f"{t.table}_dlq")
+    columns = {f.name: (str(f.field_type), f.required) for f in table.schema().fields}
+    assert columns["qty"] == ("long", True) and columns["note"] == ("string", False)  # widened, added optional
+    assert "title" not in columns  # the incompatible version changed nothing
+    rows = {(r["_kafka_partition"], r["_kafka_offset"]): r for r in table.scan().to_arrow().to_pylist()}
+    dead = {(r["partition"], r["offset"]): r for r in dlq.scan().to_arrow().to_pylist()}
+    assert len(rows) + len(dead) == len(t.expected)  # every committed record, once, in one table or the other
+    assert not set(rows) & set(dead)
+    decoded = {k: v for k, v in t.expected.items() if v is not None and "title" not in v}
+    assert set(rows) == set(decoded)
+    for key, want in decoded.items():
+        got = {c: rows[key][c] for c in VALUE_COLUMNS}
+        assert got == {c: want.get(c) for c in VALUE_COLUMNS}, key
+    reasons = {k: r["error"] for k, r in dead.items()}
+    v4 = [k for k, v in t.expected.items() if v is not None and "title" in v]
+    assert len(v4) == 120 and all("incompatible change: required column item" in reasons[k] for k in v4)
+    assert sum("987654 is not in the schema registry" in e for e in reasons.values()) == 15
+    assert sum("magic byte" in e for e in reasons.values()) == 15 + 2
+    assert all(v is None for k, v in t.expected.items() if k in dead and k not in v4)
+    # DuckDB from the metadata file, as a user reads it: the same typed rows
+    meta = iceberg_cli(t.tmp, *t.args("metadata-location", "--table", t.table), env=t.env()).stdout.strip()
+    seen = _duckdb(meta, ['"_kafka_partition"', '"_kafka_offset"', '"id"', '"item"', '"qty"', '"note"',
+                          'epoch_ms("at") AS at_ms'])
+    assert sorted((r["_kafka_partition"], r["_kafka_offset"], r["id"], r["item"], r["qty"], r["note"], r["at_ms"])
+                  for r in seen) == sorted((k[0], k[1], v["id"], v["item"], v["qty"], v.get("note"),
+                                            int(v["at"].timestamp() * 1000)) for k, v in decoded.items())
+    # a rerun adds nothing: exactly once
+    again = iceberg_cli(t.tmp, *t.args("--once"), env=t.env())
+    assert " 0 rows added" in again.stdout and " 0 dead letters" in again.stdout, again.stdout
+    assert len(table.refresh().scan().to_arrow()) == len(rows)
+
+
+def test_killed_between_the_two_commits_the_next_pass_completes_it_nothing_twice(typed: Typed) -> None:
+    t = typed
+    env = {**t.env(), "TIERPROXY_ICEBERG_TABLES": f"{t.topic}=killed.{{topic}}"}
+    marker = t.tmp / f"between-{time.monotonic_ns()}"
+    proc = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "iceberg", *t.args("--once")], cwd=t.tmp,
+                            env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(t.tmp / "state"), **env,
+                                 "TIERPROXY_ICEBERG_PAUSE_AT": f"between:{marker}"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists():
+            assert proc.poll() is None, f"the pass ended (rc {proc.returncode}) before its second commit"
+            assert time.monotonic() < deadline, "the pass never reached its second commit"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    uri, wh = f"sqlite:///{t.tmp}/tier/iceberg/catalog.db", f"file://{t.tmp}/tier/iceberg"
+    name = "killed." + t.topic.replace("-", "_")
+    dead_before = len(pyiceberg_table(uri, wh, f"{name}_dlq").scan().to_arrow())
+    assert dead_before == 150 and len(pyiceberg_table(uri, wh, name).scan().to_arrow()) == 0  # half a pass
+    out = iceberg_cli(t.tmp, *t.args("--once"), env=env)
+    assert " 0 dead letters" in out.stdout, out.stdout  # the dead-letter table had its segments already
+    rows = pyiceberg_table(uri, wh, name).scan().to_arrow()
+    dead = pyiceberg_table(uri, wh, f"{name}_dlq").scan().to_arrow()
+    assert len(dead) == dead_before and len(rows) + len(dead) == len(t.expected)
+    offsets = list(zip(rows.column("_kafka_partition").to_pylist(), rows.column("_kafka_offset").to_pylist(),
+                       strict=True))
+    assert len(set(offsets)) == len(offsets) == 360
+
+
+def test_an_unreachable_registry_fails_the_pass_with_one_line_and_commits_nothing(typed: Typed) -> None:
+    t = typed
+    dead_url = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
+    env = {**t.env(TIERPROXY_ICEBERG_SCHEMA_REGISTRY_URL=dead_url),
+           "TIERPROXY_ICEBERG_TABLES": f"{t.topic}=other.{{topic}}"}
+    proc = iceberg_cli(t.tmp, *t.args("--once"), env=env, check=False)
+    assert proc.returncode == 7, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("tierproxy:")]
+    assert len(lines) == 1 and "schema registry" in lines[0] and "unreachable" in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("check", uri=f"sqlite:///{t.tmp}/tier/iceberg/catalog.db",
+                         warehouse=f"file://{t.tmp}/tier/iceberg")
+    assert not catalog.table_exists("other." + t.topic.replace("-", "_"))
+
+
+def test_typed_tables_without_a_registry_url_fail_at_start_naming_the_key(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tierproxy.cli", "iceberg", "--once", "--bootstrap-server",
+                           "127.0.0.1:9", "--storage", f"file://{tmp_path}/tier"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env={**os.environ, "TIERPROXY_ICEBERG_TABLES": "x=kafka.{topic}",
+                                                         "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
+    assert proc.returncode == 2 and "iceberg.schema.registry.url" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
