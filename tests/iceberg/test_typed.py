@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.support.iceberg import duckdb_connect, iceberg_cli, pyiceberg_table
@@ -235,3 +236,55 @@ def test_typed_tables_without_a_registry_url_fail_at_start_naming_the_key(tmp_pa
                                                          "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
     assert proc.returncode == 2 and "iceberg.schema.registry.url" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+PAYMENT_V1 = {"type": "object", "title": "Payment", "properties": {
+    "id": {"type": "integer"}, "amount": {"type": "number"}, "at": {"type": "string", "format": "date-time"},
+    "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["id", "amount", "at"]}
+PAYMENT_V2 = {**PAYMENT_V1, "properties": {**PAYMENT_V1["properties"], "channel": {"type": "string"}}}  # added
+
+
+def test_json_schema_values_become_columns_through_a_version_change(kafka: KafkaCluster, schema_registry: Registry,
+                                                                     tmp_path: Path) -> None:
+    t = Typed(kafka, schema_registry, tmp_path, f"typed-payments-{os.getpid()}")
+    create_topic(kafka.bootstrap, t.topic, partitions=1, config={"segment.ms": "500"})
+    ctx = SerializationContext(t.topic, MessageField.VALUE)
+    sent: dict[int, bytes] = {}
+    with SchemaRegistryClient({"url": schema_registry.url, "timeout": 30}) as client:
+        p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+        for n, schema in enumerate((PAYMENT_V1, PAYMENT_V2)):
+            ser = JSONSerializer(json.dumps(schema), client)
+            for i in range(60):
+                doc: dict[str, Any] = {"id": n * 100 + i, "amount": i * 1.5,
+                                       "at": f"2024-05-01T12:{i % 60:02d}:00+00:00"}
+                if i % 2:
+                    doc["tags"] = [f"t{i}"]
+                if n == 1 and i % 3 == 0:
+                    doc["channel"] = "web"
+                value = ser(doc, ctx)
+                assert value is not None
+                sent[len(sent)] = value
+                p.produce(t.topic, value)
+        header = sent[0][:5]
+        for i in range(5):  # the right schema id, a document that does not match it
+            p.produce(t.topic, header + json.dumps({"id": f"no-{i}", "amount": 1, "at": "x"}).encode())
+        p.flush(30)
+        read = JSONDeserializer(None, schema_registry_client=client)
+        expected = {o: read(v, ctx) for o, v in sent.items()}
+    tier_once(kafka.bootstrap, t.topic, t.storage, t.metadata, tmp_path)
+    out = iceberg_cli(tmp_path, *t.args("--once"), env=t.env())
+    assert " 5 dead letters" in out.stdout, out.stdout
+    uri, wh = f"sqlite:///{tmp_path}/tier/iceberg/catalog.db", f"file://{tmp_path}/tier/iceberg"
+    table = pyiceberg_table(uri, wh, t.table)
+    columns = {f.name: (str(f.field_type), f.required) for f in table.schema().fields}
+    assert {c: columns[c] for c in ("id", "amount", "at", "channel")} == {
+        "id": ("long", True), "amount": ("double", True), "at": ("timestamptz", True), "channel": ("string", False)}
+    rows = {r["_kafka_offset"]: r for r in table.scan().to_arrow().to_pylist()}
+    assert set(rows) == set(expected)
+    for offset, want in expected.items():
+        got = rows[offset]
+        assert (got["id"], got["amount"], got["at"].isoformat(), got["tags"] or None, got["channel"]) == (
+            want["id"], want["amount"], want["at"], want.get("tags"), want.get("channel")), offset
+    dead = pyiceberg_table(uri, wh, f"{t.table}_dlq").scan().to_arrow().to_pylist()
+    assert [r["offset"] for r in dead] == list(range(120, 125))
+    assert all('id is "no-' in r["error"] for r in dead), dead[0]["error"]

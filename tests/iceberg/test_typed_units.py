@@ -22,7 +22,7 @@ from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, value_fi
 from tierproxy.iceberg.evolution import change_reason, evolve, fits_reason
 from tierproxy.iceberg.registry import RegistryConfig
 from tierproxy.iceberg.schema import iceberg_schema
-from tierproxy.iceberg.typed import DecodePlan, ValueDecoder, dlq_schema, typed_schema, value_columns
+from tierproxy.iceberg.typed import DecodePlan, ValueDecoder, dlq_schema, schema_fields, typed_schema, value_columns
 from tierproxy.iceberg.typed_files import split_batch
 
 ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
@@ -122,7 +122,7 @@ def _payload(schema: dict[str, Any], record: dict[str, Any], schema_id: int) -> 
 
 
 def _decoder(rejected: dict[int, str] | None = None) -> ValueDecoder:
-    plan = DecodePlan(RegistryConfig("http://127.0.0.1:9"), {1: json.dumps(ORDER)}, rejected or {})
+    plan = DecodePlan(RegistryConfig("http://127.0.0.1:9"), {1: ("AVRO", json.dumps(ORDER))}, rejected or {})
     return ValueDecoder(plan, value_columns(typed_schema(_fields(ORDER))))
 
 
@@ -174,3 +174,64 @@ def test_typed_table_rules_and_names() -> None:
     for bad in ("orders", "orders=nodot", "([=kafka.t", "x=kafka.{name}", " ; "):
         with pytest.raises(ValueError):
             typed_table_rules(bad)
+
+
+PAYMENT = {"type": "object", "title": "Payment", "properties": {
+    "id": {"type": "integer"}, "amount": {"type": "number"}, "paid": {"type": "boolean"},
+    "at": {"type": "string", "format": "date-time"}, "day": {"type": ["string", "null"], "format": "date"},
+    "memo": {"type": "string"}, "lines": {"type": "array", "items": {"type": "object", "properties": {
+        "sku": {"type": "string"}, "n": {"type": "integer"}}, "required": ["sku"]}},
+    "attrs": {"type": "object", "additionalProperties": {"type": "string"}}},
+    "required": ["id", "amount", "at", "day"]}
+
+
+def _json_decoder() -> ValueDecoder:
+    plan = DecodePlan(RegistryConfig("http://127.0.0.1:9"), {5: ("JSON", json.dumps(PAYMENT))}, {})
+    return ValueDecoder(plan, value_columns(typed_schema(schema_fields("JSON", json.dumps(PAYMENT)))))
+
+
+def test_json_schema_properties_map_to_iceberg_columns() -> None:
+    kinds = _kinds(schema_fields("JSON", json.dumps(PAYMENT)))
+    assert kinds == {"id": ("long", True), "amount": ("double", True), "paid": ("boolean", False),
+                     "at": ("timestamptz", True), "day": ("date", False), "memo": ("string", False),
+                     "lines": ("struct", False),
+                     "attrs": ("map<string, string>", False)}
+    later = dict(PAYMENT, properties={**PAYMENT["properties"], "channel": {"type": "string"}})  # type: ignore[dict-item]
+    assert change_reason(schema_fields("JSON", json.dumps(PAYMENT)), schema_fields("JSON", json.dumps(later))) is None
+    narrowed = dict(PAYMENT, properties={**PAYMENT["properties"], "amount": {"type": "integer"}})  # type: ignore[dict-item]
+    assert "amount" in str(change_reason(schema_fields("JSON", json.dumps(PAYMENT)),
+                                         schema_fields("JSON", json.dumps(narrowed))))
+    for bad in ({"type": "object", "properties": {"x": {"$ref": "#/defs/X"}}},
+                {"type": "object", "properties": {"x": {"type": ["string", "integer"]}}}):
+        with pytest.raises(UnsupportedSchema):
+            schema_fields("JSON", json.dumps(bad))
+
+
+def _json_value(doc: Any, schema_id: int = 5) -> bytes:
+    return b"\0" + struct.pack(">I", schema_id) + json.dumps(doc).encode()
+
+
+def test_json_documents_decode_to_columns_or_are_dead_letters_naming_the_property() -> None:
+    dec = _json_decoder()
+    doc = {"id": 1, "amount": 2, "paid": True, "at": "2024-05-01T12:00:00+00:00", "day": "2024-05-01",
+           "lines": [{"sku": "a", "n": 2}], "attrs": {"k": "v"}, "undeclared": 1}
+    columns, why = dec.decode(_json_value(doc))
+    assert why is None and columns == {
+        "id": 1, "amount": 2.0, "paid": True, "at": datetime.datetime(2024, 5, 1, 12, tzinfo=datetime.UTC),
+        "day": datetime.date(2024, 5, 1), "memo": None, "lines": [{"sku": "a", "n": 2}], "attrs": {"k": "v"}}
+    for broken, reason in (({**doc, "id": "1"}, "id is \"1\", not an integer"),
+                           ({**doc, "id": True}, "not an integer"),
+                           ({k: v for k, v in doc.items() if k != "amount"}, "amount is required"),
+                           ({**doc, "at": "2024-05-01T12:00:00"}, "not a date-time with an offset"),
+                           ({**doc, "lines": [{"n": 1}]}, "sku is required"),
+                           ([1, 2], "not an object")):
+        columns, why = dec.decode(_json_value(broken))
+        assert columns is None and reason in str(why), why
+    assert "not JSON" in str(dec.decode(b"\0\0\0\0\x05{not json")[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_any_bytes_after_a_json_schema_id_decode_or_are_a_dead_letter(tail: bytes) -> None:
+    columns, why = _json_decoder().decode(b"\0" + struct.pack(">I", 5) + tail)
+    assert (columns is None) != (why is None)

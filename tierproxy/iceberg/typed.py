@@ -6,18 +6,22 @@ columns, prefixed `_kafka_` (`_kafka_topic`, `_kafka_partition`, `_kafka_offset`
 `_kafka_partition`. Its dead-letter table `<table>_dlq` has the raw table's columns and `error`: every record that
 does not become a row is there, so rows + dead letters = the visible records tiered.
 
-Values are in Confluent's wire format: magic byte 0, a 4-byte big-endian schema id, the Avro binary payload.
+Values are in Confluent's wire format: magic byte 0, a 4-byte big-endian schema id, the payload (Avro binary, or
+JSON text for a JSON Schema).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, python_fixer, value_fields
 from tierproxy.iceberg.evolution import fits_reason
+from tierproxy.iceberg.json_types import json_converter, json_value_fields, parse_json_schema
 from tierproxy.iceberg.registry import RegistryConfig, SchemaNotFound, registry_client
 from tierproxy.iceberg.schema import COLUMNS
 
@@ -73,9 +77,70 @@ class DecodePlan:
     one whose records are dead letters (and why); any other id is looked up by the executor and must fit."""
 
     registry: RegistryConfig
-    accepted: dict[int, str] = field(default_factory=dict)  # schema id → schema text
+    accepted: dict[int, tuple[str, str]] = field(default_factory=dict)  # schema id → (schema type, schema text)
     rejected: dict[int, str] = field(default_factory=dict)  # schema id → the reason its records are dead letters
     record: bool = True  # the value schema is a record (its fields are the columns), else one `value` column
+
+
+def schema_fields(schema_type: str, text: str) -> list[Any]:
+    """A registered schema's value columns (placeholder ids); UnsupportedSchema when it has none."""
+    kind = schema_type.upper()
+    if kind == "AVRO":
+        return value_fields(parse_avro(text))
+    if kind == "JSON":
+        return json_value_fields(parse_json_schema(text))
+    raise UnsupportedSchema(f"{schema_type} values are not decoded yet (Avro and JSON Schema are)")
+
+
+def is_record(schema_type: str, text: str) -> bool:
+    """The schema's values are records/objects whose fields are the columns (else one `value` column)."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(parsed, dict):
+        return False
+    if schema_type.upper() == "JSON":
+        return parsed.get("type") == "object" and "properties" in parsed
+    return parsed.get("type") == "record"
+
+
+Reader = Callable[[memoryview, int], dict[str, Any]]  # (payload, schema id) → columns; ValueError: a dead letter
+
+
+def avro_reader(text: str, record: bool) -> Reader:
+    import fastavro
+
+    parsed, fix = fastavro.parse_schema(json.loads(text)), python_fixer(parse_avro(text))
+
+    def read(payload: memoryview, schema_id: int) -> dict[str, Any]:
+        body = io.BytesIO(payload)
+        try:
+            decoded = fastavro.schemaless_reader(body, parsed, None)
+        except Exception as exc:  # fastavro raises whatever the bytes provoke (EOFError, ValueError, ...)
+            raise ValueError(f"payload does not match schema id {schema_id}: {type(exc).__name__}: "
+                             f"{str(exc)[:200]}") from None
+        if left := len(payload) - body.tell():
+            raise ValueError(f"payload has {left} bytes past the end of schema id {schema_id}'s value")
+        if fix is not None:
+            decoded = fix(decoded)
+        return decoded if record and isinstance(decoded, dict) else {"value": decoded}
+    return read
+
+
+def json_reader(text: str, record: bool) -> Reader:
+    convert = json_converter(json_value_fields(parse_json_schema(text)), record)
+
+    def read(payload: memoryview, schema_id: int) -> dict[str, Any]:
+        try:
+            doc = json.loads(bytes(payload))
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise ValueError(f"payload is not JSON: {str(exc)[:200]}") from None
+        try:
+            return convert(doc)
+        except ValueError as exc:
+            raise ValueError(f"payload does not match schema id {schema_id}: {exc}") from None
+    return read
 
 
 class ValueDecoder:
@@ -84,12 +149,10 @@ class ValueDecoder:
     def __init__(self, plan: DecodePlan, columns: list[Any]) -> None:
         self.plan = plan
         self.columns = columns  # the table's value columns after this pass's evolution
-        self._readers: dict[int, tuple[Any, Any] | str] = dict(plan.rejected)
+        self._readers: dict[int, Reader | str] = dict(plan.rejected)
 
     def decode(self, value: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
         """(columns, None) or (None, reason)."""
-        import fastavro
-
         if value is None:
             return None, "no value (a tombstone)"
         if len(value) < WIRE_HEADER.size:
@@ -97,49 +160,31 @@ class ValueDecoder:
         magic, schema_id = WIRE_HEADER.unpack_from(value)
         if magic != 0:
             return None, f"magic byte {magic & 0xFF} is not the schema registry wire format's 0"
-        reader = self._reader(schema_id)
+        reader = self._readers.get(schema_id)
+        if reader is None:
+            reader = self._readers[schema_id] = self._load(schema_id)
         if isinstance(reader, str):
             return None, reader
-        parsed, fix = reader
-        body = io.BytesIO(memoryview(value)[WIRE_HEADER.size:])
         try:
-            decoded = fastavro.schemaless_reader(body, parsed, None)
-        except Exception as exc:  # fastavro raises whatever the bytes provoke (EOFError, ValueError, ...)
-            return None, f"payload does not match schema id {schema_id}: {type(exc).__name__}: {str(exc)[:200]}"
-        left = len(value) - WIRE_HEADER.size - body.tell()
-        if left:
-            return None, f"payload has {left} bytes past the end of schema id {schema_id}'s value"
-        if fix is not None:
-            decoded = fix(decoded)
-        columns: dict[str, Any] = decoded if self.plan.record and isinstance(decoded, dict) else {"value": decoded}
-        return columns, None
+            return reader(memoryview(value)[WIRE_HEADER.size:], schema_id), None
+        except ValueError as exc:
+            return None, str(exc)
 
-    def _reader(self, schema_id: int) -> tuple[Any, Any] | str:
-        found = self._readers.get(schema_id)
-        if found is None:
-            found = self._readers[schema_id] = self._load(schema_id)
-        return found
-
-    def _load(self, schema_id: int) -> tuple[Any, Any] | str:
+    def _load(self, schema_id: int) -> Reader | str:
         """The reader of a schema id, or why its records are dead letters (RegistryUnavailable propagates: the
         pass fails rather than call a record undecodable because the registry was down)."""
-        import fastavro
-
-        text = self.plan.accepted.get(schema_id)
-        if text is None:
+        found = self.plan.accepted.get(schema_id)
+        if found is None:
             try:
-                found = registry_client(self.plan.registry).schema(schema_id)
+                registered = registry_client(self.plan.registry).schema(schema_id)
             except SchemaNotFound:
                 return f"schema id {schema_id} is not in the schema registry"
-            if found.schema_type.upper() != "AVRO":
-                return f"schema id {schema_id} is {found.schema_type}: only Avro values are decoded yet"
             try:
-                fields = value_fields(parse_avro(found.text))
+                fields = schema_fields(registered.schema_type, registered.text)
             except UnsupportedSchema as exc:
                 return f"schema id {schema_id}: {exc}"
             if why := fits_reason(self.columns, fields):
                 return f"schema id {schema_id} does not fit the table: {why}"
-            text = found.text
-        import json
-
-        return fastavro.parse_schema(json.loads(text)), python_fixer(parse_avro(text))
+            found = (registered.schema_type, registered.text)
+        kind, text = found
+        return (json_reader if kind.upper() == "JSON" else avro_reader)(text, self.plan.record)

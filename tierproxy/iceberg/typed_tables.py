@@ -14,12 +14,21 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, value_fields
+from tierproxy.iceberg.avro_types import UnsupportedSchema
 from tierproxy.iceberg.catalog import CatalogConfig, TableShape, open_table
 from tierproxy.iceberg.evolution import change_reason, evolve
 from tierproxy.iceberg.registry import RegistryClient, RegistryConfig
 from tierproxy.iceberg.schema import partition_spec, same_columns, sort_order
-from tierproxy.iceberg.typed import PREFIX, DecodePlan, dlq_schema, kafka_fields, typed_schema, value_columns
+from tierproxy.iceberg.typed import (
+    PREFIX,
+    DecodePlan,
+    dlq_schema,
+    is_record,
+    kafka_fields,
+    schema_fields,
+    typed_schema,
+    value_columns,
+)
 
 log = logging.getLogger(__name__)
 SCHEMAS = "tierproxy.schemas"
@@ -101,7 +110,7 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
                 decisions[key] = f"{options.subject} version {v.version} (schema id {v.id}): {decisions[key]}"
                 log.warning("iceberg: table %s: %s", name, decisions[key])
         if decisions[key] is None:
-            plan.accepted[v.id] = v.text
+            plan.accepted[v.id] = (v.schema_type, v.text)
         else:
             plan.rejected[v.id] = str(decisions[key])
     if current is None:
@@ -125,10 +134,8 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
 
 def _decide(schema_type: str, text: str, current: list[Any] | None) -> tuple[str | None, list[Any]]:
     """(None, its fields) when a version's records can be rows of a table with `current` columns, else (why, [])."""
-    if schema_type.upper() != "AVRO":
-        return f"{schema_type} values are not decoded yet (Avro only)", []
     try:
-        fields = value_fields(parse_avro(text))
+        fields = schema_fields(schema_type, text)
     except UnsupportedSchema as exc:
         return str(exc), []
     if current is None:
@@ -138,8 +145,7 @@ def _decide(schema_type: str, text: str, current: list[Any] | None) -> tuple[str
 
 
 def _is_record(plan: DecodePlan) -> bool:
-    return any(json.loads(t).get("type") == "record" for t in plan.accepted.values()
-               if t.lstrip().startswith("{"))
+    return any(is_record(kind, text) for kind, text in plan.accepted.values())
 
 
 def _schema_of(fields: list[Any]) -> Any:
