@@ -88,7 +88,7 @@ def test_the_slices_of_a_segment_are_accepted_in_byte_order() -> None:
     came first and the partition was held back for good; ordered by byte offset, every outcome is known."""
     from types import SimpleNamespace
 
-    from tierproxy.iceberg.sync import IcebergSummary, IcebergSync
+    from tierproxy.iceberg.sync import RAW_COLUMNS, IcebergSync, _rows, _Target
 
     def result(byte: int, opens: dict[int, int], closes: list[int]) -> SliceWritten:
         return SliceWritten(f"data/00000000000000000000-seg-{byte}-pass.parquet", rows=1, topic="t", partition=0,
@@ -99,7 +99,30 @@ def test_the_slices_of_a_segment_are_accepted_in_byte_order() -> None:
                                                 (20_000, {7: 40}, []))]
     assert sorted(str(r.path) for r in results)[0].endswith("-0-pass.parquet")  # "-0-", "-100000-", "-20000-", ...
     sync = IcebergSync(SimpleNamespace(read_committed=True), spark=None)  # type: ignore[arg-type]
-    new = Ledger()
-    paths, _, rejected = sync._accept(results, new, IcebergSummary("p"), {("t", 0): None})
-    assert rejected == [] and new.ends == {"id:0": 100}
-    assert paths == [f"data/00000000000000000000-seg-{b}-pass.parquet" for b in (0, 20_000, 100_000, 3_000_000)]
+    target = _Target("t", None, RAW_COLUMNS, _rows, new=Ledger())
+    accepted = sync._accept(results, target, {("t", 0): None})
+    assert target.new is not None
+    assert accepted.rejected == [] and target.new.ends == {"id:0": 100}
+    assert accepted.paths == [f"data/00000000000000000000-seg-{b}-pass.parquet"
+                              for b in (0, 20_000, 100_000, 3_000_000)]
+
+
+def test_a_table_whose_ledger_is_ahead_takes_nothing_twice() -> None:
+    """A typed table's dead letters committed, its rows not (a pass killed between the two commits): the next pass
+    writes both tables' files again; the dead-letter table refuses the segments its ledger has, the other takes
+    them."""
+    from types import SimpleNamespace
+
+    from tierproxy.iceberg.sync import RAW_COLUMNS, IcebergSync, _dead_letters, _rows, _Target
+
+    results = [SliceWritten(f"rows-{s}", rows=10, topic="t", partition=0, topic_id="id", segment=f"s{s}", start=s * 100,
+                            segment_end=s * 100 + 99, dlq_path=f"dead-{s}", dlq_rows=2) for s in range(3)]
+    sync = IcebergSync(SimpleNamespace(read_committed=True), spark=None)  # type: ignore[arg-type]
+    ahead = Ledger({"id:0": 200}, {}, {"t": "id"})
+    dead = _Target("t_dlq", None, RAW_COLUMNS, _dead_letters, ledger=ahead, new=Ledger(dict(ahead.ends), {},
+                                                                                        dict(ahead.topics)))
+    rows = _Target("t", None, RAW_COLUMNS, _rows, new=Ledger())
+    took_dead, took_rows = sync._accept(results, dead, {}), sync._accept(results, rows, {})
+    assert took_dead.paths == ["dead-2"] and took_dead.rejected == ["dead-0", "dead-1"] and took_dead.rows == 2
+    assert took_rows.paths == ["rows-0", "rows-1", "rows-2"] and took_rows.rows == 30
+    assert dead.new is not None and rows.new is not None and dead.new.ends == rows.new.ends == {"id:0": 300}

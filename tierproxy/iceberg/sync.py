@@ -120,13 +120,15 @@ class _Target:
     columns: tuple[str, str, str]  # its topic, partition and offset columns (what retention's deletes filter on)
     pick: Callable[[SliceWritten], tuple[str | None, int]]  # a slice's file for this table and its rows
     typed: TypedTable | None = None
-    ledger: Ledger = field(init=False)
+    ledger: Ledger = field(default_factory=Ledger)  # the table's, as the pass found it
     new: Ledger | None = None
     accepted: _Accepted = field(default_factory=_Accepted)
     deletes: list[str] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        self.ledger = current_ledger(self.table)
+    @classmethod
+    def of(cls, name: str, table: Any, columns: tuple[str, str, str],
+           pick: Callable[[SliceWritten], tuple[str | None, int]], typed: TypedTable | None = None) -> _Target:
+        return cls(name, table, columns, pick, typed, current_ledger(table))
 
 
 class TableBusy(CatalogError):
@@ -213,10 +215,10 @@ class IcebergSync:
                 summary.waiting = True
                 summary.seconds = time.monotonic() - started
                 return summary
-            targets = [_Target(dlq_name(o.table), typed.dlq, RAW_COLUMNS, _dead_letters),
-                       _Target(o.table, typed.table, TYPED_COLUMNS, _rows, typed)]
+            targets = [_Target.of(dlq_name(o.table), typed.dlq, RAW_COLUMNS, _dead_letters),
+                       _Target.of(o.table, typed.table, TYPED_COLUMNS, _rows, typed)]
         else:
-            targets = [_Target(o.table, open_table(catalog, o.catalog, o.table), RAW_COLUMNS, _rows)]
+            targets = [_Target.of(o.table, open_table(catalog, o.catalog, o.table), RAW_COLUMNS, _rows)]
         main = targets[-1]
         recorded: dict[str, str] = {}
         for t in targets:
