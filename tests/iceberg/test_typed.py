@@ -181,6 +181,35 @@ def test_the_typed_table_equals_the_avro_deserializer_and_every_other_record_is_
     assert len(table.refresh().scan().to_arrow()) == len(rows)
 
 
+def test_the_admin_api_and_metrics_count_typed_rows_and_dead_letters(typed: Typed) -> None:
+    import httpx
+
+    from tests.fleet.conftest import replica
+    from tests.support.waiting import wait_until
+
+    t = typed
+    iceberg_cli(t.tmp, *t.args("--once"), env=t.env())  # the table as the other test makes it (in any order)
+    admin = f"127.0.0.1:{free_port()}"
+    proxy = replica(t.kafka.bootstrap, t.tmp, t.storage, t.metadata, TIERPROXY_ICEBERG_CATALOG="embedded",
+                    TIERPROXY_ADMIN_LISTEN=admin, TIERPROXY_ICEBERG_TABLES=t.env()["TIERPROXY_ICEBERG_TABLES"])
+    try:
+        url = f"http://{admin}"
+        st = wait_until(lambda: (r := httpx.get(f"{url}/v1/iceberg", timeout=30)).status_code == 200 and
+                        r.json().get("typed") and r.json(), timeout=60, interval=0.5, what="the typed tables' status")
+        [mine] = [x for x in st["typed"] if x["topic"] == t.topic]
+        assert mine["table"] == t.table and mine["exists"] and mine["rows"] == 360 and mine["dead_letters"] == 152
+        assert mine["lag_offsets"] == 0 and {p["partition"] for p in mine["partitions"]} == {0, 1}, mine
+        metrics = httpx.get(f"{url}/metrics", timeout=30).text
+        assert f'tierproxy_iceberg_typed_rows{{table="{t.table}"}} 360.0' in metrics
+        assert f'tierproxy_iceberg_dead_letters{{table="{t.table}"}} 152.0' in metrics
+        assert f'tierproxy_iceberg_typed_lag_offsets{{table="{t.table}"}} 0.0' in metrics
+        out = subprocess.run([sys.executable, "-m", "tierproxy.cli", "admin", "--url", url, "iceberg"],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert out.returncode == 0 and t.table in out.stdout and "152" in out.stdout, out.stdout + out.stderr
+    finally:
+        proxy.stop()
+
+
 def test_killed_between_the_two_commits_the_next_pass_completes_it_nothing_twice(typed: Typed) -> None:
     t = typed
     env = {**t.env(), "TIERPROXY_ICEBERG_TABLES": f"{t.topic}=killed.{{topic}}"}
@@ -201,7 +230,7 @@ def test_killed_between_the_two_commits_the_next_pass_completes_it_nothing_twice
     uri, wh = f"sqlite:///{t.tmp}/tier/iceberg/catalog.db", f"file://{t.tmp}/tier/iceberg"
     name = "killed." + t.topic.replace("-", "_")
     dead_before = len(pyiceberg_table(uri, wh, f"{name}_dlq").scan().to_arrow())
-    assert dead_before == 150 and len(pyiceberg_table(uri, wh, name).scan().to_arrow()) == 0  # half a pass
+    assert dead_before == 152 and len(pyiceberg_table(uri, wh, name).scan().to_arrow()) == 0  # half a pass
     out = iceberg_cli(t.tmp, *t.args("--once"), env=env)
     assert " 0 dead letters" in out.stdout, out.stdout  # the dead-letter table had its segments already
     rows = pyiceberg_table(uri, wh, name).scan().to_arrow()

@@ -35,13 +35,23 @@ def spark_kafka_jars() -> list[str]:
     return sorted(str(j) for j in libs.glob("*.jar") if j.name.startswith(_WANTED))
 
 
+def spark_avro_jars() -> list[str]:
+    """Spark's Avro functions (`from_avro`) for PySpark's version, resolved once with Maven (Avro itself is in
+    PySpark's own jars)."""
+    try:
+        libs = resolve(f"spark-avro-{SPARK_VERSION}", [Artifact("org.apache.spark", "spark-avro_2.13", SPARK_VERSION)])
+    except MavenUnavailable as exc:
+        unavailable("spark-avro", str(exc))
+    return sorted(str(j) for j in libs.glob("*.jar") if j.name.startswith("spark-avro"))
+
+
 def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
 
 
-def local_session(master: str = "local[2]") -> Any:
+def local_session(master: str = "local[2]", jars: list[str] | None = None) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # moto's credentials, before the JVM starts: Python workers inherit its environment (the usual AWS chain)
@@ -52,7 +62,7 @@ def local_session(master: str = "local[2]") -> Any:
     from tierproxy.spark import register
 
     spark = (SparkSession.builder.master(master).appName("tierproxy-dataframe-tests")
-             .config("spark.jars", ",".join(spark_kafka_jars())).config("spark.ui.enabled", "false")
+             .config("spark.jars", ",".join(spark_kafka_jars() + (jars or []))).config("spark.ui.enabled", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "2")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")

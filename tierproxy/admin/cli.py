@@ -91,6 +91,12 @@ def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
             for p in st["partitions"]:
                 table.add_row(p["topic"], str(p["partition"]), str(p["tier_end"]), str(p["table_end"]), str(p["lag"]))
             console.print(table)
+            if st.get("typed"):
+                typed = Table("typed table", "topic", "rows", "dead letters", "lag")
+                for t in st["typed"]:
+                    typed.add_row(t["table"], t["topic"], str(t["rows"]) if t["exists"] else "not created yet",
+                                  str(t["dead_letters"]), str(t["lag_offsets"]))
+                console.print(typed)
         else:
             r = client.post("/v1/tiering/run")
             if r.status_code >= 400:

@@ -17,7 +17,8 @@
     tierproxy_remote_gap_skips_total, tierproxy_remote_fetch_throttled_total,
     tierproxy_remote_fetches_within_authorization_window_total,
     tierproxy_iceberg_lag_offsets{topic}, tierproxy_iceberg_last_commit_timestamp_seconds, tierproxy_iceberg_files,
-    tierproxy_iceberg_rows (when iceberg.catalog is set)
+    tierproxy_iceberg_rows (when iceberg.catalog is set); with iceberg.tables, tierproxy_iceberg_typed_rows{table},
+    tierproxy_iceberg_dead_letters{table}, tierproxy_iceberg_typed_lag_offsets{table}
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ def _iceberg_metrics(st: dict[str, object]) -> Iterator[Metric]:
     for topic, n in sorted(per.items()):
         lag.add_metric([topic], n)
     yield lag
+    typed = st.get("typed") or []
+    for name, help_, key in (
+            ("tierproxy_iceberg_typed_rows", "Rows in a typed table's current snapshot", "rows"),
+            ("tierproxy_iceberg_dead_letters", "Records in a typed table's dead-letter table", "dead_letters"),
+            ("tierproxy_iceberg_typed_lag_offsets", "Tiered offsets not in a typed table yet", "lag_offsets")):
+        if typed:
+            g = GaugeMetricFamily(name, help_, labels=["table"])
+            for t in typed:  # type: ignore[attr-defined]
+                g.add_metric([t["table"]], float(t.get(key) or 0))
+            yield g
     for name, help_, value in (
             ("tierproxy_iceberg_last_commit_timestamp_seconds", "When the table's current snapshot was committed",
              (st.get("last_commit_ms") or 0) / 1000),  # type: ignore[operator]

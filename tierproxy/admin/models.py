@@ -49,6 +49,19 @@ class IcebergPartition(BaseModel):
     lag: int
 
 
+class TypedTableStatus(BaseModel):
+    table: str
+    topic: str
+    exists: bool
+    snapshot_id: int | None = None
+    last_commit_ms: int | None = None
+    files: int = 0
+    rows: int = 0
+    dead_letters: int = 0  # rows of its dead-letter table (`<table>_dlq`)
+    lag_offsets: int
+    partitions: list[IcebergPartition]
+
+
 class IcebergStatus(BaseModel):
     table: str
     catalog: str  # its URI, any password hidden
@@ -59,6 +72,7 @@ class IcebergStatus(BaseModel):
     rows: int = 0
     lag_offsets: int
     partitions: list[IcebergPartition]
+    typed: list[TypedTableStatus] | None = None  # with iceberg.tables: each typed table of a tiered topic
 
 
 class RemoteFetchStatus(BaseModel):

@@ -79,7 +79,7 @@ async def partition_status(proxy: Proxy, topic: str, topic_id: bytes, p: Metadat
 
 async def iceberg_status(proxy: Proxy) -> dict[str, Any]:
     """The table's status from its catalog against the tier's metadata this replica holds."""
-    from tierproxy.iceberg.status import serve_catalog, table_status
+    from tierproxy.iceberg.status import serve_catalog, table_status, typed_status
 
     s = proxy.settings
     cfg = serve_catalog(s.storage, s.iceberg_catalog, s.iceberg_catalog_credential, s.iceberg_catalog_token)
@@ -90,6 +90,8 @@ async def iceberg_status(proxy: Proxy) -> dict[str, Any]:
             if last >= 0:
                 ends[(uuid_str(pc.tp.topic_id), pc.tp.partition)] = (pc.tp.topic, last + 1)
     found: dict[str, Any] = await asyncio.to_thread(table_status, cfg, s.iceberg_table, ends)
+    if s.iceberg_tables:
+        found["typed"] = await asyncio.to_thread(typed_status, cfg, s.iceberg_tables, ends)
     return found
 
 

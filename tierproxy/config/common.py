@@ -10,7 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from tierproxy.config.values import _hidden, _hostport, check_writable_dir, file_uri, parse_duration_ms
+from tierproxy.config.values import (
+    _hidden,
+    _hostport,
+    check_writable_dir,
+    file_uri,
+    parse_duration_ms,
+    typed_table_rules,
+)
 from tierproxy.identity import ClientIdentity, load_command_config
 
 OVERRIDE_KEYS = {"retention.ms", "retention.bytes", "segment.bytes"}  # per topic in tier.topic.overrides
@@ -50,6 +57,18 @@ class CommonSettings(BaseModel):
                                                    "client_id:secret (secret)")
     iceberg_catalog_token: str | None = Field(None, repr=False, description="REST catalog bearer token (secret)")
     iceberg_table: str = Field("kafka.history", description="NAMESPACE.TABLE of the history table")
+    iceberg_tables: str | None = Field(
+        None, description="typed tables: `REGEX=NAMESPACE.PATTERN` entries separated by `;`, each topic the regex "
+        "matches in full gets a table of its values decoded with the schema registry, named by the pattern "
+        "(`{topic}` in it: the topic with characters other than letters, digits and _ as _), e.g. "
+        "`orders|payments=kafka.{topic}`")
+
+    @field_validator("iceberg_tables")
+    @classmethod
+    def _tables(cls, v: str | None) -> str | None:
+        if v is not None:
+            typed_table_rules(v)
+        return v
 
     @field_validator("tier_retention_ms", mode="before")
     @classmethod

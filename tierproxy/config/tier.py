@@ -51,11 +51,6 @@ class TierSettings(CommonSettings):
                                    "keep: the table keeps them")
     iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="data files no snapshot references are "
                                            "deleted once this old (a killed pass's)")
-    iceberg_tables: str | None = Field(
-        None, description="typed tables: `REGEX=NAMESPACE.PATTERN` entries separated by `;`, each topic the regex "
-        "matches in full gets a table of its values decoded with the schema registry, named by the pattern "
-        "(`{topic}` in it: the topic with characters other than letters, digits and _ as _), e.g. "
-        "`orders|payments=kafka.{topic}`")
     iceberg_schema_registry_url: str | None = Field(None, description="the schema registry typed tables read "
                                                     "(Confluent's REST API)")
     iceberg_schema_registry_basic_auth_user_info: str | None = Field(
@@ -83,13 +78,6 @@ class TierSettings(CommonSettings):
                              "values with the schema registry")
         return self
 
-    @field_validator("iceberg_tables")
-    @classmethod
-    def _tables(cls, v: str | None) -> str | None:
-        if v is not None:
-            typed_table_rules(v)
-        return v
-
     @field_validator("iceberg_schema_registry_url")
     @classmethod
     def _registry_url(cls, v: str | None) -> str | None:
@@ -116,31 +104,3 @@ class TierSettings(CommonSettings):
         return v
 
 
-
-def typed_table_rules(spec: str) -> list[tuple[re.Pattern[str], str]]:
-    """`iceberg.tables` as (topic regex, table name pattern) pairs; ValueError naming the entry that is wrong."""
-    rules = []
-    for entry in (e.strip() for e in spec.split(";")):
-        if not entry:
-            continue
-        regex, eq, pattern = entry.rpartition("=")
-        if not eq or not regex or not pattern:
-            raise ValueError(f"entry {entry!r}: write REGEX=NAMESPACE.TABLE_PATTERN")
-        try:
-            compiled = re.compile(regex)
-        except re.error as exc:
-            raise ValueError(f"entry {entry!r}: not a regular expression: {exc}") from None
-        name = pattern.replace("{topic}", "t")
-        if "{" in name or "}" in name or "." not in name.strip(".") or not all(name.split(".")):
-            raise ValueError(f"entry {entry!r}: the table pattern must be NAMESPACE.NAME, with {{topic}} the only "
-                             "placeholder")
-        rules.append((compiled, pattern))
-    if not rules:
-        raise ValueError("no entry")
-    return rules
-
-
-def typed_table_name(pattern: str, topic: str) -> str:
-    """The table of `topic` by its pattern: `{topic}` as the topic with every character other than a letter, a digit
-    or _ as _ (a topic's dots would otherwise be namespaces)."""
-    return pattern.replace("{topic}", re.sub(r"[^A-Za-z0-9_]", "_", topic))

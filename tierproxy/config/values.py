@@ -111,3 +111,31 @@ def parse_duration_ms(value: str | int) -> int:
         return int(v)
     raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 5m, 250ms)")
 
+
+def typed_table_rules(spec: str) -> list[tuple[re.Pattern[str], str]]:
+    """`iceberg.tables` as (topic regex, table name pattern) pairs; ValueError naming the entry that is wrong."""
+    rules = []
+    for entry in (e.strip() for e in spec.split(";")):
+        if not entry:
+            continue
+        regex, eq, pattern = entry.rpartition("=")
+        if not eq or not regex or not pattern:
+            raise ValueError(f"entry {entry!r}: write REGEX=NAMESPACE.TABLE_PATTERN")
+        try:
+            compiled = re.compile(regex)
+        except re.error as exc:
+            raise ValueError(f"entry {entry!r}: not a regular expression: {exc}") from None
+        name = pattern.replace("{topic}", "t")
+        if "{" in name or "}" in name or "." not in name.strip(".") or not all(name.split(".")):
+            raise ValueError(f"entry {entry!r}: the table pattern must be NAMESPACE.NAME, with {{topic}} the only "
+                             "placeholder")
+        rules.append((compiled, pattern))
+    if not rules:
+        raise ValueError("no entry")
+    return rules
+
+
+def typed_table_name(pattern: str, topic: str) -> str:
+    """The table of `topic` by its pattern: `{topic}` as the topic with every character other than a letter, a digit
+    or _ as _ (a topic's dots would otherwise be namespaces)."""
+    return pattern.replace("{topic}", re.sub(r"[^A-Za-z0-9_]", "_", topic))

@@ -108,8 +108,8 @@ def optional_copy(fields: Sequence[Any]) -> list[Any]:
 
 
 def evolve(table_fields: Sequence[Any], new: Sequence[Any]) -> list[Any]:
-    """The fields after a compatible version (`change_reason` None): existing columns widened or made optional in
-    place (their ids kept), new ones appended as optional, nested alike. Ids of new fields are placeholders: the
+    """The fields after a version: existing columns widened or made optional in place (their ids kept), never
+    narrowed, none removed; new ones appended as optional, nested alike. Ids of new fields are placeholders: the
     table assigns its own (pyiceberg's union-by-name, which this mirrors, does)."""
     from pyiceberg.types import ListType, MapType, NestedField, StructType
 
@@ -122,7 +122,9 @@ def evolve(table_fields: Sequence[Any], new: Sequence[Any]) -> list[Any]:
         if isinstance(old, MapType) and isinstance(t, MapType):
             return MapType(old.key_id, old.key_type, old.value_id, merged(old.value_type, t.value_type),
                            value_required=old.value_required and t.value_required)
-        return t if old != t else old
+        if old == t or _type_change(old, t, "") is not None:
+            return old  # the same, or `t` is narrower (an older version's type): the column keeps its type
+        return t
 
     by_name = {f.name: f for f in new}
     out = [NestedField(f.field_id, f.name, merged(f.field_type, by_name[f.name].field_type),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tierproxy.config import TierSettings
-from tierproxy.config.tier import typed_table_name, typed_table_rules
+from tierproxy.config.values import typed_table_name, typed_table_rules
 from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, open_table
 from tierproxy.iceberg.ledger import snapshot_at
 from tierproxy.iceberg.registry import RegistryConfig

@@ -51,3 +51,23 @@ def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int],
             "last_commit_ms": snap.timestamp_ms if snap is not None else None,
             "files": int(props.get("total-data-files", 0) or 0), "rows": int(props.get("total-records", 0) or 0),
             "partitions": parts, "lag_offsets": sum(x["lag"] for x in parts)}
+
+
+def typed_status(cfg: CatalogConfig, rules: str,
+                 tier_ends: dict[tuple[str, int], tuple[str, int]]) -> list[dict[str, Any]]:
+    """Each typed table of a tiered topic (`iceberg.tables`): its status as `table_status` gives it, against its own
+    topic's partitions, and `dead_letters`, the rows of its dead-letter table."""
+    from tierproxy.config.values import typed_table_name, typed_table_rules
+
+    parsed = typed_table_rules(rules)
+    out = []
+    for topic in sorted({t for t, _ in tier_ends.values()}):
+        pattern = next((p for r, p in parsed if r.fullmatch(topic)), None)
+        if pattern is None or topic.startswith("__"):
+            continue
+        name = typed_table_name(pattern, topic)
+        st = table_status(cfg, name, {k: v for k, v in tier_ends.items() if v[0] == topic})
+        st["topic"] = topic
+        st["dead_letters"] = table_status(cfg, f"{name}_dlq", {}).get("rows", 0)
+        out.append(st)
+    return out

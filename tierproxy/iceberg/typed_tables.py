@@ -96,20 +96,24 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
     except NoSuchTableError:
         existing = None
     decisions: dict[str, str | None] = json.loads(existing.properties.get(SCHEMAS, "{}")) if existing else {}
-    current = value_columns(existing.schema()) if existing is not None else None
+    # the columns are the replay of the accepted versions in version order, never the table's schema as found: a
+    # pass killed after creating or evolving the table and before its commit must not make an older version look
+    # like a narrowing of its own evolution
+    current: list[Any] | None = None
     plan = DecodePlan(options.registry)
     for v in versions:
         key = str(v.id)
         if key not in decisions:
-            decisions[key], fields = _decide(v.schema_type, v.text, current)
+            decisions[key], _ = _decide(v.schema_type, v.text, current)
             if decisions[key] is None:
-                current = fields if current is None else evolve(current, fields)
                 log.info("iceberg: table %s takes %s version %d (schema id %d)", name, options.subject, v.version,
                          v.id)
             else:
                 decisions[key] = f"{options.subject} version {v.version} (schema id {v.id}): {decisions[key]}"
                 log.warning("iceberg: table %s: %s", name, decisions[key])
         if decisions[key] is None:
+            fields = schema_fields(v.schema_type, v.text)
+            current = fields if current is None else evolve(current, fields)
             plan.accepted[v.id] = (v.schema_type, v.text)
         else:
             plan.rejected[v.id] = str(decisions[key])
@@ -121,9 +125,10 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
     table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(first), _typed_spec, _typed_order,
                                                       _has_kafka_columns, f"typed values of {options.subject}"))
     evolved = None
-    if existing is not None and change_reason(value_columns(table.schema()), current) is None and \
-            not same_columns(_schema_of(value_columns(table.schema())), _schema_of(current)):
-        evolved = _schema_of(current)
+    have = value_columns(table.schema())
+    wanted = evolve(have, current)  # the table's columns only ever gain columns, widen, or loosen
+    if not same_columns(_schema_of(have), _schema_of(wanted)):
+        evolved = _schema_of(wanted)
         schema = table.update_schema().union_by_name(evolved)._apply()
     else:
         schema = table.schema()
