@@ -64,6 +64,8 @@ def local_session(master: str = "local[2]", jars: list[str] | None = None) -> An
     spark = (SparkSession.builder.master(master).appName("tierproxy-dataframe-tests")
              .config("spark.jars", ",".join(spark_kafka_jars() + (jars or []))).config("spark.ui.enabled", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "2")
+             # extra jars on the driver's own class path too: SQL functions (from_avro) are looked up there
+             .config("spark.driver.extraClassPath", ":".join(jars or []))
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     register(spark)

@@ -10,6 +10,9 @@
     local-timestamp-millis / -micros → timestamp      decimal(p, s) on bytes or fixed → decimal(p, s)
     uuid → string (its canonical text)
 
+Values are read with the logical types other than decimal removed (`plain_avro`): dates, times and timestamps as
+their numbers, turned into Arrow's types by one cast per batch (`arrow_raw_type`).
+
 Unions of two or more non-null types and recursive records have no Iceberg type: `UnsupportedSchema` (the records of
 such a schema go to the dead-letter table with that reason).
 """
@@ -119,32 +122,57 @@ def _names(branches: list[Any]) -> str:
     return ", ".join(b if isinstance(b, str) else str(b.get("name") or b.get("type")) for b in branches)
 
 
+_MILLIS = ("timestamp-millis", "local-timestamp-millis", "time-millis")
+
+
+def plain_avro(avro: Any) -> Any:
+    """The schema as fastavro should read it: logical types other than decimal removed, so timestamps, dates and
+    times come out as the numbers they are (Arrow turns them into its types in one cast per batch, far cheaper than
+    a Python datetime per value) and uuids as their text."""
+    if isinstance(avro, list):
+        return [plain_avro(b) for b in avro]
+    if not isinstance(avro, dict):
+        return avro
+    out = {k: plain_avro(v) if k in ("type", "items", "values") else v for k, v in avro.items()
+           if not (k == "logicalType" and v != "decimal")}
+    if "fields" in avro:
+        out["fields"] = [{**f, "type": plain_avro(f["type"])} for f in avro["fields"]]
+    return out
+
+
 def python_fixer(avro: Any) -> Callable[[Any], Any] | None:
-    """What turns fastavro's decoded value into what the Arrow column takes (uuid objects into their text), or None
-    when every value goes as decoded (the common case: no walk over each record)."""
-    if '"uuid"' not in json.dumps(avro):
-        return None
+    """What turns a value read with `plain_avro` into the numbers the Arrow columns take (millisecond timestamps and
+    times into microseconds), or None when every value goes as read (no walk over each record)."""
     return _fixer(avro)
 
 
-def _fixer(avro: Any) -> Callable[[Any], Any]:
+def _fixer(avro: Any) -> Callable[[Any], Any] | None:
+    """None: the value goes as read; else a function making it right (records changed in place)."""
     if isinstance(avro, list):
         subs = [_fixer(b) for b in avro if b != "null"]
-        return (lambda v: None if v is None else subs[0](v)) if len(subs) == 1 else (lambda v: v)
+        one = subs[0] if len(subs) == 1 else None
+        return None if one is None else (lambda v: None if v is None else one(v))
     if isinstance(avro, str):
-        return lambda v: v
+        return None
     kind = avro.get("type")
     if isinstance(kind, (dict, list)):
         return _fixer(kind)
-    if avro.get("logicalType") == "uuid":
-        return lambda v: None if v is None else str(v)
+    if avro.get("logicalType") in _MILLIS:
+        return lambda v: v * 1000
     if kind == "record":
-        fields = [(f["name"], _fixer(f["type"])) for f in avro["fields"]]
-        return lambda v: None if v is None else {n: fx(v.get(n)) for n, fx in fields}
+        fields = [(f["name"], fx) for f in avro["fields"] if (fx := _fixer(f["type"])) is not None]
+        if not fields:
+            return None
+
+        def record(v: Any) -> Any:
+            for name, fx in fields:
+                v[name] = fx(v[name])
+            return v
+        return record
     if kind == "array":
         item = _fixer(avro["items"])
-        return lambda v: None if v is None else [item(x) for x in v]
+        return None if item is None else (lambda v: [None if x is None else item(x) for x in v])
     if kind == "map":
         value = _fixer(avro["values"])
-        return lambda v: None if v is None else {k: value(x) for k, x in v.items()}
-    return lambda v: v
+        return None if value is None else (lambda v: {k: None if x is None else value(x) for k, x in v.items()})
+    return None

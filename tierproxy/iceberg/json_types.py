@@ -107,7 +107,8 @@ def _type(schema: dict[str, Any], ids: Iterator[int]) -> Any:
 
 def json_converter(fields: list[Any], record: bool) -> Callable[[Any], dict[str, Any]]:
     """A parsed document → the row's value columns, each checked against its column (ValueError naming the first
-    property that does not match)."""
+    property that does not match); date-times as microseconds and dates as days since the epoch (Arrow's raw types
+    for them: `typed.arrow_raw_type`)."""
     from pyiceberg.types import StructType
 
     struct = _convert(StructType(*fields))
@@ -180,16 +181,22 @@ def _convert(t: Any) -> Convert:
     return check(lambda v: isinstance(v, str), "a string")
 
 
-def _instant(v: str) -> datetime.datetime | None:
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MICRO = datetime.timedelta(microseconds=1)
+
+
+def _instant(v: str) -> int | None:
+    """A date-time with an offset as microseconds since the epoch (what the column's raw Arrow type holds)."""
     try:
         d = datetime.datetime.fromisoformat(v)
     except ValueError:
         return None
-    return d if d.tzinfo is not None else None
+    return (d - _EPOCH) // _MICRO if d.tzinfo is not None else None
 
 
-def _date(v: str) -> datetime.date | None:
+def _date(v: str) -> int | None:
+    """A date as days since the epoch."""
     try:
-        return datetime.date.fromisoformat(v)
+        return (datetime.date.fromisoformat(v) - _EPOCH.date()).days
     except ValueError:
         return None

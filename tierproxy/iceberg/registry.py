@@ -90,7 +90,7 @@ class RegistryClient:
             r = self._http.get(path)
         except httpx.HTTPError as exc:
             raise RegistryUnavailable(f"schema registry {where} unreachable ({what}): {type(exc).__name__}: "
-                                      f"{str(exc)[:200]}") from None
+                                      f"{hide_url_passwords(str(exc))[:200]}") from None
         if r.status_code == 404:
             raise SchemaNotFound(f"{what} is not in the schema registry")
         if r.status_code in (401, 403):
@@ -98,7 +98,7 @@ class RegistryClient:
                                       "iceberg.schema.registry.basic.auth.user.info)")
         if r.status_code != 200:
             raise RegistryUnavailable(f"schema registry {where} answered HTTP {r.status_code} for {what}: "
-                                      f"{r.text[:200]}")
+                                      f"{hide_url_passwords(r.text)[:200]}")
         return r.json()
 
 

@@ -80,8 +80,12 @@ class IcebergSummary:
     dead_letters: int = 0  # a typed table's records added to its dead-letter table
     waiting: bool = False  # a typed table's subject has no version yet: nothing was done
     typed: bool = False
+    table: str = ""
 
     def line(self) -> str:
+        if self.waiting:
+            return (f"iceberg pass {self.pass_id}: {self.table} waits: its value subject has no version whose values "
+                    "can be columns yet; nothing written")
         return (f"iceberg pass {self.pass_id}: {self.segments_added} segments, {self.files_added} files, "
                 f"{self.rows_added} rows added; {self.files_held_back} files held back; {self.rows_deleted} rows "
                 f"removed; " + (f"{self.dead_letters} dead letters; " if self.typed else "") +
@@ -202,7 +206,7 @@ class IcebergSync:
 
     def run_once(self) -> IcebergSummary:
         o = self.o
-        summary = IcebergSummary(uuid.uuid4().hex[:12])
+        summary = IcebergSummary(uuid.uuid4().hex[:12], table=o.table)
         started = time.monotonic()
         view = describe_cluster(o.bootstrap)
         asyncio.run(self._check_owner(view.cluster_id))

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, python_fixer, value_fields
+from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, plain_avro, python_fixer, value_fields
 from tierproxy.iceberg.evolution import fits_reason
 from tierproxy.iceberg.json_types import json_converter, json_value_fields, parse_json_schema
 from tierproxy.iceberg.registry import RegistryConfig, SchemaNotFound, registry_client
@@ -105,22 +105,26 @@ def is_record(schema_type: str, text: str) -> bool:
     return parsed.get("type") == "record"
 
 
-Reader = Callable[[memoryview, int], dict[str, Any]]  # (payload, schema id) → columns; ValueError: a dead letter
+Reader = Callable[[bytes, int], dict[str, Any]]  # (value, schema id) → columns; ValueError: a dead letter
 
 
 def avro_reader(text: str, record: bool) -> Reader:
+    """Reads a value's Avro payload (after the 5-byte header) into column values as Arrow's raw types take them
+    (`arrow_raw_type`: timestamps and times as microseconds, dates as days)."""
     import fastavro
 
-    parsed, fix = fastavro.parse_schema(json.loads(text)), python_fixer(parse_avro(text))
+    parsed, fix = fastavro.parse_schema(plain_avro(json.loads(text))), python_fixer(parse_avro(text))
+    read_one = fastavro.schemaless_reader
 
-    def read(payload: memoryview, schema_id: int) -> dict[str, Any]:
-        body = io.BytesIO(payload)
+    def read(value: bytes, schema_id: int) -> dict[str, Any]:
+        body = io.BytesIO(value)
+        body.seek(WIRE_HEADER.size)
         try:
-            decoded = fastavro.schemaless_reader(body, parsed, None)
+            decoded = read_one(body, parsed, None)
         except Exception as exc:  # fastavro raises whatever the bytes provoke (EOFError, ValueError, ...)
             raise ValueError(f"payload does not match schema id {schema_id}: {type(exc).__name__}: "
                              f"{str(exc)[:200]}") from None
-        if left := len(payload) - body.tell():
+        if left := len(value) - body.tell():
             raise ValueError(f"payload has {left} bytes past the end of schema id {schema_id}'s value")
         if fix is not None:
             decoded = fix(decoded)
@@ -131,9 +135,9 @@ def avro_reader(text: str, record: bool) -> Reader:
 def json_reader(text: str, record: bool) -> Reader:
     convert = json_converter(json_value_fields(parse_json_schema(text)), record)
 
-    def read(payload: memoryview, schema_id: int) -> dict[str, Any]:
+    def read(value: bytes, schema_id: int) -> dict[str, Any]:
         try:
-            doc = json.loads(bytes(payload))
+            doc = json.loads(value[WIRE_HEADER.size:])
         except ValueError as exc:  # UnicodeDecodeError too
             raise ValueError(f"payload is not JSON: {str(exc)[:200]}") from None
         try:
@@ -141,6 +145,27 @@ def json_reader(text: str, record: bool) -> Reader:
         except ValueError as exc:
             raise ValueError(f"payload does not match schema id {schema_id}: {exc}") from None
     return read
+
+
+def arrow_raw_type(t: Any) -> Any:
+    """The Arrow type column values are built in before one cast to `t`: timestamps and times as int64
+    microseconds, dates as int32 days, nested alike."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(t) or pa.types.is_time(t):
+        return pa.int64()
+    if pa.types.is_date(t):
+        return pa.int32()
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(arrow_raw_type(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(arrow_raw_type(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(arrow_raw_type(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(arrow_raw_type(t.key_type)),
+                       t.item_field.with_type(arrow_raw_type(t.item_type)))
+    return t
 
 
 class ValueDecoder:
@@ -166,7 +191,7 @@ class ValueDecoder:
         if isinstance(reader, str):
             return None, reader
         try:
-            return reader(memoryview(value)[WIRE_HEADER.size:], schema_id), None
+            return reader(value, schema_id), None
         except ValueError as exc:
             return None, str(exc)
 

@@ -21,7 +21,7 @@ from tierproxy.iceberg.files import (
     table_batches,
 )
 from tierproxy.iceberg.registry import RegistryUnavailable
-from tierproxy.iceberg.typed import KAFKA_COLUMNS, DecodePlan, ValueDecoder, value_columns
+from tierproxy.iceberg.typed import KAFKA_COLUMNS, PREFIX, DecodePlan, ValueDecoder, arrow_raw_type, value_columns
 from tierproxy.spark.plan import Slice
 from tierproxy.spark.source import read_tier_slice
 from tierproxy.tier.model import uuid_str
@@ -57,22 +57,45 @@ class _LazyParquet:
 
 
 def split_batch(rb: Any, decoder: ValueDecoder, typed_target: Any, dlq_target: Any) -> tuple[Any, Any]:
-    """A raw table batch → (typed rows, dead letters), each in its table's Arrow schema, in offset order."""
+    """A raw table batch → (typed rows, dead letters), each in its table's Arrow schema, in offset order.
+
+    Only the values go through Python (decoded into column values of Arrow's raw types, then one cast per batch);
+    the Kafka columns are taken from the raw batch as they are. The collector is paused meanwhile: the decoded
+    values make no cycles, and collecting while a batch's values pile up costs more than the decoding."""
+    import gc
+
     import pyarrow as pa
 
-    raw = rb.to_pylist()
+    values = rb.column("value").to_pylist()
+    ok: list[int] = []
     rows: list[dict[str, Any]] = []
-    dead: list[dict[str, Any]] = []
-    for r in raw:
-        columns, reason = decoder.decode(r["value"])
-        if columns is None:
-            r["error"] = reason
-            dead.append(r)
-            continue
-        for name, typed in KAFKA_COLUMNS:
-            columns[typed] = r[name]
-        rows.append(columns)
-    return pa.RecordBatch.from_pylist(rows, schema=typed_target), pa.RecordBatch.from_pylist(dead, schema=dlq_target)
+    dead: list[int] = []
+    reasons: list[str] = []
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for i, v in enumerate(values):
+            columns, reason = decoder.decode(v)
+            if columns is None:
+                dead.append(i)
+                reasons.append(str(reason))
+            else:
+                ok.append(i)
+                rows.append(columns)
+    finally:
+        if collecting:
+            gc.enable()
+    names = [f.name for f in typed_target if not f.name.startswith(PREFIX)]
+    struct = pa.struct([typed_target.field(n) for n in names])
+    decoded = pa.array(rows, type=arrow_raw_type(struct)).cast(struct)
+    taken = rb.take(pa.array(ok, pa.int64()))
+    typed = pa.RecordBatch.from_arrays([decoded.field(n) for n in names] +
+                                       [taken.column(raw) for raw, _ in KAFKA_COLUMNS],
+                                       names=names + [typed for _, typed in KAFKA_COLUMNS])
+    letters = rb.take(pa.array(dead, pa.int64()))
+    letters = pa.RecordBatch.from_arrays([*letters.columns, pa.array(reasons, pa.large_string())],
+                                         names=[*letters.schema.names, "error"])
+    return typed.select(typed_target.names).cast(typed_target), letters.cast(dlq_target)
 
 
 def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: dict[str, str], s: Slice,

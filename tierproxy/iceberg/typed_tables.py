@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierproxy.iceberg.avro_types import UnsupportedSchema
-from tierproxy.iceberg.catalog import CatalogConfig, TableShape, open_table
+from tierproxy.iceberg.catalog import CatalogConfig, TableShape, load_existing, open_table
 from tierproxy.iceberg.evolution import change_reason, evolve
 from tierproxy.iceberg.registry import RegistryClient, RegistryConfig
 from tierproxy.iceberg.schema import partition_spec, same_columns, sort_order
@@ -84,17 +84,12 @@ DLQ = TableShape(dlq_schema, lambda _: partition_spec(), lambda _: sort_order(),
 def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions) -> TypedTable | None:
     """The typed table and its dead-letter table, created when missing; None while the subject has no version whose
     records can be columns (the table waits: nothing is decided, nothing dead-lettered)."""
-    from pyiceberg.exceptions import NoSuchTableError
-
     client = RegistryClient(options.registry)
     try:
         versions = client.versions(options.subject)
     finally:
         client.close()
-    try:
-        existing = catalog.load_table(name)
-    except NoSuchTableError:
-        existing = None
+    existing = load_existing(catalog, cfg, name)
     decisions: dict[str, str | None] = json.loads(existing.properties.get(SCHEMAS, "{}")) if existing else {}
     # the columns are the replay of the accepted versions in version order, never the table's schema as found: a
     # pass killed after creating or evolving the table and before its commit must not make an older version look
