@@ -317,3 +317,42 @@ def test_json_schema_values_become_columns_through_a_version_change(kafka: Kafka
     dead = pyiceberg_table(uri, wh, f"{t.table}_dlq").scan().to_arrow().to_pylist()
     assert [r["offset"] for r in dead] == list(range(120, 125))
     assert all('id is "no-' in r["error"] for r in dead), dead[0]["error"]
+
+
+def test_a_purge_removes_rows_below_it_from_both_tables_and_nothing_above(kafka: KafkaCluster,
+                                                                         schema_registry: Registry,
+                                                                         tmp_path: Path) -> None:
+    from tests.fleet.conftest import replica
+    from tests.support.kafka import delete_records
+    from tests.support.tiering import settings
+    from tests.support.tiering import tier_once as tier_in_process
+
+    t = Typed(kafka, schema_registry, tmp_path, f"typed-purged-{os.getpid()}")
+    create_topic(kafka.bootstrap, t.topic, partitions=1)
+    ctx = SerializationContext(t.topic, MessageField.VALUE)
+    with SchemaRegistryClient({"url": schema_registry.url, "timeout": 30}) as client:
+        ser = AvroSerializer(client, V1)
+        p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+        for i in range(600):  # every tenth a dead letter
+            value = b"not avro" if i % 10 == 9 else ser({"id": i, "item": f"i{i}", "qty": i, "at": i}, ctx)
+            p.produce(t.topic, value, partition=0)
+        p.flush(30)
+    s = settings(kafka.bootstrap, tmp_path, t.topic, tier_segment_bytes=4096)
+    tier_in_process(s)
+    iceberg_cli(tmp_path, *t.args("--once"), env=t.env())
+    uri, wh = f"sqlite:///{tmp_path}/tier/iceberg/catalog.db", f"file://{tmp_path}/tier/iceberg"
+
+    def offsets(name: str, column: str) -> list[int]:
+        return sorted(pyiceberg_table(uri, wh, name).scan().to_arrow().column(column).to_pylist())
+
+    assert offsets(t.table, "_kafka_offset") == [i for i in range(600) if i % 10 != 9]
+    assert offsets(f"{t.table}_dlq", "offset") == list(range(9, 600, 10))
+    cut = 333  # inside a segment: the boundary file is rewritten, not dropped
+    proxy = replica(kafka.bootstrap, tmp_path, t.storage, t.metadata)
+    try:
+        assert delete_records(proxy.bootstrap, t.topic, {0: cut}) == {0: (0, cut)}
+    finally:
+        proxy.stop()
+    iceberg_cli(tmp_path, *t.args("--once"), env=t.env())
+    assert offsets(t.table, "_kafka_offset") == [i for i in range(cut, 600) if i % 10 != 9]
+    assert offsets(f"{t.table}_dlq", "offset") == list(range(339, 600, 10))

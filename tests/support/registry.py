@@ -68,6 +68,31 @@ def _ready(url: str) -> bool:
         return False
 
 
+def _warm_up(url: str, proc: subprocess.Popen[bytes], log: Path, attempts: int = 10) -> None:
+    """Register, read back and list one schema before any test does: the readiness probe answers before the
+    Confluent-compatible API has served its first request, and that first request is the slow one."""
+    import json
+
+    body = json.dumps({"schema": json.dumps({"type": "string"})}).encode()
+    for attempt in range(attempts):
+        try:
+            req = urllib.request.Request(f"{url}/subjects/warm-up-value/versions", data=body, method="POST",
+                                         headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                schema_id = json.loads(r.read())["id"]
+            with urllib.request.urlopen(f"{url}/schemas/ids/{schema_id}", timeout=30) as r:
+                json.loads(r.read())
+            with urllib.request.urlopen(f"{url}/subjects", timeout=30) as r:
+                json.loads(r.read())
+            return
+        except (urllib.error.URLError, OSError, ValueError, KeyError):
+            if proc.poll() is not None:
+                break
+            time.sleep(1 + attempt)
+    unavailable("Apicurio Registry", "its API never answered a first registration:\n" +
+                log.read_text(errors="replace")[-3000:])
+
+
 @contextmanager
 def apicurio_registry(workdir: Path, timeout: float = 180) -> Iterator[Registry]:
     """Apicurio Registry on free loopback ports, ready (its management port's /health/ready answers 200)."""
@@ -86,6 +111,8 @@ def apicurio_registry(workdir: Path, timeout: float = 180) -> Iterator[Registry]
             if proc.poll() is not None or time.monotonic() > deadline:
                 unavailable("Apicurio Registry", log.read_text(errors="replace")[-3000:])
             time.sleep(0.25)
-        yield Registry(f"http://127.0.0.1:{port}/apis/ccompat/v7", proc, log)
+        url = f"http://127.0.0.1:{port}/apis/ccompat/v7"
+        _warm_up(url, proc, log)
+        yield Registry(url, proc, log)
     finally:
         stop_process(proc, 20)

@@ -9,11 +9,15 @@ an id or subject it does not know is `SchemaNotFound` (a record's problem: it go
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from tierproxy.config import hide_url_passwords
+
+ATTEMPTS = 3
+BACKOFF_S = 0.5
 
 
 class RegistryUnavailable(RuntimeError):
@@ -83,14 +87,24 @@ class RegistryClient:
         return out
 
     def _get(self, path: str, what: str) -> Any:
+        """GET with up to ATTEMPTS tries on a transport error or a 5xx (reads are idempotent; a registry restarting
+        or a dropped connection is not worth failing a pass for), then RegistryUnavailable."""
         import httpx
 
         where = hide_url_passwords(self.config.url)
-        try:
-            r = self._http.get(path)
-        except httpx.HTTPError as exc:
-            raise RegistryUnavailable(f"schema registry {where} unreachable ({what}): {type(exc).__name__}: "
-                                      f"{hide_url_passwords(str(exc))[:200]}") from None
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                r = self._http.get(path)
+            except httpx.HTTPError as exc:
+                if attempt < ATTEMPTS:
+                    time.sleep(BACKOFF_S * attempt)
+                    continue
+                raise RegistryUnavailable(f"schema registry {where} unreachable ({what}, {ATTEMPTS} attempts): "
+                                          f"{type(exc).__name__}: {hide_url_passwords(str(exc))[:200]}") from None
+            if r.status_code >= 500 and attempt < ATTEMPTS:
+                time.sleep(BACKOFF_S * attempt)
+                continue
+            break
         if r.status_code == 404:
             raise SchemaNotFound(f"{what} is not in the schema registry")
         if r.status_code in (401, 403):
