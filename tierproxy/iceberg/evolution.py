@@ -15,7 +15,7 @@ fields is a column of the same type or of one its type widens to, and each requi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _WIDENINGS = {("int", "long"), ("float", "double")}
@@ -65,14 +65,21 @@ def _both(a: Any, b: Any, kind: str) -> bool:
     return isinstance(a, cls) and isinstance(b, cls)
 
 
-def _type_change(old: Any, new: Any, path: str) -> str | None:
-    """Why `old` cannot become `new` in place (None: same, or a widening, or nested changes that are compatible)."""
-    if _both(old, new, "struct"):
-        return change_reason(old.fields, new.fields, f"{path}.")
-    if _both(old, new, "list"):
-        return _type_change(old.element_type, new.element_type, f"{path}[]")
-    if _both(old, new, "map"):
-        return _type_change(old.value_type, new.value_type, f"{path}{{}}")
+Rule = Callable[[Any, Any, str], "str | None"]
+
+
+def _walk(a: Any, b: Any, path: str, structs: Rule, leaves: Rule) -> str | None:
+    """Two types side by side through lists and maps: `structs` decides two structs, `leaves` anything else."""
+    if _both(a, b, "struct"):
+        return structs(a, b, f"{path}.")
+    if _both(a, b, "list"):
+        return _walk(a.element_type, b.element_type, f"{path}[]", structs, leaves)
+    if _both(a, b, "map"):
+        return _walk(a.value_type, b.value_type, f"{path}{{}}", structs, leaves)
+    return leaves(a, b, path)
+
+
+def _leaf_change(old: Any, new: Any, path: str) -> str | None:
     if old == new or (_kind(old), _kind(new)) in _WIDENINGS:
         return None
     if _kind(old) == _kind(new) == "decimal" and old.scale == new.scale and new.precision >= old.precision:
@@ -80,14 +87,14 @@ def _type_change(old: Any, new: Any, path: str) -> str | None:
     return f"column {path} is {old}, this version has {new} (not a widening Iceberg allows)"
 
 
+def _type_change(old: Any, new: Any, path: str) -> str | None:
+    """Why `old` cannot become `new` in place (None: same, or a widening, or nested changes that are compatible)."""
+    return _walk(old, new, path, lambda o, n, p: change_reason(o.fields, n.fields, p), _leaf_change)
+
+
 def _type_fits(writer: Any, column: Any, path: str) -> str | None:
-    if _both(writer, column, "struct"):
-        return fits_reason(column.fields, writer.fields, f"{path}.")
-    if _both(writer, column, "list"):
-        return _type_fits(writer.element_type, column.element_type, f"{path}[]")
-    if _both(writer, column, "map"):
-        return _type_fits(writer.value_type, column.value_type, f"{path}{{}}")
-    return _type_change(writer, column, path) and f"field {path} is {writer}, its column is {column}"
+    return _walk(writer, column, path, lambda w, c, p: fits_reason(c.fields, w.fields, p),
+                 lambda w, c, p: _leaf_change(w, c, p) and f"field {p} is {w}, its column is {c}")
 
 
 def optional_copy(fields: Sequence[Any]) -> list[Any]:
