@@ -126,3 +126,28 @@ def test_a_table_whose_ledger_is_ahead_takes_nothing_twice() -> None:
     assert took_dead.paths == ["dead-2"] and took_dead.rejected == ["dead-0", "dead-1"] and took_dead.rows == 2
     assert took_rows.paths == ["rows-0", "rows-1", "rows-2"] and took_rows.rows == 30
     assert dead.new is not None and rows.new is not None and dead.new.ends == rows.new.ends == {"id:0": 300}
+
+
+def test_a_data_file_exists_only_for_rows_and_a_failed_slice_leaves_none(tmp_path: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io import load_file_io
+
+    from tierproxy.iceberg.files import LazyParquet
+
+    schema = pa.schema([("v", pa.int64())])
+    io = load_file_io(location=str(tmp_path))
+    empty = LazyParquet(io, f"file://{tmp_path}/empty.parquet", schema)
+    empty.write(pa.RecordBatch.from_pylist([], schema=schema))
+    assert empty.close() is None and not (tmp_path / "empty.parquet").exists()
+
+    kept = LazyParquet(io, f"file://{tmp_path}/kept.parquet", schema)
+    kept.write(pa.RecordBatch.from_pylist([{"v": 1}, {"v": 2}], schema=schema))
+    kept.write(pa.RecordBatch.from_pylist([{"v": 3}], schema=schema))
+    assert kept.close() == f"file://{tmp_path}/kept.parquet" and kept.rows == 3
+    assert pq.read_table(tmp_path / "kept.parquet").column("v").to_pylist() == [1, 2, 3]
+
+    failed = LazyParquet(io, f"file://{tmp_path}/failed.parquet", schema)
+    failed.write(pa.RecordBatch.from_pylist([{"v": 1}], schema=schema))
+    assert (tmp_path / "failed.parquet").exists()
+    assert failed.close(discard=True) is None and not (tmp_path / "failed.parquet").exists()

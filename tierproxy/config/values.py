@@ -139,3 +139,12 @@ def typed_table_name(pattern: str, topic: str) -> str:
     """The table of `topic` by its pattern: `{topic}` as the topic with every character other than a letter, a digit
     or _ as _ (a topic's dots would otherwise be namespaces)."""
     return pattern.replace("{topic}", re.sub(r"[^A-Za-z0-9_]", "_", topic))
+
+
+def typed_table_for(rules: list[tuple[re.Pattern[str], str]], topic: str) -> str | None:
+    """The typed table `topic` gets under `iceberg.tables` (parsed by `typed_table_rules`): the first rule whose regex
+    matches the whole name; None for no rule and for internal topics (`__*`)."""
+    if topic.startswith("__"):
+        return None
+    pattern = next((p for r, p in rules if r.fullmatch(topic)), None)
+    return None if pattern is None else typed_table_name(pattern, topic)

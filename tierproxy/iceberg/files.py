@@ -135,39 +135,65 @@ class SliceWritten:
     error_kind: str = ""  # "data": the tier's bytes; "registry": the schema registry could not be asked
 
 
+class LazyParquet:
+    """A data file opened at its first non-empty batch (a slice with no row leaves no file), zstd with statistics;
+    `close(discard=True)` removes what a failed slice wrote."""
+
+    def __init__(self, fileio: Any, path: str, schema: Any) -> None:
+        self.io, self.path, self.schema = fileio, path, schema
+        self.rows = 0
+        self._out: Any = None
+        self._writer: Any = None
+
+    def write(self, rb: Any) -> None:
+        import pyarrow.parquet as pq
+
+        if rb.num_rows == 0:
+            return
+        if self._writer is None:
+            self._out = self.io.new_output(self.path).create(overwrite=True)
+            self._writer = pq.ParquetWriter(self._out, self.schema, compression="zstd", write_statistics=True)
+        self._writer.write_batch(rb, row_group_size=ROW_GROUP_ROWS)
+        self.rows += rb.num_rows
+
+    def close(self, discard: bool = False) -> str | None:
+        """The file's path, or None when no row was written or `discard`."""
+        if self._writer is None:
+            return None
+        try:
+            self._writer.close()
+        finally:
+            self._out.close()
+        if discard:
+            self.io.delete(self.path)
+            return None
+        return self.path
+
+
 def write_slice(storage: str, table_location: str, io_properties: dict[str, str], s: Slice, read_committed: bool,
                 pass_id: str, target: Any) -> SliceWritten:
     """Run on an executor: the slice's rows → one Parquet file in `target` (the table's Arrow schema, its field
     ids included), none when no row is visible. Returns what the driver commits and checks."""
-    import pyarrow.parquet as pq
     from pyiceberg.io import load_file_io
 
     assert s.segment is not None
     rss_before = peak_rss_kb()  # the worker's imports and earlier tasks: what this slice's work adds is above it
     tracker = TransactionTracker()
     path = data_file_path(table_location, s, pass_id)
-    rows, writer, out = 0, None, None
+    parquet = LazyParquet(load_file_io(properties=io_properties, location=path), path, target)
     error: str | None = None
-    io = load_file_io(properties=io_properties, location=path)
+    done = False
     try:
         for rb in table_batches(tracker.see(checked(read_tier_slice(storage, s), s)), s, read_committed, target):
-            if writer is None:
-                out = io.new_output(path).create(overwrite=True)
-                writer = pq.ParquetWriter(out, target, compression="zstd", write_statistics=True)
-            writer.write_batch(rb, row_group_size=ROW_GROUP_ROWS)
-            rows += rb.num_rows
+            parquet.write(rb)
+        done = True
     except ProtocolError as exc:  # the driver stops the pass naming the segment (no task retry can help)
         error = str(exc)
-    finally:
-        if writer is not None:
-            writer.close()
-        if out is not None:
-            out.close()
+    finally:  # a failed slice leaves no file behind (a retried task writes its own)
+        written = parquet.close(discard=not done)
     if error is not None:
-        if writer is not None:
-            io.delete(path)
         return SliceWritten(None, error=error)
-    return SliceWritten(path if rows else None, rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
+    return SliceWritten(written, parquet.rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
                         uuid_str(s.segment.segment_id.id), s.start, s.end, s.segment.end_offset,
                         s.byte_range[0] if s.byte_range else 0, dict(tracker.opens), sorted(tracker.closes),
                         None, peak_rss_kb(), rss_before)

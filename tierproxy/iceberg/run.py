@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tierproxy.config import TierSettings
-from tierproxy.config.values import typed_table_name, typed_table_rules
+from tierproxy.config.values import typed_table_for, typed_table_rules
 from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, open_table
 from tierproxy.iceberg.ledger import snapshot_at
 from tierproxy.iceberg.registry import RegistryConfig
@@ -49,10 +49,9 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
     out = []
     rules = typed_table_rules(s.iceberg_tables)
     for topic in sorted(set(topics)):
-        pattern = next((p for r, p in rules if r.fullmatch(topic)), None)
-        if pattern is not None and not topic.startswith("__"):
-            out.append(dataclasses.replace(raw, table=typed_table_name(pattern, topic),
-                                           topics=f"^{re.escape(topic)}$",
+        table = typed_table_for(rules, topic)
+        if table is not None:
+            out.append(dataclasses.replace(raw, table=table, topics=f"^{re.escape(topic)}$",
                                            typed=TypedOptions(registry, f"{topic}-value")))
     return out
 

@@ -57,15 +57,14 @@ def typed_status(cfg: CatalogConfig, rules: str,
                  tier_ends: dict[tuple[str, int], tuple[str, int]]) -> list[dict[str, Any]]:
     """Each typed table of a tiered topic (`iceberg.tables`): its status as `table_status` gives it, against its own
     topic's partitions, and `dead_letters`, the rows of its dead-letter table."""
-    from tierproxy.config.values import typed_table_name, typed_table_rules
+    from tierproxy.config.values import typed_table_for, typed_table_rules
 
     parsed = typed_table_rules(rules)
     out = []
     for topic in sorted({t for t, _ in tier_ends.values()}):
-        pattern = next((p for r, p in parsed if r.fullmatch(topic)), None)
-        if pattern is None or topic.startswith("__"):
+        name = typed_table_for(parsed, topic)
+        if name is None:
             continue
-        name = typed_table_name(pattern, topic)
         st = table_status(cfg, name, {k: v for k, v in tier_ends.items() if v[0] == topic})
         st["topic"] = topic
         st["dead_letters"] = table_status(cfg, f"{name}_dlq", {}).get("rows", 0)

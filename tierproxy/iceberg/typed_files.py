@@ -12,7 +12,7 @@ from typing import Any
 
 from protocol.errors import ProtocolError
 from tierproxy.iceberg.files import (
-    ROW_GROUP_ROWS,
+    LazyParquet,
     SliceWritten,
     TransactionTracker,
     checked,
@@ -25,35 +25,6 @@ from tierproxy.iceberg.typed import KAFKA_COLUMNS, PREFIX, DecodePlan, ValueDeco
 from tierproxy.spark.plan import Slice
 from tierproxy.spark.source import read_tier_slice
 from tierproxy.tier.model import uuid_str
-
-
-class _LazyParquet:
-    """A Parquet file opened at its first batch (a slice with no row of a kind leaves no file of it)."""
-
-    def __init__(self, fileio: Any, path: str, schema: Any) -> None:
-        self.io, self.path, self.schema = fileio, path, schema
-        self.rows = 0
-        self._out: Any = None
-        self._writer: Any = None
-
-    def write(self, rb: Any) -> None:
-        import pyarrow.parquet as pq
-
-        if rb.num_rows == 0:
-            return
-        if self._writer is None:
-            self._out = self.io.new_output(self.path).create(overwrite=True)
-            self._writer = pq.ParquetWriter(self._out, self.schema, compression="zstd", write_statistics=True)
-        self._writer.write_batch(rb, row_group_size=ROW_GROUP_ROWS)
-        self.rows += rb.num_rows
-
-    def close(self, discard: bool = False) -> str | None:
-        if self._writer is not None:
-            self._writer.close()
-            self._out.close()
-        if self._writer is not None and discard:
-            self.io.delete(self.path)
-        return self.path if self._writer is not None and not discard else None
 
 
 def split_batch(rb: Any, decoder: ValueDecoder, typed_target: Any, dlq_target: Any) -> tuple[Any, Any]:
@@ -112,19 +83,21 @@ def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: d
     decoder = ValueDecoder(plan, value_columns(table_schema))
     tracker = TransactionTracker()
     fileio = load_file_io(properties=io_properties, location=locations[0])
-    typed = _LazyParquet(fileio, data_file_path(locations[0], s, pass_id), typed_target)
-    dead = _LazyParquet(fileio, data_file_path(locations[1], s, pass_id), dlq_target)
-    error, kind = None, ""
+    typed = LazyParquet(fileio, data_file_path(locations[0], s, pass_id), typed_target)
+    dead = LazyParquet(fileio, data_file_path(locations[1], s, pass_id), dlq_target)
+    error, kind, done = None, "", False
     try:
         for rb in table_batches(tracker.see(checked(read_tier_slice(storage, s), s)), s, read_committed, raw_target):
             rows, letters = split_batch(rb, decoder, typed_target, dlq_target)
             typed.write(rows)
             dead.write(letters)
+        done = True
     except ProtocolError as exc:
         error, kind = str(exc), "data"
     except RegistryUnavailable as exc:
         error, kind = str(exc), "registry"
-    typed_path, dead_path = typed.close(error is not None), dead.close(error is not None)
+    finally:  # a failed slice leaves no file behind (a retried task writes its own)
+        typed_path, dead_path = typed.close(discard=not done), dead.close(discard=not done)
     if error is not None:
         return SliceWritten(None, error=error, error_kind=kind)
     return SliceWritten(typed_path, typed.rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
