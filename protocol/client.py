@@ -13,6 +13,7 @@ from protocol import registry
 from protocol.connection import ClientConnection, ResponseEvent
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.headers import RequestHeader, request_header_version
+from protocol.primitives import Buffer
 
 Data = dict[str, Any]
 
@@ -25,7 +26,7 @@ class RequestClient(ClientConnection):
         self.client_id = client_id
         self._ids = itertools.count(1)
 
-    def send(self, api_key: int, version: int, body: Data) -> registry.Chunks:
+    def send(self, api_key: int, version: int, body: Data) -> list[Buffer]:
         """Register a request and return its framed chunks to write (no joined copy)."""
         header = RequestHeader(api_key, version, next(self._ids), self.client_id,
                                request_header_version(api_key, version), 0)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from protocol.primitives import FileRegion
+
 TaggedFields = tuple[int, ...]
 UnknownTags = list[tuple[int, bytes | bytearray]]
 
@@ -158,7 +160,7 @@ class FetchResponseResponsePartition(TypedDict):
     snapshot_id: FetchResponseResponsePartitionSnapshotId | None
     aborted_transactions: list[FetchResponseResponsePartitionAbortedTransaction] | None
     preferred_read_replica: int
-    records: memoryview | bytes | None
+    records: memoryview | bytes | FileRegion | None
     _tags: NotRequired[TaggedFields]
     _unknown: NotRequired[UnknownTags]
 

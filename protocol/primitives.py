@@ -200,6 +200,37 @@ def encode_varint(v: int) -> bytes:
     return encode_unsigned_varint(zigzag(v) & 0xFFFFFFFFFFFFFFFF)
 
 
+class FileRegion:
+    """A field's bytes the codec never holds: `length` bytes at `position` of the open file `fd`, sent by the
+    transport itself (sendfile, as the broker sends its log). The codec writes the length prefix and passes the
+    region on as its own chunk; `owner` is whatever keeps `fd` open until the bytes have left (no IO here)."""
+
+    __slots__ = ("fd", "length", "owner", "position")
+
+    def __init__(self, fd: int, position: int, length: int, owner: object = None) -> None:
+        self.fd, self.position, self.length, self.owner = fd, position, length, owner
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, position={self.position}, length={self.length})"
+
+
+Buffer = bytes | bytearray | memoryview
+Chunk = Buffer | FileRegion
+
+
+def buffers(chunks: list[Chunk]) -> list[Buffer]:
+    """The chunks as bytes-likes: ProtocolError for a file region (a message whose bytes must be in memory here)."""
+    out: list[Buffer] = []
+    for c in chunks:
+        if isinstance(c, FileRegion):
+            raise ProtocolError(f"{c!r} where the bytes themselves are needed")
+        out.append(c)
+    return out
+
+
 class Writer:
     """Accumulates encoded bytes; record sets are appended as separate chunks so they are never copied."""
 
@@ -207,7 +238,7 @@ class Writer:
 
     def __init__(self) -> None:
         self.buf = bytearray()
-        self.chunks: list[bytes | bytearray | memoryview] = []
+        self.chunks: list[Chunk] = []
 
     def int8(self, v: int) -> None:
         self.buf += INT8.pack(v)
@@ -268,7 +299,8 @@ class Writer:
             self.int16(len(data))
         self.buf += data
 
-    def bytes_(self, v: bytes | bytearray | memoryview | None, compact: bool, zero_copy: bool = False) -> None:
+    def bytes_(self, v: bytes | bytearray | memoryview | FileRegion | None, compact: bool,
+               zero_copy: bool = False) -> None:
         if v is None:
             if compact:
                 self.unsigned_varint(0)
@@ -279,7 +311,13 @@ class Writer:
             self.unsigned_varint(len(v) + 1)
         else:
             self.int32(len(v))
-        if zero_copy and len(v) > 256:
+        if isinstance(v, FileRegion):
+            if not zero_copy:
+                raise ProtocolError("a file region can only stand for a record set")
+            self.chunks.append(self.buf)
+            self.chunks.append(v)
+            self.buf = bytearray()
+        elif zero_copy and len(v) > 256:
             self.chunks.append(self.buf)
             self.chunks.append(v)
             self.buf = bytearray()
@@ -292,7 +330,7 @@ class Writer:
         else:
             self.int32(-1 if n is None else n)
 
-    def finish(self) -> list[bytes | bytearray | memoryview]:
+    def finish(self) -> list[Chunk]:
         """The encoded output as chunks (record sets as their own, uncopied chunks)."""
         if self.buf:
             self.chunks.append(self.buf)

@@ -12,10 +12,10 @@ from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
 from protocol.framing import frame_header
 from protocol.headers import RequestHeader, encode_response_header, response_header_version
-from protocol.primitives import Writer
+from protocol.primitives import Buffer, Chunk, Writer, buffers
 from protocol.schema import Data, Message, MessageIn
 
-Chunks = list[bytes | bytearray | memoryview]
+Chunks = list[Chunk]  # record sets as their own chunks: views, or file regions the transport sends
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def decode_response(api_key: int, api_version: int, frame: memoryview, body_offs
         return response.decode(frame, 0, body_offset)
 
 
-def encode_request(header: RequestHeader, data: MessageIn) -> Chunks:
+def encode_request(header: RequestHeader, data: MessageIn) -> list[Buffer]:
     """A whole request frame (size prefix, header, body) as chunks; record sets are not copied."""
     req = schema(header.api_key).request
     if req is None:
@@ -92,7 +92,7 @@ def encode_request(header: RequestHeader, data: MessageIn) -> Chunks:
     w = Writer()
     w.raw(header.encode())
     req.encode_into(w, data, header.api_version)
-    return _framed(w.finish())
+    return buffers(_framed(w.finish()))
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, data: MessageIn) -> Chunks:
@@ -101,6 +101,11 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, data: M
     w.raw(encode_response_header(correlation_id, response_header_version(api_key, api_version)))
     schema(api_key).response.encode_into(w, data, api_version)
     return _framed(w.finish())
+
+
+def joined(chunks: Chunks) -> bytes:
+    """Encoded chunks as one bytes object (a copy: for tests and small messages); ProtocolError for a file region."""
+    return b"".join(buffers(chunks))
 
 
 def _framed(chunks: Chunks) -> Chunks:

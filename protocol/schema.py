@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import ProtocolError
-from protocol.primitives import Reader, Writer
+from protocol.primitives import Reader, Writer, buffers
 
 Data = dict[str, Any]
 MessageIn = Mapping[str, Any]  # what the encoders take: a decoded dict or a typed message (protocol.messages)
@@ -260,7 +260,7 @@ def _write_tagged(w: Writer, d: MessageIn, tagged: TaggedPlan) -> None:
                 wr(sub, factory() if v is None and tag in present else v)
             except (TypeError, ValueError, OverflowError, AttributeError) as exc:
                 raise ProtocolError(f"cannot encode {v!r}: {exc}", field=name) from None
-            items.append((tag, b"".join(sub.finish())))
+            items.append((tag, b"".join(buffers(sub.finish()))))
     items.sort(key=lambda t: t[0])
     w.unsigned_varint(len(items))
     for tag, data in items:
@@ -318,4 +318,4 @@ class Message:
         """Encode to one bytes object (copies record sets: for tests and small messages)."""
         w = Writer()
         self.encode_into(w, data, version)
-        return b"".join(w.finish())
+        return b"".join(buffers(w.finish()))

@@ -28,7 +28,7 @@ def _frame(version: int) -> bytes:
             {"partition_index": p, "error_code": 0, "high_watermark": 10**9, "last_stable_offset": 10**9,
              "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
              "records": records} for p in range(PARTITIONS)]}]}
-    return b"".join(bytes(c) for c in registry.encode_response(1, version, 1, data))[4:]
+    return registry.joined(registry.encode_response(1, version, 1, data))[4:]
 
 
 @pytest.mark.parametrize("version", [12, 16])

@@ -72,7 +72,7 @@ def test_an_all_remote_answer_is_a_well_formed_fetch_response() -> None:
     entry = partition_entry(0, None, BrokerOffsets(120, 110, 10, 0.0), tier_start=0)
     entry["records"] = memoryview(b"")
     merged = merge_response(plan, None, {("a", 0): entry})
-    frame = b"".join(bytes(c) for c in registry.encode_response(ApiKey.FETCH, 12, 7, merged))
+    frame = registry.joined(registry.encode_response(ApiKey.FETCH, 12, 7, merged))
     back = registry.decode_response(ApiKey.FETCH, 12, memoryview(frame)[4:], 5)
     p = back["responses"][0]["partitions"][0]
     assert (p["high_watermark"], p["last_stable_offset"], p["log_start_offset"]) == (120, 110, 0)

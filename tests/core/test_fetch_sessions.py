@@ -37,7 +37,7 @@ def through(version: int, body: Data) -> tuple[bytes, bytes, Data, bytes, bytes]
         wire.client_sends_raw(header, sent)
         [(got, frame)] = wire.broker_receives()
         decoded = registry.decode_request(got, memoryview(frame))
-        answer = b"".join(bytes(c) for c in registry.encode_response(
+        answer = registry.joined(registry.encode_response(
             ApiKey.FETCH, version, got.correlation_id, sample(FETCH.response, version) | {"node_endpoints": []}))
         wire.broker_answers(got, answer)
         [(_, received, _)] = wire.client_receives()

@@ -109,7 +109,7 @@ def test_a_fetch_the_broker_serves_passes_byte_for_byte() -> None:
         header = s.send({0: 600})
         records = build_batch([Record(600, 1, None, b"v")], base_offset=600)
         answer = broker_answer({0: broker_entry(0, records=records)})
-        raw = b"".join(bytes(c) for c in registry.encode_response(ApiKey.FETCH, 12, header.correlation_id, answer))
+        raw = registry.joined(registry.encode_response(ApiKey.FETCH, 12, header.correlation_id, answer))
         s.wire.broker_answers(header, raw)
         await s.proxy.settle()
         [(_, frame, _)] = s.wire.client_receives()

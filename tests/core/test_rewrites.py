@@ -107,7 +107,7 @@ def test_fetch_node_endpoints_are_rewritten_and_other_responses_pass_byte_for_by
                                   {"partition": 0, "fetch_offset": 5, "partition_max_bytes": 1 << 20}]}]}
                                  if version >= 13 else {}))
             [(got, _)] = wire.broker_receives()
-            raw = b"".join(bytes(c) for c in registry.encode_response(ApiKey.FETCH, version, got.correlation_id,
+            raw = registry.joined(registry.encode_response(ApiKey.FETCH, version, got.correlation_id,
                                                                       response))
             wire.broker_answers(got, raw)
             [(_, frame, body)] = wire.client_receives()

@@ -20,7 +20,7 @@ FETCH = registry.SUPPORTED[ApiKey.FETCH]
 
 
 def encoded(data: dict[str, object], version: int) -> tuple[memoryview, int]:
-    raw = b"".join(bytes(c) for c in registry.encode_response(ApiKey.FETCH, version, 9, data))
+    raw = registry.joined(registry.encode_response(ApiKey.FETCH, version, 9, data))
     frame = memoryview(raw)[4:]
     return frame, 5 if version >= 12 else 4  # correlation id (+ tagged fields when flexible)
 

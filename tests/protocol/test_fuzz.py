@@ -91,7 +91,7 @@ def test_mutated_response_frames(case: tuple[Message, int], ops: list[tuple[str,
     client = ClientConnection(max_frame_size=1 << 20)
     header = RequestHeader(msg.api_key, version, 5, None, request_header_version(msg.api_key, version), 0)
     client.send_request(header, b"")
-    frame = b"".join(bytes(c) for c in registry.encode_response(msg.api_key, version, 5, sample(msg, version)))
+    frame = registry.joined(registry.encode_response(msg.api_key, version, 5, sample(msg, version)))
     try:
         client.receive_data(_mutate(frame, ops))
         ev = client.next_event()

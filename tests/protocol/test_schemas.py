@@ -81,7 +81,7 @@ def test_response_frames_stream(name: str, kind: str, msg: Message, version: int
     for i, data in enumerate(datas):
         header = RequestHeader(msg.api_key, version, 7 + i, None, request_header_version(msg.api_key, version), 0)
         client.send_request(header, b"", context=i)
-        stream += b"".join(bytes(c) for c in registry.encode_response(msg.api_key, version, 7 + i, data))
+        stream += registry.joined(registry.encode_response(msg.api_key, version, 7 + i, data))
     events = []
     for i in range(0, len(stream), step):
         client.receive_data(stream[i:i + step])

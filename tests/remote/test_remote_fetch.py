@@ -16,9 +16,10 @@ from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request, list_offsets_request
 from tests.remote.conftest import TieredTopic, make_tiered_topic
+from tests.support.certs import make_certs
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import proxy_serves_tier, wait_until
-from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -37,6 +38,36 @@ def test_kcat_reads_everything_from_offset_zero(tiered_proxy: tuple[TieredTopic,
         got = [(line.split(" ")[1], line.split(" ", 2)[2]) for line in lines]
         want = [("NULL" if k is None else k.decode(), v.decode() if v else "") for k, v, _ in tt.produced[partition]]
         assert got == want
+
+
+def test_sendfile_answers_are_the_read_answers(kafka: KafkaCluster, tiered_proxy: tuple[TieredTopic, ProxyProcess],
+                                               kcat: str, tmp_path: Path) -> None:
+    """The same tier through a plaintext listener (records sent from the segment files with sendfile) and a TLS
+    listener (records read, CRC-checked and encrypted): kcat gets the same records, offsets and timestamps from both,
+    and the metric says which path each took."""
+    tt, _ = tiered_proxy
+    certs = make_certs(tmp_path / "certs")
+    env = {"TIERPROXY_STORAGE": f"file://{tmp_path}/tier", "TIERPROXY_METADATA": f"file://{tmp_path}/meta"}
+    plain = ProxyProcess(kafka.bootstrap, tmp_path, extra={**env, "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}"})
+    tls = ProxyProcess(kafka.bootstrap, tmp_path, extra={**env, "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}",
+                                                       "TIERPROXY_SSL_CERTFILE": str(certs.cert),
+                                                       "TIERPROXY_SSL_KEYFILE": str(certs.key)})
+    try:
+        wait_until(lambda: proxy_serves_tier(plain.bootstrap, tt.topic, tt.partitions), "the tier is served", 60)
+        outs = []
+        for proxy, opts in ((plain, []), (tls, ["-X", "security.protocol=ssl", "-X", f"ssl.ca.location={certs.ca}"])):
+            out = subprocess.run([kcat, "-b", proxy.bootstrap, *opts, "-C", "-t", tt.topic, "-p", "0", "-o",
+                                  "beginning", "-e", "-q", "-f", "%o %T %k %s\\n", "-X", "check.crcs=true"],
+                                 capture_output=True, timeout=120)
+            assert out.returncode == 0, out.stderr.decode()[-2000:]
+            outs.append(out.stdout)
+        assert outs[0] == outs[1] and len(outs[0].splitlines()) == len(tt.produced[0])
+        assert plain.metric("tierproxy_remote_fetch_sendfile_bytes_total") > 0
+        assert tls.metric("tierproxy_remote_fetch_sendfile_bytes_total") == 0
+        assert tls.metric("tierproxy_remote_cache_misses_total") > 0  # the TLS proxy read its answers from the tier
+    finally:
+        plain.stop()
+        tls.stop()
 
 
 def _consume_confluent(bootstrap: str, topic: str, want: int, extra: dict[str, object] | None = None,

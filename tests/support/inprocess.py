@@ -125,7 +125,7 @@ class Wire:
 
     def broker_answers(self, header: RequestHeader, body: Mapping[str, Any] | bytes) -> None:
         """The broker's response to `header`: a body to encode, or the whole frame (size prefix included)."""
-        raw = body if isinstance(body, bytes) else b"".join(bytes(c) for c in registry.encode_response(
+        raw = body if isinstance(body, bytes) else registry.joined(registry.encode_response(
             header.api_key, header.api_version, header.correlation_id, body))
         self.session.upstream_conn.receive_data(raw)
         self.session.process_upstream()

@@ -109,7 +109,7 @@ class InMemoryTier:
         return None
 
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
-                    deadline: float, min_one: bool = True) -> asyncio.Task[ReadResult] | None:
+                    deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:
         md = pc.segment_for_offset(offset)
         if md is None:
             return None

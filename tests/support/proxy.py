@@ -24,6 +24,8 @@ class ProxyProcess:
                     "TIERPROXY_STORAGE": f"file://{workdir}/tier-{self.port}",
                     "TIERPROXY_METADATA": f"file://{workdir}/meta-{self.port}"})
         env.update(extra or {})
+        listen = env.get("TIERPROXY_ADMIN_LISTEN")
+        self.admin_url = f"http://{listen}" if listen else None  # set when the test gives the admin API a port
         cmd = [sys.executable, "-m", "tierproxy.cli", "--log-level", "DEBUG" if os.environ.get("TP_DEBUG") else "INFO",
                "serve", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}", *(args or [])]
         with open(self.log, "wb") as out:
@@ -40,6 +42,17 @@ class ProxyProcess:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def metric(self, name: str) -> float:
+        """A metric's value without labels from the admin API's /metrics (0 when it is not there)."""
+        import urllib.request
+
+        assert self.admin_url is not None, "give the proxy TIERPROXY_ADMIN_LISTEN"
+        with urllib.request.urlopen(self.admin_url + "/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return 0.0
 
     def stop(self, timeout: float = 20) -> int:
         return stop_process(self.proc, timeout)

@@ -127,6 +127,8 @@ class ProxyCollector(Collector):
                 ("tierproxy_remote_fetches_within_authorization_window", "Remote fetches answered without asking "
                  "the broker: it authorized the connection's fetch of each topic less than "
                  "remote.authorization.cache.ms ago", stats.within_window),
+                ("tierproxy_remote_fetch_sendfile_bytes", "Record bytes sent from a file tier's segment files straight "
+                 "to clients' sockets (sendfile, remote.fetch.file.sendfile)", stats.sendfile_bytes),
                 ("tierproxy_remote_gap_skips", "Fetches in a gap (deleted before it was tiered) answered up to the "
                  "first offset the tier or the broker holds", stats.gap_skips),
                 ("tierproxy_remote_answers_without_broker_offsets", "Remote answers made retriable "

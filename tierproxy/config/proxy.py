@@ -64,6 +64,11 @@ class ProxySettings(CommonSettings):
     remote_fetch_file_direct_reads: bool = Field(True, description="a file:// tier is read in exact ranges "
                                                  "through the OS page cache, without the chunk cache and read-ahead "
                                                  "(false: as S3 is, e.g. for a network filesystem)")
+    remote_fetch_file_sendfile: bool = Field(True, description="a file tier's records go from the segment file to "
+                                             "a plaintext client's socket with sendfile, as the broker sends its "
+                                             "log: not read by the proxy, so their CRCs are the client's to check "
+                                             "(false: read, and every batch's CRC checked on every serve, as from "
+                                             "S3)")
     remote_fetch_prefetch_chunks: int = Field(2, ge=0, description="chunks read ahead for sequential readers")
     remote_fetch_prefetch_max_chunks: int = Field(8, ge=0, description="how deep the read-ahead may grow while "
                                                   "storage is slower than a sequential reader")

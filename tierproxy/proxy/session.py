@@ -13,21 +13,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, cast
 
 from protocol.connection import ClientConnection, RequestEvent, ResponseEvent, ServerConnection
 from protocol.errors import ProtocolError
 from protocol.framing import frame_header
 from protocol.headers import RequestHeader
+from protocol.primitives import Buffer, Chunk, FileRegion
 from tierproxy.config import ProxySettings
 from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.brokers import BrokerMap
 from tierproxy.proxy.flow import ByteBudget, ReadGate
+from tierproxy.proxy.sendfile import FileSender, can_send_files
 from tierproxy.remote.view import RemoteTierView
 
 log = logging.getLogger("tierproxy.proxy.session")
-Chunks = list[bytes | bytearray | memoryview]
+Chunks = Sequence[Chunk]  # buffers, and file regions (`FileRegion`) that `flush` sends with sendfile
 SMALL_FRAME = 64 * 1024  # below this a size prefix and frame go out as one write
 
 
@@ -44,14 +46,14 @@ class Slot:
         self.on_drop = on_drop  # called if the connection closes before the response is written (frees what it holds)
 
 
-def framed(frame: memoryview | bytes) -> Chunks:
+def framed(frame: memoryview | bytes) -> list[Buffer]:
     """A frame with its size prefix, as few chunks as possible without copying large payloads."""
     if len(frame) < SMALL_FRAME:
         return [frame_header(len(frame)) + bytes(frame)]
     return [frame_header(len(frame)), frame]
 
 
-def as_received(ev: RequestEvent | ResponseEvent) -> Chunks:
+def as_received(ev: RequestEvent | ResponseEvent) -> list[Buffer]:
     """A frame relayed unchanged: the bytes as they arrived, size prefix included, in one write and no copy."""
     return [ev.wire] if ev.wire is not None else framed(ev.frame)
 
@@ -116,6 +118,9 @@ class Session:
         # answers whole are not asked of the broker again
         self.authorized: dict[str | bytes, float] = {}
         self.sasl_rounds: int | None = None  # SASL rounds left before the mechanism's last (pre-auth limit)
+        self.sends_files = False  # file regions go onto the client's socket (`proxy.sendfile`); else bytes are read
+        self.files: FileSender | None = None
+        self.sending: asyncio.Task[None] | None = None  # a response with a file region going out: flush waits
         self.writing_paused = False  # the client's transport holds more than the high water mark
         self.unwritten_reserved = 0  # queued.max.request.bytes held by responses still in that buffer
 
@@ -138,6 +143,7 @@ class Session:
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         transport.set_write_buffer_limits(high=self.proxy.settings.buffer_high_water_bytes)
+        self.sends_files = self.proxy.settings.remote_fetch_file_sendfile and can_send_files(transport)
         self.client_gate.attach(transport)
         self.client_gate.pause("connecting")
         self.proxy.spawn(self._connect_upstream())
@@ -178,7 +184,7 @@ class Session:
                           self.peer, ev.header.api_key if ev else "?", ev.header.correlation_id if ev else "?")
             self.close()
 
-    def forward(self, ev: RequestEvent, chunks: Chunks | None = None, slot: Slot | None = None) -> Slot | None:
+    def forward(self, ev: RequestEvent, chunks: list[Buffer] | None = None, slot: Slot | None = None) -> Slot | None:
         """Send a request upstream (its original frame unless `chunks` replace it); return its response slot."""
         assert self.upstream is not None
         if ev.expects_response and slot is None:
@@ -248,12 +254,45 @@ class Session:
         client = self.client
         if client is None or self.closed:
             return
+        if self.sending is not None:
+            return  # a file region is going out: the rest follows it (`_send_rest`)
         slots = self.slots
         while slots and slots[0].chunks is not None:
-            for chunk in slots.popleft().chunks:  # type: ignore[union-attr]
+            chunks = slots.popleft().chunks
+            assert chunks is not None
+            for i, chunk in enumerate(chunks):
+                if isinstance(chunk, FileRegion):
+                    self.sending = self.proxy.spawn(self._send_rest(chunks[i:]))
+                    return
                 client.write(chunk)
         if self.client_gate.paused and len(slots) < self.max_in_flight // 2 + 1:
             self.client_gate.resume("in_flight")
+
+    async def _send_rest(self, chunks: Chunks) -> None:
+        """A response from its first file region on, then whatever became ready meanwhile. The broker's side is
+        not read meanwhile (what it answers waits in the kernel, not here)."""
+        client = self.client
+        assert client is not None
+        self.upstream_gate.pause("sending_file")
+        try:
+            if self.files is None:
+                self.files = FileSender(client, self.proxy.loop)
+            for chunk in chunks:
+                if self.closed:
+                    return
+                if isinstance(chunk, FileRegion):
+                    await self.files.send(chunk)
+                    self.proxy.fetch_stats.sendfile_bytes += chunk.length
+                else:
+                    client.write(chunk)
+        except (OSError, EOFError) as exc:
+            log.warning("client %s: sending a tier file region failed, closing the connection: %s", self.peer, exc)
+            self.close()
+            return
+        finally:
+            self.sending = None
+            self.upstream_gate.resume("sending_file")
+        self.flush()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     @property
@@ -264,6 +303,8 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        if self.files is not None:
+            self.files.close()
         for t in (self.client, self.upstream):
             if t is not None and not t.is_closing():
                 t.close()

@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from cachetools import LRUCache
 
 from protocol.errors import ProtocolError
+from protocol.primitives import FileRegion
 from protocol.records import RecordBatch, iter_batches
+from tierproxy.remote.regions import BadHeader, ShortFile, Walked, walk
 from tierproxy.tier.indexes import AbortedTxn, decode_producer_snapshot, decode_txn_index, lookup_position
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tier.storage import StorageUnavailable
+from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
 
 
 class BrokerLogUnavailable(RuntimeError):
@@ -34,7 +36,7 @@ class BrokerLogUnavailable(RuntimeError):
 
 @dataclass
 class ReadResult:
-    records: bytes | memoryview
+    records: bytes | memoryview | FileRegion
     aborted: list[AbortedTxn] = field(default_factory=list)
     # READ_COMMITTED: producers whose transaction was open at the end of the tier (decided in the broker's log)
     unresolved: set[int] = field(default_factory=set)
@@ -79,8 +81,10 @@ def _retrieved(task: asyncio.Task[bytes]) -> None:
 class RemoteReader:
     def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int = 8 << 20, cache_bytes: int = 256 << 20,
                  prefetch_chunks: int = 2, max_prefetch_chunks: int = 8, index_cache_bytes: int = 64 << 20,
-                 backoff: Backoff | None = None, direct: bool = False) -> None:
+                 backoff: Backoff | None = None, direct: bool = False, send_files: bool = False) -> None:
         self.rsm = rsm
+        # a direct reader may answer with regions of segment files (`read(as_file=True)`), sent with sendfile
+        self.send_files = direct and send_files
         # direct: each read takes exactly the bytes it needs from storage, no chunk cache and no read-ahead of
         # ours: for a tier of files, whose pages the OS caches and reads ahead already (a chunk cache there copied
         # every chunk into fresh memory: a page fault and a zeroed page each 4 KiB)
@@ -296,18 +300,30 @@ class RemoteReader:
             if (seg.segment_id.id, n) not in self.chunks:
                 self._chunk_task(seg, n, deadline, ahead=True)
 
-    async def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one: bool,
-                   read_committed: bool, deadline: float,
-                   following: list[RemoteLogSegmentMetadata] | None = None) -> ReadResult:
-        """Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch if `min_one`).
-
-        The batches are contiguous in the segment, so the answer is one slice of what storage returned."""
-        seg = md.segment_id.id
-        # a sequential reader needs no offset index (a storage round trip before its first byte): from the
-        # segment's start the position is 0, and where an earlier read ended its position is known
-        pos = 0 if offset <= md.start_offset else self.resume.get((seg, offset))
+    async def _start(self, md: RemoteLogSegmentMetadata, offset: int, deadline: float) -> int:
+        """A batch start at or before the batch holding `offset`. A sequential reader needs no offset index (a
+        storage round trip before its first byte): from the segment's start the position is 0, and where an
+        earlier read ended its position is known."""
+        pos = 0 if offset <= md.start_offset else self.resume.get((md.segment_id.id, offset))
         if pos is None:
             pos = lookup_position(await self.index(md, IndexType.OFFSET, deadline), md.start_offset, offset)
+        return pos
+
+    async def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one: bool,
+                   read_committed: bool, deadline: float,
+                   following: list[RemoteLogSegmentMetadata] | None = None, as_file: bool = False) -> ReadResult:
+        """Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch if `min_one`).
+
+        The batches are contiguous in the segment, so the answer is one slice of what storage returned — or, with
+        `as_file` on a direct reader of a tier of files (`send_files`), a region of the segment file that the
+        transport sends itself (`regions`)."""
+        if as_file and self.send_files:
+            path = self.rsm.log_file(md)
+            if path is not None:
+                return await self._read_region(md, path, offset, max_bytes, min_one, read_committed, deadline,
+                                               following)
+        seg = md.segment_id.id
+        pos = await self._start(md, offset, deadline)
         window = max_bytes + 256 * 1024  # the offset index is sparse: the wanted batch may start a bit later
         pieces: list[memoryview] = []
         total, resume_at = 0, -1
@@ -351,8 +367,40 @@ class RemoteReader:
         records: bytes | memoryview = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         return await self._result(md, records, read_committed, deadline, following)
 
-    async def _result(self, md: RemoteLogSegmentMetadata, records: bytes | memoryview, read_committed: bool,
-                      deadline: float, following: list[RemoteLogSegmentMetadata] | None) -> ReadResult:
+    async def _read_region(self, md: RemoteLogSegmentMetadata, path: str, offset: int, max_bytes: int,
+                           min_one: bool, read_committed: bool, deadline: float,
+                           following: list[RemoteLogSegmentMetadata] | None) -> ReadResult:
+        """`read` as a region of the segment file: its batches found by their headers (off the loop)."""
+        pos = await self._start(md, offset, deadline)
+
+        async def walked() -> Walked:
+            try:
+                found, _ = await asyncio.to_thread(walk, path, md.segment_size_in_bytes, pos, offset, max_bytes,
+                                                   min_one)
+                return found
+            except FileNotFoundError:
+                raise ObjectMissing(path) from None
+            except BadHeader as exc:
+                self._corrupt(md)
+                raise CorruptData(f"segment {md.segment_id.id.hex()}: {exc}") from None
+            except ShortFile as exc:  # never served (retried: a file being replaced)
+                self.short_reads += 1
+                raise StorageUnavailable(str(exc)) from None
+            except OSError as exc:
+                raise StorageUnavailable(f"reading {path}: {exc}") from exc
+
+        found: Walked = await self._retrying("log", walked, deadline)
+        self.misses += 1
+        if found.region is None:
+            return ReadResult(b"")
+        self.bytes_read += found.region.length
+        self.resume[(md.segment_id.id, found.last_offset + 1)] = found.region.position + found.region.length
+        span = (found.first_offset, found.last_offset) if found.transactional else None
+        return await self._result(md, found.region, read_committed, deadline, following, span)
+
+    async def _result(self, md: RemoteLogSegmentMetadata, records: bytes | memoryview | FileRegion,
+                      read_committed: bool, deadline: float, following: list[RemoteLogSegmentMetadata] | None,
+                      span: tuple[int, int] | None = None) -> ReadResult:
         """For READ_COMMITTED, the aborted transactions overlapping the records: from this segment's txn index,
         and for transactions still open at its end (its producer snapshot) from the following segments'. Those
         still open at the tier's end are `unresolved`: their markers are in the broker's log.
@@ -362,10 +410,15 @@ class RemoteReader:
         read (for a segment's first fetch, one storage round trip less)."""
         if not read_committed or not records:
             return ReadResult(records)
-        batches = list(iter_batches(records))
-        if not any(b.is_transactional for b in batches):
-            return ReadResult(records)
-        lo, hi = batches[0].base_offset, batches[-1].last_offset
+        if isinstance(records, FileRegion):  # the headers told (`span`: set when a batch is transactional)
+            if span is None:
+                return ReadResult(records)
+            lo, hi = span
+        else:
+            batches = list(iter_batches(records))
+            if not any(b.is_transactional for b in batches):
+                return ReadResult(records)
+            lo, hi = batches[0].base_offset, batches[-1].last_offset
         found: list[AbortedTxn] = []
         if not md.txn_index_empty:
             txns = decode_txn_index(await self.index(md, IndexType.TRANSACTION, deadline))

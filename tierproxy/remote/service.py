@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
+from protocol.primitives import FileRegion
 from protocol.records import iter_batches
 from protocol.requests import PARTITION_BOUNDS, fetch_request, list_offsets_request, listed_offsets
 from tierproxy.asyncclient import AsyncWireClient
@@ -52,7 +53,8 @@ class RemoteTier:
             backoff=Backoff(settings.remote_log_manager_task_retry_backoff_ms,
                             settings.remote_log_manager_task_retry_backoff_max_ms,
                             settings.remote_log_manager_task_retry_jitter),
-            direct=settings.remote_fetch_file_direct_reads and isinstance(self.rsm.store, FileStore))
+            direct=settings.remote_fetch_file_direct_reads and isinstance(self.rsm.store, FileStore),
+            send_files=settings.remote_fetch_file_sendfile)
         self.pool = ReaderPool(settings.remote_log_reader_threads, settings.remote_log_reader_max_pending_tasks)
         self._quota = RemoteFetchQuota(settings.remote_log_manager_fetch_max_bytes_per_second,
                                       settings.remote_fetch_client_max_bytes_per_second)
@@ -173,7 +175,7 @@ class RemoteTier:
         return None if pc is None or self.rlmm.cache.is_deleted(topic_id, partition) else pc
 
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
-                    deadline: float, min_one: bool = True) -> asyncio.Task[ReadResult] | None:
+                    deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:
         """Whole batches from `offset` (at least one if `min_one`), up to `max_bytes`, read through the bounded
         pool by `deadline` (loop time); None when no tiered segment holds `offset`. Raises PoolFull when the pool
         is. An offset inside a hole between served segments is not the tier's to answer (the broker may hold it, or
@@ -185,7 +187,8 @@ class RemoteTier:
         following = [m for m in pc.finished() if m.start_offset > md.end_offset]
 
         async def read() -> ReadResult:
-            res = await self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following)
+            res = await self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following,
+                                         as_file)
             if res.unresolved:
                 res.aborted += await self.aborted_in_broker_log(pc.tp.topic, pc.tp.partition, res.unresolved)
             return res
@@ -222,6 +225,7 @@ class RemoteTier:
             index = await self.reader.index(md, IndexType.TIMESTAMP, deadline)
             floor = lookup_time(index, md.start_offset, ts)
             result = await self.reader.read(md, floor, md.segment_size_in_bytes, True, False, deadline)
+            assert not isinstance(result.records, FileRegion)  # not asked as a file
             for batch in iter_batches(result.records):
                 if batch.max_timestamp < ts or batch.is_control:
                     continue

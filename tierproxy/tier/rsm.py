@@ -14,7 +14,7 @@ import re
 
 from tierproxy.tier.indexes import SegmentFiles
 from tierproxy.tier.model import RemoteLogSegmentMetadata, TopicIdPartition, uuid_str
-from tierproxy.tier.storage import ObjectStore, open_store
+from tierproxy.tier.storage import FileStore, ObjectStore, open_store
 
 
 class IndexType(enum.Enum):
@@ -64,6 +64,12 @@ class RemoteStorageManager:
     async def fetch_log(self, md: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> bytes:
         """Bytes [start, end) of the segment's log (to its end when `end` is None)."""
         return await self.store.get(self.key(md, LOG_EXT), start, end)
+
+    def log_file(self, md: RemoteLogSegmentMetadata) -> str | None:
+        """The segment's log as a local file (a tier of files), which a reader may send from; None on S3."""
+        if isinstance(self.store, FileStore):
+            return str(self.store.local_path(self.key(md, LOG_EXT)))
+        return None
 
     async def fetch_index(self, md: RemoteLogSegmentMetadata, index: IndexType) -> bytes:
         return await self.store.get(self.key(md, index.value))

@@ -26,7 +26,7 @@ stays under its id key to the end. Segments started under the end-offset key (ol
 from __future__ import annotations
 
 from protocol.errors import ProtocolError
-from protocol.primitives import Reader, Writer
+from protocol.primitives import Reader, Writer, buffers
 from protocol.schema import F, Message
 from tierproxy.tier.model import (
     PartitionDeleteState,
@@ -156,7 +156,7 @@ def encode_value(event: Event, version: int = VERSION) -> bytes:
     w.unsigned_varint(msg.api_key)
     w.unsigned_varint(version)
     msg.encode_into(w, data, version)
-    return b"".join(bytes(c) for c in w.finish())
+    return b"".join(buffers(w.finish()))
 
 
 def decode_value(value: bytes | memoryview) -> Event:

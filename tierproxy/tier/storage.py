@@ -79,6 +79,10 @@ class FileStore:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
 
+    def local_path(self, key: str) -> Path:
+        """The file of `key` (StorageError for a key that would leave the root)."""
+        return self._path(key)
+
     def _path(self, key: str) -> Path:
         p = (self.root / key).resolve()
         if self.root.resolve() not in p.parents:

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from protocol.messages import FetchResponse
+from protocol.primitives import FileRegion
 from protocol.records import build_empty_batch
 from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.flow import ByteBudget
@@ -75,7 +76,7 @@ class DelayedRemoteFetch:
             pc = self.partition(key)
             try:
                 task = (self.tier.submit_read(pc, self.plan.fetch_offset(key), max_bytes, self.plan.read_committed,
-                                              self.deadline, min_one) if pc else None)
+                                              self.deadline, min_one, self.plan.as_file) if pc else None)
             except PoolFull as exc:
                 log.warning("%s: %s answered empty", exc, key)
                 rejected.add(key)
@@ -193,7 +194,8 @@ class DelayedRemoteFetch:
             log.warning("remote read %s failed: %s", key, failure)
         else:
             res = task.result()
-            entry["records"] = memoryview(res.records)  # sent as its own chunk: not copied again
+            # sent as its own chunk: not copied again (a file region: by sendfile, never read here)
+            entry["records"] = res.records if isinstance(res.records, FileRegion) else memoryview(res.records)
             stats.served(topic, len(res.records))
             if plan.read_committed:
                 entry["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}

@@ -52,6 +52,7 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
         if chunks is not None:
             plan = FetchPlan(None, by_id, ev)
             plan.client_id = ev.header.client_id or ""
+            plan.as_file = session.sends_files
             session.forward(ev, chunks, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
             return
     data = decode_fetch_request(ev)
@@ -60,6 +61,7 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
         sessionless(data)
     plan = plan_fetch(data, by_id, session.tiered if tier is not None else {})
     plan.client_id = ev.header.client_id or ""
+    plan.as_file = session.sends_files
     op = None
     if plan.remote and tier is not None:
         plan.deadline = asyncio.get_running_loop().time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000

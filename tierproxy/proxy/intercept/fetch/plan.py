@@ -17,7 +17,8 @@ from protocol.connection import RequestEvent
 from protocol.constants import IsolationLevel
 from protocol.framing import HEAD
 from protocol.messages import FetchRequest, FetchRequestTopic, FetchRequestTopicPartition
-from tierproxy.proxy.session import Chunks, as_received
+from protocol.primitives import Buffer
+from tierproxy.proxy.session import as_received
 from tierproxy.remote.reader import ReadResult
 
 Key = tuple[str | bytes, int]  # (topic name, or topic id from Fetch v13+; partition)
@@ -44,6 +45,7 @@ class FetchPlan:
     deadline: float = 0.0  # loop time: the purgatory's end (remote.fetch.max.wait.ms after arrival)
     reserved: int = 0  # bytes of queued.max.request.bytes held for this response's remote reads
     client_id: str = ""  # whose remote fetch quota the served bytes count against
+    as_file: bool = False  # the client's connection sends file regions itself: a file tier may answer with them
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -122,7 +124,7 @@ def sessionless(data: FetchRequest) -> FetchRequest:
     return data
 
 
-def as_full_request(ev: RequestEvent) -> Chunks | None:
+def as_full_request(ev: RequestEvent) -> list[Buffer] | None:
     """The request to forward without decoding it, when it asks for no session state: sessionless as it came, or
     a full request (epoch 0) made sessionless by rewriting its epoch (a full request's forgotten topics are
     ignored by the broker). None: it refers to a session (incremental), and goes through the full decode."""

@@ -1,0 +1,193 @@
+"""A file tier's answers as regions of its segment files (`remote.fetch.file.sendfile`): found by the batch headers
+alone, they are byte for byte the answers of the reader that reads and CRC-checks every batch, for any offset and
+size (Hypothesis), transactions included; a bad header or a short file is never served; and on a real loopback
+socket a region goes out after what the transport holds, in order, however slowly the client reads."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol.primitives import FileRegion
+from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch
+from tests.support.segments import seg, tp
+from tierproxy.proxy.sendfile import FileSender, can_send_files
+from tierproxy.remote.reader import Backoff, CorruptData, RemoteReader
+from tierproxy.tier.indexes import build_segment
+from tierproxy.tier.model import RemoteLogSegmentMetadata
+from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.storage import FileStore, StorageUnavailable
+
+
+def _segment(sizes: list[int], base: int) -> bytes:
+    """Batches of 1..n records of varied sizes; every fifth of producer 7 in transactions, half of them aborted."""
+    out, offset = [], base
+    for j, n in enumerate(sizes):
+        txn = j % 5 == 0
+        out.append(build_batch([Record(offset + i, 0, None, os.urandom(50 + 37 * i)) for i in range(n)],
+                               base_offset=offset, producer_id=7 if txn else -1, producer_epoch=0 if txn else -1,
+                               transactional=txn))
+        offset += n
+        if txn:
+            out.append(build_control_batch(ABORT if j % 10 == 0 else COMMIT, offset=offset, producer_id=7,
+                                           producer_epoch=0, timestamp=0))
+            offset += 1
+    return b"".join(out)
+
+
+async def _tiered(root: Path) -> tuple[RemoteStorageManager, list[RemoteLogSegmentMetadata]]:
+    rsm = RemoteStorageManager(FileStore(root), "c")
+    mds, base = [], 0
+    for i in range(2):
+        raw = _segment([1 + (j * 7 + i) % 40 for j in range(120)], base)
+        files = build_segment(raw)
+        md = dataclasses.replace(seg(tp("regions"), files.start_offset, files.end_offset),
+                                 segment_size_in_bytes=len(raw), txn_index_empty=not files.txn_index)
+        await rsm.copy_segment(md, files)
+        mds.append(md)
+        base = files.end_offset + 1
+    return rsm, mds
+
+
+def _bytes(records: bytes | memoryview | FileRegion) -> bytes:
+    if isinstance(records, FileRegion):
+        return os.pread(records.fd, records.length, records.position)
+    return bytes(records)
+
+
+_TIER: dict[str, tuple[RemoteStorageManager, list[RemoteLogSegmentMetadata]]] = {}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.integers(0, 1), at=st.floats(0, 1), max_bytes=st.integers(1, 300_000), min_one=st.booleans(),
+       committed=st.booleans())
+def test_a_region_holds_the_bytes_the_checking_reader_serves(tmp_path: Path, which: int, at: float, max_bytes: int,
+                                                             min_one: bool, committed: bool) -> None:
+    async def run() -> None:
+        if str(tmp_path) not in _TIER:
+            _TIER[str(tmp_path)] = await _tiered(tmp_path / "tier")
+        rsm, mds = _TIER[str(tmp_path)]
+        md = mds[which]
+        offset = md.start_offset + int(at * (md.end_offset - md.start_offset))
+        deadline = asyncio.get_running_loop().time() + 10
+        regions = RemoteReader(rsm, direct=True, send_files=True)
+        checking = RemoteReader(rsm, direct=True)
+        following = mds[which + 1:]
+        a = await regions.read(md, offset, max_bytes, min_one, committed, deadline, following, as_file=True)
+        b = await checking.read(md, offset, max_bytes, min_one, committed, deadline, following, as_file=True)
+        assert isinstance(a.records, FileRegion) or not b.records
+        assert not isinstance(b.records, FileRegion)  # a reader without send_files never answers a region
+        assert _bytes(a.records) == _bytes(b.records)
+        assert (a.aborted, a.unresolved) == (b.aborted, b.unresolved)
+        if b.records:  # the next fetch starts where this one ended, found without the offset index
+            assert len(regions.resume) == 1 and regions.resume == checking.resume
+        await regions.close()
+        await checking.close()
+
+    asyncio.run(run())
+
+
+def test_transactions_are_told_from_the_headers(tmp_path: Path) -> None:
+    async def run() -> None:
+        rsm, mds = await _tiered(tmp_path / "tier")
+        deadline = asyncio.get_running_loop().time() + 10
+        reader = RemoteReader(rsm, direct=True, send_files=True)
+        got = await reader.read(mds[0], 0, 10 << 20, True, True, deadline, mds[1:], as_file=True)
+        assert isinstance(got.records, FileRegion) and got.records.length == mds[0].segment_size_in_bytes
+        assert got.aborted and all(a.producer_id == 7 for a in got.aborted)  # every tenth batch was aborted
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("damage", ["magic", "length", "short"])
+def test_a_bad_header_or_a_short_file_is_never_served(tmp_path: Path, damage: str) -> None:
+    async def run() -> None:
+        rsm, mds = await _tiered(tmp_path / "tier")
+        md = mds[0]
+        [path] = [p for p in sorted((tmp_path / "tier").rglob("*.log")) if p.name.startswith(f"{0:020d}")]
+        data = bytearray(path.read_bytes())
+        if damage == "magic":
+            data[16] = 1
+        elif damage == "length":
+            data[8:12] = (len(data) * 2).to_bytes(4, "big")
+        else:
+            del data[-1]
+        path.write_bytes(bytes(data))
+        reader = RemoteReader(rsm, direct=True, send_files=True, backoff=Backoff(10, 20))
+        deadline = asyncio.get_running_loop().time() + 0.3
+        with pytest.raises(StorageUnavailable) as caught:
+            await reader.read(md, md.start_offset, 10 << 20, True, False, deadline, as_file=True)
+        if damage == "short":
+            assert "metadata says" in str(caught.value) and reader.short_reads >= 1
+        else:
+            assert isinstance(caught.value, CorruptData) and reader.corrupt_batches >= 1
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_a_region_goes_out_after_what_the_transport_holds(tmp_path: Path, loop_kind: str) -> None:
+    """A real loopback connection: 6 MiB written through the transport (more than the socket takes at once), then a
+    region of 20 MiB, then bytes again, to a client that reads slowly at first; it receives them in that order.
+    On uvloop (what `serve` runs) and asyncio's own loop."""
+    path = tmp_path / "file"
+    body = os.urandom(20 << 20)
+    path.write_bytes(b"x" * 1000 + body)
+    before, after = os.urandom(6 << 20), b"after"
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int] = loop.create_future()
+
+        tasks: list[asyncio.Task[None]] = []
+        held: list[int] = []  # what the transport held when the region was sent: the drain is exercised
+
+        class Server(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                tasks.append(loop.create_task(self.serve(transport)))  # type: ignore[arg-type]
+
+            async def serve(self, transport: asyncio.WriteTransport) -> None:
+                assert can_send_files(transport)
+                sender = FileSender(transport, loop)
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    transport.write(before)
+                    held.append(transport.get_write_buffer_size())
+                    await sender.send(FileRegion(fd, 1000, len(body)))
+                    transport.write(after)
+                    done.set_result(sender.sent)
+                finally:
+                    os.close(fd)
+                    sender.close()
+
+        server = await loop.create_server(Server, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        client.setblocking(False)
+        got = bytearray()
+        await asyncio.sleep(0.2)  # the client reads nothing yet: the transport holds what the socket does not
+        want = len(before) + len(body) + len(after)
+        for _ in range(100_000):
+            if len(got) >= want:
+                break
+            try:
+                got += await loop.sock_recv(client, 1 << 16)
+            except BlockingIOError:
+                continue
+        client.close()
+        server.close()
+        assert await done == len(body)
+        assert held[0] > 0, "the socket took everything at once: the drain before the region was not exercised"
+        assert bytes(got) == before + body + after
+
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if loop_kind == "uvloop" else None) as runner:
+        runner.run(run())
