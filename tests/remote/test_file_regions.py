@@ -191,3 +191,49 @@ def test_a_region_goes_out_after_what_the_transport_holds(tmp_path: Path, loop_k
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop if loop_kind == "uvloop" else None) as runner:
         runner.run(run())
+
+
+def test_a_send_waiting_on_a_client_that_does_not_read_ends_when_the_connection_closes(tmp_path: Path) -> None:
+    """The client takes nothing: the region's send waits for the socket; closing the sender ends it at once with
+    ConnectionError (no task left waiting forever)."""
+    path = tmp_path / "file"
+    path.write_bytes(os.urandom(64 << 20))
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[BaseException | None] = loop.create_future()
+        senders: list[FileSender] = []
+        tasks: list[asyncio.Task[None]] = []
+
+        class Server(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                tasks.append(loop.create_task(self.serve(transport)))  # type: ignore[arg-type]
+
+            async def serve(self, transport: asyncio.WriteTransport) -> None:
+                sender = FileSender(transport, loop)
+                senders.append(sender)
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    await sender.send(FileRegion(fd, 0, 64 << 20))
+                    outcome.set_result(None)
+                except ConnectionError as exc:
+                    outcome.set_result(exc)
+                finally:
+                    os.close(fd)
+
+        server = await loop.create_server(Server, "127.0.0.1", 0)
+        client = socket.create_connection(("127.0.0.1", server.sockets[0].getsockname()[1]))
+        for _ in range(200):  # until the send waits on a full socket
+            await asyncio.sleep(0.01)
+            if senders and senders[0].waiter is not None:
+                break
+        assert senders and senders[0].waiter is not None and 0 < senders[0].sent < 64 << 20
+        senders[0].close()
+        assert isinstance(await asyncio.wait_for(outcome, 5), ConnectionError)
+        client.close()
+        server.close()
+
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run())

@@ -39,6 +39,7 @@ class FileSender:
         self.loop = loop
         self.fd = os.dup(transport.get_extra_info("socket").fileno())
         self.watching = False
+        self.waiter: asyncio.Future[None] | None = None
         self.closed = False
         self.sent = 0  # bytes sent from files
 
@@ -66,12 +67,13 @@ class FileSender:
     async def _writable(self) -> None:
         if self.closed:
             raise ConnectionError("connection closed")
-        waiter = self.loop.create_future()
+        waiter = self.waiter = self.loop.create_future()
         self.loop.add_writer(self.fd, _wake, waiter)
         self.watching = True
         try:
             await waiter
         finally:
+            self.waiter = None
             if not self.closed:  # after close the number may already be another socket's
                 self.loop.remove_writer(self.fd)
                 self.watching = False
@@ -81,5 +83,7 @@ class FileSender:
             return
         if self.watching:
             self.loop.remove_writer(self.fd)
+        if self.waiter is not None and not self.waiter.done():  # the send waiting on it ends now
+            self.waiter.set_exception(ConnectionError("connection closed"))
         self.closed = True
         os.close(self.fd)

@@ -286,8 +286,10 @@ class Session:
                 else:
                     client.write(chunk)
         except (OSError, EOFError) as exc:
-            log.warning("client %s: sending a tier file region failed, closing the connection: %s", self.peer, exc)
-            self.close()
+            if not self.closed:
+                log.warning("client %s: sending a tier file region failed, closing the connection: %s", self.peer,
+                            exc)
+                self.close()
             return
         finally:
             self.sending = None
