@@ -487,3 +487,36 @@ def test_a_request_with_a_partition_the_tier_does_not_answer_goes_to_the_broker(
         assert body is not None and s.proxy.fetch_stats.within_window == 0
 
     scene_run(go, remote_authorization_cache_ms=60_000)
+
+
+def test_reads_go_on_while_the_ids_are_asked_and_one_of_an_old_id_is_never_served() -> None:
+    """A fetch by name: the tier's reads start while the topic's current id is asked, not after. Here the answer
+    says the topic was created again under a new id (tiered too): the read started under the old id is dropped and
+    the partition read again under the new one; the client gets the new topic's bytes only."""
+    tier = InMemoryTier()
+    tier.segment(TP0, 0, 99)
+    new_id = os.urandom(16)
+    new = tier.segment(TopicIdPartition(TOPIC, new_id, 0), 0, 49, value_bytes=60)
+    tier.leader(TOPIC, 0, log_start=500, high_watermark=1000)
+    tier.current_ids[TOPIC] = TID
+    tier.ids_on_refresh[TOPIC] = new_id
+    tier.refresh_gate = asyncio.Event()
+
+    async def go(s: Scene) -> None:
+        header = s.send({0: 0})
+        s.wire.broker_answers(header, broker_answer({0: broker_entry(0, OOR)}))
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if tier.reads and tier.refreshes:
+                break
+        assert tier.refreshes == 1 and len(tier.reads) == 1  # read while the ids are still being asked
+        assert tier.refresh_gate is not None
+        tier.refresh_gate.set()
+        await s.proxy.settle()
+        [(_, _, body)] = s.wire.client_receives()
+        assert body is not None
+        p = parts(body)[0]
+        assert p["error_code"] == NONE and bytes(p["records"]) == b"".join(new)
+        assert len(tier.reads) == 2  # read again under the current id
+
+    scene_run(go, tier)

@@ -58,6 +58,9 @@ class InMemoryTier:
         self.script = ReadScript()
         self.reads: list[tuple[str, int, int, int, bool]] = []  # (topic, partition, offset, max bytes, min one)
         self.current_ids: dict[str, bytes] = {}
+        self.ids_on_refresh: dict[str, bytes] = {}  # a topic's id as the next refresh learns it (recreated topic)
+        self.refresh_gate: asyncio.Event | None = None
+        self.refreshes = 0
         self.purges: list[tuple[TopicIdPartition, int]] = []
         self.ready = True
         self._quota = quota or RemoteFetchQuota()
@@ -106,7 +109,11 @@ class InMemoryTier:
                 self.current_ids[t["name"]] = bytes(t["topic_id"])
 
     async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> None:
-        return None
+        """What a Metadata answer would say now: `ids_on_refresh` become the current ids (after `refresh_gate`)."""
+        self.refreshes += 1
+        if self.refresh_gate is not None:
+            await self.refresh_gate.wait()
+        self.current_ids.update(self.ids_on_refresh)
 
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
                     deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:

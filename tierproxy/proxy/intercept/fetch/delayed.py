@@ -87,6 +87,7 @@ class DelayedRemoteFetch:
                 continue
             task.add_done_callback(consume_exception)
             reads[key] = task
+            self.plan.read_from[key] = pc
         return reads, errors, rejected
 
     def start_early(self) -> None:
@@ -100,9 +101,9 @@ class DelayedRemoteFetch:
         """The answer: the broker's entries, the tier's for `oor` (read in time, an error, or empty), and an
         answer across the gap for each of `beyond` (`across_the_gap`). Returns the response to encode."""
         plan, tier, loop = self.plan, self.tier, asyncio.get_running_loop()
-        if not plan.by_id:  # by name: the tier answers only under the topic's current id (never a deleted topic's)
-            oor = await self.under_current_ids(oor)
-            beyond = [k for k in beyond if self.partition(k) is not None]
+        # by name: the tier answers only under the topic's current id (never a deleted topic's); the ids are asked
+        # while the reads and the leader's offsets go on, and a read the answer disowns is never served
+        ids = None if plan.by_id else loop.create_task(self.under_current_ids(oor))
         allowed, throttle_ms = tier.quota.allowance(plan.client_id)
         wanted = fit_budget(plan, oor, answered_bytes(upstream), allowed)
         self.memory.give_back(plan.reserved)  # the early reads' grant: the final budget takes its own
@@ -113,6 +114,9 @@ class DelayedRemoteFetch:
         # partitions beyond this fetch's budget have no read and no error: answered empty, read on a later fetch
         offsets_task = loop.create_task(self.broker_offsets(oor + beyond))
         offsets_task.add_done_callback(consume_exception)
+        if ids is not None:
+            oor = self._under_ids(set(await ids), oor, budget, reads, errors, rejected)
+            beyond = [k for k in beyond if self.partition(k) is not None]
         gaps = {k: loop.create_task(self.across_the_gap(k, offsets_task)) for k in beyond}
         await self._purgatory(reads, rejected, gaps)
         try:
@@ -140,6 +144,23 @@ class DelayedRemoteFetch:
         if throttle_ms:  # a spent remote fetch quota: the client waits before asking again (KIP-219)
             response["throttle_time_ms"] = max(response["throttle_time_ms"], throttle_ms)
         return response
+
+    def _under_ids(self, current: set[Key], oor: list[Key], budget: Budget, reads: Reads, errors: dict[Key, int],
+                   rejected: set[Key]) -> list[Key]:
+        """The partitions the tier answers under the topics' current ids (the others keep the broker's answer);
+        one whose read was started under another id than its current one is read again (never served from the
+        old topic's history)."""
+        oor = [k for k in oor if k in current]
+        stale = {k: budget[k] for k in oor if k in reads and k in budget
+                 and self.plan.read_from.get(k) is not self.partition(k)}
+        if stale:
+            for k in stale:
+                reads.pop(k)
+            again, failed, refused = self.start_reads(stale)
+            reads.update(again)
+            errors.update(failed)
+            rejected |= refused
+        return oor
 
     def _reads_for(self, budget: Budget, wanted: Budget) -> tuple[Reads, dict[Key, int], set[Key]]:
         """The final budget's reads: an early read stands if the budget still allows what it was started with."""

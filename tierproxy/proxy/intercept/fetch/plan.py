@@ -38,6 +38,7 @@ class FetchPlan:
     source: RequestEvent | None = None
     remote: list[Key] = field(default_factory=list)
     reads: dict[Key, asyncio.Task[ReadResult]] = field(default_factory=dict)  # started early for `remote`
+    read_from: dict[Key, object] = field(default_factory=dict)  # the tiered partition (its id) each read is of
     budget: Budget = field(default_factory=dict)  # early reads' (max bytes, min one batch)
     rejected: set[Key] = field(default_factory=set)  # early reads a full pool refused
     requested_reads: set[Key] = field(default_factory=set)  # the partitions this fetch's budget reads
