@@ -45,6 +45,11 @@ class OwnLeaders:
             self._topics[topic] = hit
         return hit[1][partition]
 
+    def known(self, topic: str, partition: int) -> str | None:
+        """The partition's leader as last asked, without asking (None: not known)."""
+        hit = self._topics.get(topic)
+        return None if hit is None else hit[1].get(partition)
+
     async def refresh(self, topics: set[str], max_age: float) -> None:
         """Ask Metadata again (one request) for the topics last asked more than `max_age` seconds ago."""
         now = time.monotonic()
