@@ -375,9 +375,7 @@ class RemoteReader:
 
         async def walked() -> Walked:
             try:
-                found, _ = await asyncio.to_thread(walk, path, md.segment_size_in_bytes, pos, offset, max_bytes,
-                                                   min_one)
-                return found
+                return await asyncio.to_thread(walk, path, md.segment_size_in_bytes, pos, offset, max_bytes, min_one)
             except FileNotFoundError:
                 raise ObjectMissing(path) from None
             except BadHeader as exc:

@@ -69,9 +69,10 @@ class _Headers:
         return BATCH_HEADER.unpack_from(self.buf, rel)
 
 
-def walk(path: str, size: int, pos: int, offset: int, max_bytes: int, min_one: bool) -> tuple[Walked, SegmentFile]:
+def walk(path: str, size: int, pos: int, offset: int, max_bytes: int, min_one: bool) -> Walked:
     """From byte `pos` (a batch start at or before the batch holding `offset`) of a segment file of `size` bytes:
-    the whole batches from the one holding `offset`, up to `max_bytes` (at least one when `min_one`). Blocking:
+    the whole batches from the one holding `offset`, up to `max_bytes` (at least one when `min_one`), as a region
+    whose owner keeps the file open until the region is gone. Blocking:
     run it off the event loop. Raises BadHeader for a header that cannot be true, ShortFile, OSError for the
     file."""
     f = SegmentFile(path)
@@ -104,4 +105,4 @@ def walk(path: str, size: int, pos: int, offset: int, max_bytes: int, min_one: b
         pos += batch
     if first >= 0:
         out.region = FileRegion(f.fd, first, end - first, f)
-    return out, f
+    return out

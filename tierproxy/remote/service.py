@@ -83,7 +83,7 @@ class RemoteTier:
                 delay = min(30.0, delay * 2)
         self.ready.set()
         log.info("remote tier ready: %d partitions with tiered data", len(self.rlmm.cache.partitions))
-        await self._warm()
+        self._tasks.append(asyncio.get_running_loop().create_task(self._warm()))
         if isinstance(self.rlmm, FileRLMM):
             while True:  # the file backend has no consumer: pick up what `tier` appended
                 await asyncio.sleep(1.0)
