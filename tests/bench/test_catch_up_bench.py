@@ -8,7 +8,9 @@ the history again through the same proxy, both with kafka-consumer-perf-test. Ra
 are taken within a round, so the machine's drift between rounds (this 2-core machine's direct figure varies
 1.5x between runs) cancels out. Each configuration of `remote.authorization.cache.ms` (0, the default: the broker
 authorizes every remote fetch; 1000: a connection the broker authorized less than a second ago is not asked
-again) gets its own rounds. Then eight consumers at once, one per partition of an eight-partition topic.
+again) gets its own rounds. Then eight consumers at once, one per partition of an eight-partition topic, with
+another consumer's tail fetches through the proxy timed beside them (p99 alone, beside eight direct readers, beside
+the eight catching up through the proxy).
 
     pytest -m bench tests/bench/test_catch_up_bench.py -s   (TIERPROXY_BENCH_CATCH_UP_MIB per topic, default 128;
                                                              TIERPROXY_BENCH_CATCH_UP_ROUNDS, default 3)
@@ -19,17 +21,21 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from protocol.constants import ApiKey
+from protocol.requests import fetch_request
 from tests.bench.clients import kcat_args, perf_test_mbps, produce
 from tests.bench.report import busy_share, cpu_seconds, machine_ticks, peak_rss_mib, report
 from tests.support.kafka import create_topic, set_retention, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
 MIB = int(os.environ.get("TIERPROXY_BENCH_CATCH_UP_MIB", "128"))
@@ -68,6 +74,40 @@ def _read(kcat: str, bootstrap: str, topic: str, count: int, size: int, partitio
         assert proc.wait(600) == 0
     assert n >= count, (topic, partition, n, count)
     return first_ms, count * size / 1e6 / (time.perf_counter() - start)
+
+
+class TailProbe:
+    """Another consumer's tail fetches through the proxy, timed on the wire while other work runs: 64 KiB fetches
+    of the broker's own log (`topic`, kept locally), one after another, until stopped."""
+
+    def __init__(self, address: str, topic: str, end: int) -> None:
+        self.address, self.topic, self.end = address, topic, end
+        self.stop = threading.Event()
+        self.ms: list[float] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with WireClient(self.address, timeout=30) as w:
+            offset = 0
+            for _ in range(1_000_000):  # bounded; stopped long before
+                if self.stop.is_set():
+                    return
+                body = fetch_request({self.topic: {0: offset}}, max_bytes=64 << 10)
+                start = time.perf_counter()
+                w.request(ApiKey.FETCH, 12, body)
+                self.ms.append((time.perf_counter() - start) * 1000)
+                offset = (offset + 4096) % max(1, self.end - 100)
+
+    def __enter__(self) -> TailProbe:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+    def p99(self) -> float:
+        return statistics.quantiles(self.ms, n=100)[98] if len(self.ms) >= 100 else float("nan")
 
 
 def _spread(xs: list[float]) -> str:
@@ -129,26 +169,39 @@ def test_catch_up_from_the_filesystem_tier_vs_direct_tail(kafka: KafkaCluster, k
                            f"core-s/GB")
             print(figures[-1], flush=True)
         # eight consumers at once, one partition each, against eight reading the twin directly
+        # and another consumer tailing the broker's own log through the proxy meanwhile: its fetches' p99 alone,
+        # beside 8 direct readers, beside the 8 catching up through the proxy
         proxy = _proxy(kafka, tmp_path, window)
+        tail_end = watermarks(kafka.bootstrap, "local-1024", 0)[1]
+        tail: dict[str, list[float]] = {"alone": [], "direct": [], "proxy": []}
         try:
             ratios, hwm = [], []
             for _ in range(ROUNDS):
+                with TailProbe(f"127.0.0.1:{proxy.base + 1}", "local-1024", tail_end) as probe:
+                    time.sleep(3)
+                tail["alone"].append(probe.p99())
                 got = {}
                 for name, bootstrap, topic in (("proxy", proxy.bootstrap, f"tiered-{CONSUMERS}p"),
                                                ("direct", kafka.bootstrap, f"local-{CONSUMERS}p")):
                     start, ticks = time.perf_counter(), machine_ticks()
-                    procs = [subprocess.Popen(kcat_args(kcat, bootstrap, topic, held_8p[p], p),
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                             for p in range(CONSUMERS)]
-                    assert all(pr.wait(600) == 0 for pr in procs)
+                    with TailProbe(f"127.0.0.1:{proxy.base + 1}", "local-1024", tail_end) as probe:
+                        procs = [subprocess.Popen(kcat_args(kcat, bootstrap, topic, held_8p[p], p),
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 for p in range(CONSUMERS)]
+                        assert all(pr.wait(600) == 0 for pr in procs)
+                    tail[name].append(probe.p99())
                     got[name] = sum(held_8p) * 1024 / 1e6 / (time.perf_counter() - start)
                     got[name + " busy"] = busy_share(ticks, machine_ticks())
                 ratios.append(got["proxy"] / got["direct"])
                 hwm.append(peak_rss_mib(proxy.proc.pid))
         finally:
             proxy.stop()
+        p99 = {k: statistics.median(v) for k, v in tail.items()}
         figures.append(f"window {window} ms, {CONSUMERS} consumers at once: aggregate {_spread(ratios)} of "
                        f"{CONSUMERS} direct (last round {got['proxy']:.0f} vs {got['direct']:.0f} MB/s, machine "
-                       f"{got['proxy busy']:.0%} / {got['direct busy']:.0%} busy); proxy peak RSS {max(hwm):.0f} MiB")
+                       f"{got['proxy busy']:.0%} / {got['direct busy']:.0%} busy); proxy peak RSS {max(hwm):.0f} MiB; "
+                       f"another consumer's 64 KiB tail fetch p99 {p99['alone']:.2f} ms alone, "
+                       f"{p99['direct']:.2f} ms beside {CONSUMERS} direct readers, {p99['proxy']:.2f} ms beside the "
+                       f"{CONSUMERS} catching up (+{p99['proxy'] - p99['alone']:.2f} ms)")
     report("catch-up vs direct tail (filesystem tier, ratios per round: median (min-max))", "; ".join(figures))
 
