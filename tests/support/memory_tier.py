@@ -60,6 +60,7 @@ class InMemoryTier:
         self.current_ids: dict[str, bytes] = {}
         self.ids_on_refresh: dict[str, bytes] = {}  # a topic's id as the next refresh learns it (recreated topic)
         self.refresh_gate: asyncio.Event | None = None
+        self.unnamed_on_refresh: set[str] = set()  # topics the next refreshes' answers do not name without error
         self.refreshes = 0
         self.purges: list[tuple[TopicIdPartition, int]] = []
         self.ready = True
@@ -108,12 +109,14 @@ class InMemoryTier:
             if t.get("name") and t.get("topic_id"):
                 self.current_ids[t["name"]] = bytes(t["topic_id"])
 
-    async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> None:
-        """What a Metadata answer would say now: `ids_on_refresh` become the current ids (after `refresh_gate`)."""
+    async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
+        """What a Metadata answer would say now: `ids_on_refresh` become the current ids (after `refresh_gate`);
+        every topic but `unnamed_on_refresh` counts as named by the cluster."""
         self.refreshes += 1
         if self.refresh_gate is not None:
             await self.refresh_gate.wait()
         self.current_ids.update(self.ids_on_refresh)
+        return set(topics) - self.unnamed_on_refresh
 
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
                     deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:

@@ -50,14 +50,23 @@ class OwnLeaders:
         hit = self._topics.get(topic)
         return None if hit is None else hit[1].get(partition)
 
-    async def refresh(self, topics: set[str], max_age: float) -> None:
-        """Ask Metadata again (one request) for the topics last asked more than `max_age` seconds ago."""
+    async def refresh(self, topics: set[str], max_age: float) -> set[str]:
+        """Ask Metadata again (one request) for the topics last asked more than `max_age` seconds ago. Returns the
+        topics a Metadata answer named without error within `max_age` (their current ids are known that fresh). A
+        topic the answer gave an error for is not remembered as asked: the next refresh asks again."""
         now = time.monotonic()
         stale = sorted(t for t in topics if (hit := self._topics.get(t)) is None or now - hit[0] > max_age)
+        confirmed = set(topics) - set(stale)
         if stale:
             md = await self._metadata(stale)
+            named = {t["name"] for t in md["topics"] if t["error_code"] == 0}
             for t in stale:
-                self._topics[t] = (time.monotonic(), _leaders(md, t))
+                if t in named:
+                    self._topics[t] = (time.monotonic(), _leaders(md, t))
+                    confirmed.add(t)
+                else:
+                    self._topics.pop(t, None)
+        return confirmed
 
     async def cluster_id(self) -> str | None:
         """The cluster's id, as a broker names it in a Metadata answer (for no topic)."""

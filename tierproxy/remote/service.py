@@ -172,10 +172,11 @@ class RemoteTier:
                              t["name"], bytes(tid).hex(), old.hex())
                 self.current_ids[t["name"]] = bytes(tid)
 
-    async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> None:
+    async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
         """Make sure the current ids of `topics` are at most `max_age` seconds old (asked on tierproxy's own
-        listener): checked before the tier answers a fetch by name."""
-        await self.leaders.refresh(topics, max_age)
+        listener): checked before the tier answers a fetch by name. Returns the topics whose current id is known
+        that fresh (a topic the cluster did not name without error is not among them)."""
+        return await self.leaders.refresh(topics, max_age)
 
     def partition(self, topic: str, partition: int) -> PartitionCache | None:
         """The tiered history of `topic` by name, only under the topic's current id: a topic deleted and created

@@ -42,7 +42,8 @@ class RemoteTierView(Protocol):
 
     def learn_topic_ids(self, topics: Iterable[Mapping[str, Any]]) -> None: ...
 
-    async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> None: ...
+    async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
+        """The current ids of `topics` at most `max_age` old; returns the topics whose id is known that fresh."""
 
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
                     deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:

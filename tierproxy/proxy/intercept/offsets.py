@@ -189,11 +189,16 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
                  session.peer)
 
     async def finish() -> None:
+        # a purge moves a tiered log start for good: it goes by the topics' ids asked now (max_age 0), never by an
+        # id remembered from before the topic may have been deleted and created again
+        confirmed: set[str] = set()
         if tier.serving:
             try:
-                await asyncio.wait_for(tier.refresh_topic_ids({name for name, _ in answered}), timeout)
+                confirmed = await asyncio.wait_for(tier.refresh_topic_ids({name for name, _ in answered}, 0),
+                                                   timeout)
             except (OSError, TimeoutError, ConnectionError, KeyError) as exc:
-                log.debug("current topic ids not asked: %s", exc)  # go with the ids known
+                log.warning("DeleteRecords: the topics' current ids could not be asked (%s): tiered partitions are "
+                            "answered KAFKA_STORAGE_ERROR, nothing of the tier moves", exc)
         moves = []
         for name, p in answered:
             if not tier.serving:  # what the tier holds is not known yet: never answer as if it held nothing
@@ -201,6 +206,9 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
                 continue
             pc = tier.partition(name, p["partition_index"])
             if pc is None:
+                continue
+            if name not in confirmed:  # which id the name has now is not known: retriable, nothing moved
+                p.update({"error_code": NOT_RECORDED, "low_watermark": -1})
                 continue
             outcome = delete_records_outcome(asked[(name, p["partition_index"])], p["low_watermark"],
                                              pc.earliest_offset())
