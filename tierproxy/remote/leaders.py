@@ -27,14 +27,17 @@ class OwnLeaders:
         # TLS of the relayed listener applies to our own connections only when they go to that same listener
         self._ssl = None if settings.own_listener_apart else upstream_context(settings)
         self._topics: dict[str, tuple[float, dict[int, str]]] = {}  # topic → (when, partition → leader host:port)
-        self._clients: dict[str, AsyncWireClient] = {}
+        self._clients: dict[tuple[str, int], AsyncWireClient] = {}  # (host:port, lane) → connection
 
-    def client(self, address: str) -> AsyncWireClient:
-        c = self._clients.get(address)
+    def client(self, address: str, lane: int = 0) -> AsyncWireClient:
+        """Our connection `lane` to `address` (a broker answers each connection's requests one at a time: requests
+        that should be answered together go on different lanes)."""
+        c = self._clients.get((address, lane))
         if c is None:
             host, _, port = address.rpartition(":")
-            c = self._clients[address] = AsyncWireClient(host, int(port), client_id="tierproxy-remote", timeout=5,
-                                                         ssl_context=self._ssl, identity=self.settings.identity)
+            c = self._clients[(address, lane)] = AsyncWireClient(
+                host, int(port), client_id="tierproxy-remote", timeout=5, ssl_context=self._ssl,
+                identity=self.settings.identity)
         return c
 
     async def leader(self, topic: str, partition: int, refresh: bool = False) -> str:
@@ -92,9 +95,8 @@ class OwnLeaders:
         raise last
 
     async def _drop(self, address: str) -> None:
-        c = self._clients.pop(address, None)
-        if c is not None:
-            await c.close()
+        for key in [k for k in self._clients if k[0] == address]:
+            await self._clients.pop(key).close()
 
     async def forget(self, address: str) -> None:
         """A request to `address` failed: reconnect next time and ask Metadata again."""
@@ -102,7 +104,7 @@ class OwnLeaders:
         await self._drop(address)
 
     async def close(self) -> None:
-        for address in list(self._clients):
+        for address in {a for a, _ in self._clients}:
             await self._drop(address)
 
 

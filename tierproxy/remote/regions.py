@@ -72,8 +72,8 @@ class _Headers:
 def walk(path: str, size: int, pos: int, offset: int, max_bytes: int, min_one: bool) -> Walked:
     """From byte `pos` (a batch start at or before the batch holding `offset`) of a segment file of `size` bytes:
     the whole batches from the one holding `offset`, up to `max_bytes` (at least one when `min_one`), as a region
-    whose owner keeps the file open until the region is gone. Blocking:
-    run it off the event loop. Raises BadHeader for a header that cannot be true, ShortFile, OSError for the
+    whose owner keeps the file open until the region is gone. Blocking, but small: a read per batch header (a
+    block after small batches). Raises BadHeader for a header that cannot be true, ShortFile, OSError for the
     file."""
     f = SegmentFile(path)
     found = os.fstat(f.fd).st_size

@@ -258,9 +258,10 @@ class RemoteTier:
 
     async def broker_offsets_many(self, pairs: list[tuple[str, int]], max_age: float = 1.0
                                   ) -> dict[tuple[str, int], BrokerOffsets]:
-        """`broker_offsets` of many partitions: one ListOffsets per leader and bound (three per leader, written
-        together, so no turnaround of ours between them), not three per partition; partitions that cannot be
-        asked are left out."""
+        """`broker_offsets` of many partitions: one ListOffsets per leader and bound (three per leader), not three
+        per partition, every leader asked at once; partitions that cannot be asked are left out. The three bounds go
+        on three connections of ours: a broker answers one connection's requests one at a time, so on one they
+        took three of its turns, one after another (most of a cold catch-up's first answer)."""
         now = time.monotonic()
         out = {k: c for k in pairs if (c := self._offsets.get(k)) is not None and now - c.at < max_age}
         by_leader: dict[str, list[tuple[str, int]]] = {}
@@ -270,19 +271,20 @@ class RemoteTier:
                     by_leader.setdefault(await self.leaders.leader(*key), []).append(key)
                 except (KeyError, OSError, TimeoutError, ConnectionError):
                     continue
-        for leader, keys in by_leader.items():
+        async def ask(leader: str, keys: list[tuple[str, int]]) -> None:
             asks = []
             for _, isolation, spec in PARTITION_BOUNDS:
                 asked: dict[str, dict[int, int]] = {}
                 for topic, partition in keys:
                     asked.setdefault(topic, {})[partition] = spec
-                asks.append((int(ApiKey.LIST_OFFSETS), 7, list_offsets_request(asked, isolation=isolation)))
-            try:  # the three bounds written together (the broker still answers them one after another)
-                answers = await self.leaders.client(leader).request_many(asks)
+                asks.append(list_offsets_request(asked, isolation=isolation))
+            try:
+                answers = await asyncio.gather(*(self.leaders.client(leader, lane).request(ApiKey.LIST_OFFSETS, 7, a)
+                                                 for lane, a in enumerate(asks)))
                 got = {name: listed_offsets(resp) for (name, _, _), resp in zip(PARTITION_BOUNDS, answers, strict=True)}
             except (OSError, TimeoutError, ConnectionError):
                 await self.leaders.forget(leader)
-                continue
+                return
             at = time.monotonic()
             for key in keys:
                 offsets = BrokerOffsets(**{name: g.get(key, -1) for name, g in got.items()}, at=at)
@@ -290,6 +292,8 @@ class RemoteTier:
                     await self.leaders.forget(leader)
                     continue
                 out[key] = self._offsets[key] = offsets
+
+        await asyncio.gather(*(ask(leader, keys) for leader, keys in by_leader.items()))
         return out
 
     async def fetch_from_leader(self, topic: str, partition: int, offset: int, max_bytes: int,
