@@ -5,7 +5,6 @@ files, for any offset and size (Hypothesis), and a file shorter than its metadat
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 from pathlib import Path
 
@@ -13,12 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.records import Record, build_batch, iter_batches
-from tests.support.segments import seg, tp
+from tests.support.segments import file_tier
 from tierproxy.remote.reader import Backoff, RemoteReader
-from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.tier.storage import FileStore, StorageUnavailable
+from tierproxy.tier.storage import StorageUnavailable
 
 
 def _segment(rng_sizes: list[int], base: int) -> bytes:
@@ -31,17 +29,7 @@ def _segment(rng_sizes: list[int], base: int) -> bytes:
 
 
 async def _tiered(root: Path) -> tuple[RemoteStorageManager, list[RemoteLogSegmentMetadata]]:
-    rsm = RemoteStorageManager(FileStore(root), "c")
-    mds, base = [], 0
-    for i in range(2):
-        raw = _segment([1 + (j * 7 + i) % 40 for j in range(120)], base)
-        files = build_segment(raw)
-        md = dataclasses.replace(seg(tp("direct"), files.start_offset, files.end_offset),
-                                 segment_size_in_bytes=len(raw))
-        await rsm.copy_segment(md, files)
-        mds.append(md)
-        base = files.end_offset + 1
-    return rsm, mds
+    return await file_tier(root, "direct", _segment)
 
 
 _TIER: dict[str, tuple[RemoteStorageManager, list[RemoteLogSegmentMetadata]]] = {}

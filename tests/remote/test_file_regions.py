@@ -6,7 +6,6 @@ socket a region goes out after what the transport holds, in order, however slowl
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import socket
 from pathlib import Path
@@ -17,13 +16,12 @@ from hypothesis import strategies as st
 
 from protocol.primitives import FileRegion
 from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch
-from tests.support.segments import seg, tp
+from tests.support.segments import file_tier
 from tierproxy.proxy.sendfile import FileSender, can_send_files
 from tierproxy.remote.reader import Backoff, CorruptData, RemoteReader
-from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.tier.storage import FileStore, StorageUnavailable
+from tierproxy.tier.storage import StorageUnavailable
 
 
 def _segment(sizes: list[int], base: int) -> bytes:
@@ -43,17 +41,7 @@ def _segment(sizes: list[int], base: int) -> bytes:
 
 
 async def _tiered(root: Path) -> tuple[RemoteStorageManager, list[RemoteLogSegmentMetadata]]:
-    rsm = RemoteStorageManager(FileStore(root), "c")
-    mds, base = [], 0
-    for i in range(2):
-        raw = _segment([1 + (j * 7 + i) % 40 for j in range(120)], base)
-        files = build_segment(raw)
-        md = dataclasses.replace(seg(tp("regions"), files.start_offset, files.end_offset),
-                                 segment_size_in_bytes=len(raw), txn_index_empty=not files.txn_index)
-        await rsm.copy_segment(md, files)
-        mds.append(md)
-        base = files.end_offset + 1
-    return rsm, mds
+    return await file_tier(root, "regions", _segment)
 
 
 def _bytes(records: bytes | memoryview | FileRegion) -> bytes:

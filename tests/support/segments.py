@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable
+from pathlib import Path
 
+from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -11,6 +15,8 @@ from tierproxy.tier.model import (
     TopicIdPartition,
 )
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment, transition
+from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.storage import FileStore
 
 S = SegmentState
 
@@ -71,3 +77,20 @@ async def one_pass(r: RemoteLogMetadataManager, t: TopicIdPartition, log: Partit
     for md in list(pc.finished())[:expire] if pc else []:  # retention: the oldest segments go
         await r.update_segment(transition(md, S.DELETE_SEGMENT_STARTED))
         await r.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED))
+
+
+async def file_tier(root: Path, topic: str, segment: Callable[[list[int], int], bytes]
+                    ) -> tuple[RemoteStorageManager, list[RemoteLogSegmentMetadata]]:
+    """Two segments in a file:// tier under `root`: `segment(sizes, base offset)` makes each one's batches (sizes of
+    1..40 records, so batch boundaries fall anywhere), with their Kafka indexes."""
+    rsm = RemoteStorageManager(FileStore(root), "c")
+    mds, base = [], 0
+    for i in range(2):
+        raw = segment([1 + (j * 7 + i) % 40 for j in range(120)], base)
+        files = build_segment(raw)
+        md = dataclasses.replace(seg(tp(topic), files.start_offset, files.end_offset),
+                                 segment_size_in_bytes=len(raw), txn_index_empty=not files.txn_index)
+        await rsm.copy_segment(md, files)
+        mds.append(md)
+        base = files.end_offset + 1
+    return rsm, mds
