@@ -107,7 +107,8 @@ class TailProbe:
         self.thread.join(60)
 
     def p99(self) -> float:
-        return statistics.quantiles(self.ms, n=100)[98] if len(self.ms) >= 100 else float("nan")
+        """The 99th percentile (of fewer than 100 fetches: about their slowest)."""
+        return statistics.quantiles(self.ms, n=100, method="inclusive")[98] if len(self.ms) >= 2 else float("nan")
 
 
 def _spread(xs: list[float]) -> str:
