@@ -102,7 +102,7 @@ def test_a_bad_header_or_a_short_file_is_never_served(tmp_path: Path, damage: st
         [path] = [p for p in sorted((tmp_path / "tier").rglob("*.log")) if p.name.startswith(f"{0:020d}")]
         data = bytearray(path.read_bytes())
         if damage == "magic":
-            data[16] = 1
+            data[16] = 7
         elif damage == "length":
             data[8:12] = (len(data) * 2).to_bytes(4, "big")
         else:
@@ -116,6 +116,25 @@ def test_a_bad_header_or_a_short_file_is_never_served(tmp_path: Path, damage: st
             assert "metadata says" in str(caught.value) and reader.short_reads >= 1
         else:
             assert isinstance(caught.value, CorruptData) and reader.corrupt_batches >= 1
+
+    asyncio.run(run())
+
+
+def test_an_older_message_format_is_answered_as_the_checking_reader_answers_it(tmp_path: Path) -> None:
+    """A batch that says message format v1 (magic 1): its header says too little for a region, so the answer is
+    read as bytes, the checking reader's own answer."""
+    async def run() -> None:
+        rsm, mds = await _tiered(tmp_path / "tier")
+        md = mds[0]
+        [path] = [p for p in sorted((tmp_path / "tier").rglob("*.log")) if p.name.startswith(f"{0:020d}")]
+        data = bytearray(path.read_bytes())
+        data[16] = 1
+        path.write_bytes(bytes(data))
+        deadline = asyncio.get_running_loop().time() + 10
+        got = await RemoteReader(rsm, direct=True, send_files=True).read(md, 0, 1 << 20, True, False, deadline,
+                                                                         as_file=True)
+        want = await RemoteReader(rsm, direct=True).read(md, 0, 1 << 20, True, False, deadline)
+        assert not isinstance(got.records, FileRegion) and bytes(got.records) == bytes(want.records)  # type: ignore[arg-type]
 
     asyncio.run(run())
 

@@ -23,7 +23,7 @@ from cachetools import LRUCache
 from protocol.errors import ProtocolError
 from protocol.primitives import FileRegion
 from protocol.records import RecordBatch, iter_batches
-from tierproxy.remote.regions import BadHeader, ShortFile, Walked, walk
+from tierproxy.remote.regions import BadHeader, OlderFormat, ShortFile, Walked, walk
 from tierproxy.tier.indexes import AbortedTxn, decode_producer_snapshot, decode_txn_index, lookup_position
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
@@ -375,7 +375,21 @@ class RemoteReader:
         cost a cold catch-up's first answer 2-4 ms). A tier on a slow or network filesystem reads as S3 does
         (`remote.fetch.file.direct.reads=false`)."""
         pos = await self._start(md, offset, deadline)
+        try:
+            found = await self._walked(md, path, pos, offset, max_bytes, min_one, deadline)
+        except OlderFormat:  # magic 0/1 batches: read and checked as bytes, as the broker's older segments were
+            return await self.read(md, offset, max_bytes, min_one, read_committed, deadline, following)
+        self.misses += 1
+        if found.region is None:
+            return ReadResult(b"")
+        self.bytes_read += found.region.length
+        self.resume[(md.segment_id.id, found.last_offset + 1)] = found.region.position + found.region.length
+        span = (found.first_offset, found.last_offset) if found.transactional else None
+        return await self._result(md, found.region, read_committed, deadline, following, span)
 
+    async def _walked(self, md: RemoteLogSegmentMetadata, path: str, pos: int, offset: int, max_bytes: int,
+                      min_one: bool, deadline: float) -> Walked:
+        """`regions.walk` with the reader's errors and retries."""
         async def walked() -> Walked:
             try:
                 return walk(path, md.segment_size_in_bytes, pos, offset, max_bytes, min_one)
@@ -391,13 +405,7 @@ class RemoteReader:
                 raise StorageUnavailable(f"reading {path}: {exc}") from exc
 
         found: Walked = await self._retrying("log", walked, deadline)
-        self.misses += 1
-        if found.region is None:
-            return ReadResult(b"")
-        self.bytes_read += found.region.length
-        self.resume[(md.segment_id.id, found.last_offset + 1)] = found.region.position + found.region.length
-        span = (found.first_offset, found.last_offset) if found.transactional else None
-        return await self._result(md, found.region, read_committed, deadline, following, span)
+        return found
 
     async def _result(self, md: RemoteLogSegmentMetadata, records: bytes | memoryview | FileRegion,
                       read_committed: bool, deadline: float, following: list[RemoteLogSegmentMetadata] | None,

@@ -35,6 +35,10 @@ class BadHeader(ValueError):
     """A batch header that cannot be true (magic, length): the segment's bytes are not served."""
 
 
+class OlderFormat(ValueError):
+    """A batch of message format v0/v1 (magic 0 or 1), whose header says less: such an answer is read as bytes."""
+
+
 class ShortFile(ValueError):
     """The file is shorter than its metadata says: nothing of it is served (a region past its end could not be
     sent whole)."""
@@ -57,13 +61,11 @@ class _Headers:
         self.fd = fd
         self.buf = b""
         self.at = 0
-        self.reads = 0
 
     def header(self, pos: int, wide: bool) -> tuple[int, ...] | None:
         rel = pos - self.at
         if rel < 0 or rel + HEADER_SIZE > len(self.buf):
             self.buf, self.at, rel = os.pread(self.fd, BLOCK if wide else HEADER_SIZE, pos), pos, 0
-            self.reads += 1
             if len(self.buf) < HEADER_SIZE:
                 return None
         return BATCH_HEADER.unpack_from(self.buf, rel)
@@ -73,8 +75,8 @@ def walk(path: str, size: int, pos: int, offset: int, max_bytes: int, min_one: b
     """From byte `pos` (a batch start at or before the batch holding `offset`) of a segment file of `size` bytes:
     the whole batches from the one holding `offset`, up to `max_bytes` (at least one when `min_one`), as a region
     whose owner keeps the file open until the region is gone. Blocking, but small: a read per batch header (a
-    block after small batches). Raises BadHeader for a header that cannot be true, ShortFile, OSError for the
-    file."""
+    block after small batches). Raises BadHeader for a header that cannot be true, OlderFormat, ShortFile,
+    OSError for the file."""
     f = SegmentFile(path)
     found = os.fstat(f.fd).st_size
     if found < size:
@@ -88,6 +90,8 @@ def walk(path: str, size: int, pos: int, offset: int, max_bytes: int, min_one: b
         if h is None:
             raise BadHeader(f"the file ends before the batch header at position {pos} ({size} bytes expected)")
         base, length, _, magic, _, attributes, last_delta = h[:7]
+        if magic in (0, 1):
+            raise OlderFormat(f"message format v{magic} at position {pos}")
         batch = length + LENGTH_OVERHEAD
         if magic != 2 or length < HEADER_SIZE - LENGTH_OVERHEAD or pos + batch > size:
             raise BadHeader(f"batch header at position {pos}: magic {magic}, length {length} in a segment of "
