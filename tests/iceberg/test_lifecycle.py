@@ -4,6 +4,7 @@ purge mid-segment, a deleted topic) unless `--retention keep`."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -42,9 +43,9 @@ class Step:
         return {**os.environ, "TIERPROXY_TIER_STATE_DIR": str(self.tmp / "state"),
                 "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0", **extra}
 
-    def run(self, *extra: str) -> str:
+    def run(self, *extra: str, **env: str) -> str:
         proc = subprocess.run(self.cmd(*extra), capture_output=True, text=True, timeout=300, cwd=self.tmp,
-                              env=self.env())
+                              env=self.env(**env))
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc.stdout
 
@@ -202,6 +203,45 @@ def test_snapshot_at_names_the_first_snapshot_holding_the_offsets(kafka: KafkaCl
     rows = pyiceberg_rows(table, snapshot_id=first, row_filter=at(700)["filter"])
     assert [r[4] for r in rows] == list(range(700))
     assert [r[4] for r in pyiceberg_rows(table, snapshot_id=first)] == list(range(ends[0]))
+
+
+def test_200_small_segments_are_compacted_into_one_file_with_the_same_rows(kafka: KafkaCluster,
+                                                                          tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    topic = f"ice-compact-{os.getpid()}"
+    create_topic(kafka.bootstrap, topic)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0, "batch.size": 1024})
+    for i in range(3600):  # batches of a few records: tier segments of 4 KiB are cut between them
+        p.produce(topic, os.urandom(200), f"k{i}".encode())
+        if i % 4 == 3:
+            p.flush(30)
+    assert p.flush(30) == 0
+    s = settings(kafka.bootstrap, tmp_path, topic, tier_segment_bytes=4096)
+    assert tier_once(s).segments >= 200
+    step = Step(kafka.bootstrap, tmp_path, topic)
+    first = step.run(TIERPROXY_ICEBERG_TARGET_FILE_BYTES="0")  # compaction off: a file per segment
+    files = referenced(step.table())
+    assert len(files) >= 200 and "compacted" not in first
+    rows = pyiceberg_rows(step.table())
+    assert [r[4] for r in rows] == tier_offsets(s, topic)
+
+    out = step.run()  # the default target (128 MiB): every small file of the partition merged into one
+    assert f"{len(files)} files compacted into 1;" in out, out
+    table = step.table()
+    (only,) = referenced(table)
+    assert "-compacted-" in only
+    assert pyiceberg_rows(table) == rows  # the same rows, in the same (offset) order
+    summary = table.current_snapshot().summary.additional_properties
+    assert summary["tierproxy.compaction"] and summary["tierproxy.ends"] == json.dumps(
+        {k: v for k, v in json.loads(table.properties["tierproxy.ledger"])["ends"].items()}, sort_keys=True)
+    # the replaced files stay while the older snapshots reference them, and are not orphans
+    assert set(files) <= step.data_files_on_disk()
+
+    snap = table.current_snapshot().snapshot_id
+    assert "compacted" not in step.run()  # a rerun has nothing to add or merge
+    assert step.table().current_snapshot().snapshot_id == snap
+
 
 
 def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, tmp_path: Path) -> None:

@@ -51,6 +51,10 @@ class TierSettings(CommonSettings):
                                    "keep: the table keeps them")
     iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="data files no snapshot references are "
                                            "deleted once this old (a killed pass's)")
+    iceberg_target_file_bytes: int = Field(128 << 20, ge=0, description="compaction: a table partition's data "
+                                           "files under 3/4 of this are merged towards it (0: no compaction)")
+    iceberg_compaction_min_input_files: int = Field(5, ge=2, description="compaction merges a partition's small "
+                                                    "files once at least this many are there")
     iceberg_schema_registry_url: str | None = Field(None, description="the schema registry typed tables read "
                                                     "(Confluent's REST API)")
     iceberg_schema_registry_basic_auth_user_info: str | None = Field(

@@ -14,6 +14,7 @@ from typing import Any
 from tierproxy.config import TierSettings
 from tierproxy.config.values import typed_table_for, typed_table_rules
 from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, open_table
+from tierproxy.iceberg.compaction import CompactionOptions
 from tierproxy.iceberg.ledger import snapshot_at
 from tierproxy.iceberg.registry import RegistryConfig
 from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync, SegmentDataError
@@ -34,7 +35,9 @@ def catalog_of(s: TierSettings) -> CatalogConfig:
 def options_of(s: TierSettings) -> IcebergOptions:
     return IcebergOptions(catalog_of(s), s.iceberg_table, s.own_bootstrap, s.storage, s.metadata,
                           s.iceberg_topics or s.tier_topics, s.iceberg_isolation_level == "read_committed",
-                          s.iceberg_retention == "keep", s.iceberg_orphan_min_age_ms)
+                          s.iceberg_retention == "keep", s.iceberg_orphan_min_age_ms,
+                          compaction=CompactionOptions(s.iceberg_target_file_bytes,
+                                                       s.iceberg_compaction_min_input_files))
 
 
 def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]:

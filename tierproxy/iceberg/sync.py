@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, open_table
+from tierproxy.iceberg.compaction import Compacted, CompactionOptions, candidates, compact, plan_groups
 from tierproxy.iceberg.files import SliceWritten, write_slice
-from tierproxy.iceberg.ledger import LEDGER, WRITER, Ledger, current_ledger
+from tierproxy.iceberg.ledger import LEDGER, PASS, WRITER, Ledger, current_ledger
 from tierproxy.iceberg.registry import RegistryUnavailable
 from tierproxy.iceberg.schema import iceberg_schema
 from tierproxy.iceberg.typed import PREFIX
@@ -59,6 +60,7 @@ class IcebergOptions:
     keep: bool = False  # iceberg.retention=keep
     orphan_min_age_ms: int = 3_600_000
     typed: TypedOptions | None = None  # a typed table of one topic (`topics` then names just it)
+    compaction: CompactionOptions = field(default_factory=CompactionOptions)
 
 
 @dataclass
@@ -81,6 +83,8 @@ class IcebergSummary:
     waiting: bool = False  # a typed table's subject has no version yet: nothing was done
     typed: bool = False
     table: str = ""
+    files_compacted: int = 0  # small data files replaced by compaction (every table of the pass)
+    compacted_into: int = 0  # the files that replaced them
 
     def line(self) -> str:
         if self.waiting:
@@ -89,6 +93,8 @@ class IcebergSummary:
         return (f"iceberg pass {self.pass_id}: {self.segments_added} segments, {self.files_added} files, "
                 f"{self.rows_added} rows added; {self.files_held_back} files held back; {self.rows_deleted} rows "
                 f"removed; " + (f"{self.dead_letters} dead letters; " if self.typed else "") +
+                (f"{self.files_compacted} files compacted into {self.compacted_into}; " if self.files_compacted
+                 else "") +
                 f"{self.snapshots_expired} snapshots expired; {self.files_deleted} files deleted; "
                 f"lag {sum(self.lag.values())} offsets; snapshot {self.snapshot_id} in {self.seconds:.1f}s")
 
@@ -281,6 +287,10 @@ class IcebergSync:
                     _pause_point("between")  # the dead letters committed, the typed rows not yet
             elif WRITER in t.table.properties:
                 t.table = self._release(t.table)
+        for t in targets:
+            done = self._compact(t, summary.pass_id)
+            summary.files_compacted += done.files_in
+            summary.compacted_into += done.files_out
         snap = main.table.current_snapshot()
         summary.snapshot_id = snap.snapshot_id if snap else None
         _pause_point("commit")
@@ -445,6 +455,38 @@ class IcebergSync:
                     break
                 removed += int(s.summary.additional_properties.get("deleted-records", 0) or 0)
         return removed
+
+    # --- compaction ---------------------------------------------------------------------------------------------
+    def _compact(self, t: _Target, pass_id: str) -> Compacted:
+        """Merge the table's small files (`compaction`) under this pass's lease; a table another pass holds, or
+        a compaction that loses a race, is left for a later pass."""
+        options = self.o.compaction
+        table = t.table.refresh()
+        if options.target_bytes <= 0 or writer_of(table, self.o.orphan_min_age_ms) is not None or \
+                not plan_groups(candidates(table, t.columns[2]), options):
+            return Compacted()
+        try:
+            table = self._lease(table, t.name, pass_id)
+        except TableBusy as exc:
+            return Compacted(skipped=str(exc))
+        sc = self._spark().sparkContext
+
+        def run(fn: Any, jobs: list[Any]) -> list[Any]:
+            return list(sc.parallelize(jobs, len(jobs)).map(fn).collect())
+
+        props = {k: v for k, v in current_ledger(table).summary(pass_id, []).items() if k != PASS}
+        try:
+            done = compact(table, t.columns[2], options, pass_id, self.o.catalog.io, run, props,
+                           before_commit=lambda: _pause_point("compaction"))
+        finally:
+            table = table.refresh()
+            if writer_of(table, self.o.orphan_min_age_ms) == pass_id:  # nothing committed: the lease is ours
+                table = self._release(table)
+        t.table = table
+        if done.files_in:
+            log.info("iceberg: table %s: %d small files compacted into %d (%d rows)", t.name, done.files_in,
+                     done.files_out, done.rows)
+        return done
 
     # --- cleanup ------------------------------------------------------------------------------------------------
     def _expire(self, table: Any) -> int:
