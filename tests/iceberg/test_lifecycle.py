@@ -40,8 +40,9 @@ class Step:
                 "--master", "local[2]", *extra]
 
     def env(self, **extra: str) -> dict[str, str]:
+        # these tests count a pass's files: compaction (its own test below) off unless a test turns it on
         return {**os.environ, "TIERPROXY_TIER_STATE_DIR": str(self.tmp / "state"),
-                "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0", **extra}
+                "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0", "TIERPROXY_ICEBERG_TARGET_FILE_BYTES": "0", **extra}
 
     def run(self, *extra: str, **env: str) -> str:
         proc = subprocess.run(self.cmd(*extra), capture_output=True, text=True, timeout=300, cwd=self.tmp,
@@ -49,10 +50,11 @@ class Step:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc.stdout
 
-    def killed_at(self, point: str) -> None:
+    def killed_at(self, point: str, **env: str) -> None:
         """Run until the step reaches `point`, then SIGKILL it (and its Spark JVM: the whole process group)."""
         marker = self.tmp / f"at-{point}-{time.monotonic_ns()}"
-        proc = subprocess.Popen(self.cmd(), cwd=self.tmp, env=self.env(TIERPROXY_ICEBERG_PAUSE_AT=f"{point}:{marker}"),
+        proc = subprocess.Popen(self.cmd(), cwd=self.tmp,
+                                env=self.env(TIERPROXY_ICEBERG_PAUSE_AT=f"{point}:{marker}", **env),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             deadline = time.monotonic() + 240
@@ -226,7 +228,13 @@ def test_200_small_segments_are_compacted_into_one_file_with_the_same_rows(kafka
     rows = pyiceberg_rows(step.table())
     assert [r[4] for r in rows] == tier_offsets(s, topic)
 
-    out = step.run()  # the default target (128 MiB): every small file of the partition merged into one
+    default = {"TIERPROXY_ICEBERG_TARGET_FILE_BYTES": str(128 << 20)}  # the default target
+    step.killed_at("compaction", **default)  # merged, not committed: the table as it was, the lease left behind
+    assert sorted(referenced(step.table())) == sorted(files) and pyiceberg_rows(step.table()) == rows
+    orphan = step.data_files_on_disk() - set(files)
+    assert len(orphan) == 1 and "-compacted-" in orphan.pop()
+
+    out = step.run(**default)  # every small file of the partition merged into one; the killed pass's orphan gone
     assert f"{len(files)} files compacted into 1;" in out, out
     table = step.table()
     (only,) = referenced(table)
@@ -236,12 +244,75 @@ def test_200_small_segments_are_compacted_into_one_file_with_the_same_rows(kafka
     assert summary["tierproxy.compaction"] and summary["tierproxy.ends"] == json.dumps(
         {k: v for k, v in json.loads(table.properties["tierproxy.ledger"])["ends"].items()}, sort_keys=True)
     # the replaced files stay while the older snapshots reference them, and are not orphans
-    assert set(files) <= step.data_files_on_disk()
+    assert step.data_files_on_disk() == set(files) | {only}
 
     snap = table.current_snapshot().snapshot_id
-    assert "compacted" not in step.run()  # a rerun has nothing to add or merge
+    assert "compacted" not in step.run(**default)  # a rerun has nothing to add or merge
     assert step.table().current_snapshot().snapshot_id == snap
 
+
+
+DAY_MS = 86_400_000
+
+
+def test_partitioned_by_day_each_file_holds_one_day_and_a_day_filter_reads_only_its_files(kafka: KafkaCluster,
+                                                                                          tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+    from confluent_kafka import Producer
+
+    topic = f"ice-days-{os.getpid()}"
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    first_day = int(time.time() * 1000) // DAY_MS - 4  # four days ago: inside the broker's 7-day retention
+    # small batches make small tier segments; idempotence keeps a retried batch in order (offset = n below)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "batch.size": 4096, "enable.idempotence": True})
+    day_of: dict[tuple[int, int], int] = {}
+    for i in range(1200):
+        part, n = i % 2, i // 2
+        day = first_day + n // 200 if n % 50 != 49 else first_day  # every 50th one late: a day-0 timestamp
+        p.produce(topic, os.urandom(100), partition=part, timestamp=day * DAY_MS + n * 1000)
+        day_of[(part, n)] = day
+    assert p.flush(30) == 0
+    s = settings(kafka.bootstrap, tmp_path, topic, tier_segment_bytes=16 * 1024)
+    assert tier_once(s).segments >= 6  # segments spanning days, and late records in most of them
+    step = Step(kafka.bootstrap, tmp_path, topic)
+    step.run(TIERPROXY_ICEBERG_PARTITION_BY="partition,day(timestamp)")
+    table = step.table()
+    assert [f.name for f in table.spec().fields] == ["topic", "partition", "timestamp_day"]
+
+    def check(table: Any) -> list[Any]:
+        tasks = list(table.scan().plan_files())
+        for task in tasks:  # each file: one Kafka partition and one day, its rows in offset order
+            _, part, day = (task.file.partition[i] for i in range(3))
+            rows = pq.read_table(task.file.file_path.removeprefix("file://"))
+            offsets = rows.column("offset").to_pylist()
+            assert set(rows.column("partition").to_pylist()) == {part} and offsets == sorted(offsets)
+            assert {day_of[(part, o)] for o in offsets} == {day}, task.file.file_path
+        got = table.scan().to_arrow()
+        seen = sorted(zip(got.column("partition").to_pylist(), got.column("offset").to_pylist(), strict=True))
+        assert seen == sorted(day_of)  # every record once
+        for part, off, ts in zip(got.column("partition").to_pylist(), got.column("offset").to_pylist(),
+                                 got.column("timestamp").to_pylist(), strict=True):
+            assert int(ts.timestamp() * 1000) // DAY_MS == day_of[(part, off)]
+        days = {(t.file.partition[1], t.file.partition[2]) for t in tasks}
+        assert days == {(part, d) for (part, _), d in day_of.items()}
+        # a filter on one day plans only that day's files
+        lo = f"{time.strftime('%Y-%m-%dT%H:%M:%S+00:00', time.gmtime((first_day + 1) * DAY_MS / 1000))}"
+        hi = f"{time.strftime('%Y-%m-%dT%H:%M:%S+00:00', time.gmtime((first_day + 2) * DAY_MS / 1000))}"
+        one_day = list(table.scan(row_filter=f"timestamp >= '{lo}' AND timestamp < '{hi}'").plan_files())
+        assert one_day and {t.file.partition[2] for t in one_day} == {first_day + 1}
+        return tasks
+
+    tasks = check(table)
+    assert len(tasks) >= 6  # 2 partitions, 3 days each at least; a segment spanning days is split by day
+    before = sorted(table.scan().to_arrow().column("offset").to_pylist())
+
+    # compaction merges within a day, never across: each file still one partition and one day
+    out = step.run(TIERPROXY_ICEBERG_PARTITION_BY="partition,day(timestamp)",
+                   TIERPROXY_ICEBERG_TARGET_FILE_BYTES=str(128 << 20), TIERPROXY_ICEBERG_COMPACTION_MIN_INPUT_FILES="2")
+    table = step.table()
+    compacted = check(table)
+    assert "compacted into" in out and len(compacted) < len(tasks)
+    assert sorted(table.scan().to_arrow().column("offset").to_pylist()) == before
 
 
 def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, tmp_path: Path) -> None:

@@ -339,8 +339,13 @@ def test_a_purge_removes_rows_below_it_from_both_tables_and_nothing_above(kafka:
         p.flush(30)
     s = settings(kafka.bootstrap, tmp_path, t.topic, tier_segment_bytes=4096)
     tier_in_process(s)
-    iceberg_cli(tmp_path, *t.args("--once"), env=t.env())
+    by_hour = t.env(TIERPROXY_ICEBERG_PARTITION_BY="partition,hour(timestamp)")  # both tables by hour as well
+    iceberg_cli(tmp_path, *t.args("--once"), env=by_hour)
     uri, wh = f"sqlite:///{tmp_path}/tier/iceberg/catalog.db", f"file://{tmp_path}/tier/iceberg"
+    assert [f.name for f in pyiceberg_table(uri, wh, t.table).spec().fields] == ["_kafka_partition",
+                                                                               "_kafka_timestamp_hour"]
+    assert [f.name for f in pyiceberg_table(uri, wh, f"{t.table}_dlq").spec().fields] == ["topic", "partition",
+                                                                                        "timestamp_hour"]
 
     def offsets(name: str, column: str) -> list[int]:
         return sorted(pyiceberg_table(uri, wh, name).scan().to_arrow().column(column).to_pylist())
@@ -353,6 +358,6 @@ def test_a_purge_removes_rows_below_it_from_both_tables_and_nothing_above(kafka:
         assert delete_records(proxy.bootstrap, t.topic, {0: cut}) == {0: (0, cut)}
     finally:
         proxy.stop()
-    iceberg_cli(tmp_path, *t.args("--once"), env=t.env())
+    iceberg_cli(tmp_path, *t.args("--once"), env=by_hour)
     assert offsets(t.table, "_kafka_offset") == [i for i in range(cut, 600) if i % 10 != 9]
     assert offsets(f"{t.table}_dlq", "offset") == list(range(339, 600, 10))

@@ -3,6 +3,7 @@ transactions it saw, the ledger in snapshot summaries, the schema check."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from tierproxy.iceberg.sync import held_back_from
 
 
 def _slice(opens: dict[Any, int], closes: list[int]) -> SliceWritten:
-    return SliceWritten(None, opens=opens, closes=closes)
+    return SliceWritten((), opens=opens, closes=closes)
 
 
 @pytest.mark.parametrize(("slices", "held"), [
@@ -91,13 +92,13 @@ def test_the_slices_of_a_segment_are_accepted_in_byte_order() -> None:
     from tierproxy.iceberg.sync import RAW_COLUMNS, IcebergSync, _rows, _Target
 
     def result(byte: int, opens: dict[int, int], closes: list[int]) -> SliceWritten:
-        return SliceWritten(f"data/00000000000000000000-seg-{byte}-pass.parquet", rows=1, topic="t", partition=0,
+        return SliceWritten((f"data/00000000000000000000-seg-{byte}-pass.parquet",), rows=1, topic="t", partition=0,
                             topic_id="id", segment="seg", start=0, segment_end=99, byte_start=byte, opens=opens,
                             closes=closes)
 
     results = [result(b, o, c) for b, o, c in ((100_000, {}, [7]), (0, {}, []), (3_000_000, {}, []),
                                                 (20_000, {7: 40}, []))]
-    assert sorted(str(r.path) for r in results)[0].endswith("-0-pass.parquet")  # "-0-", "-100000-", "-20000-", ...
+    assert sorted(r.paths[0] for r in results)[0].endswith("-0-pass.parquet")  # "-0-", "-100000-", "-20000-", ...
     sync = IcebergSync(SimpleNamespace(read_committed=True), spark=None)  # type: ignore[arg-type]
     target = _Target("t", None, RAW_COLUMNS, _rows, new=Ledger())
     accepted = sync._accept(results, target, {("t", 0): None})
@@ -115,8 +116,9 @@ def test_a_table_whose_ledger_is_ahead_takes_nothing_twice() -> None:
 
     from tierproxy.iceberg.sync import RAW_COLUMNS, IcebergSync, _dead_letters, _rows, _Target
 
-    results = [SliceWritten(f"rows-{s}", rows=10, topic="t", partition=0, topic_id="id", segment=f"s{s}", start=s * 100,
-                            segment_end=s * 100 + 99, dlq_path=f"dead-{s}", dlq_rows=2) for s in range(3)]
+    results = [SliceWritten((f"rows-{s}",), rows=10, topic="t", partition=0, topic_id="id", segment=f"s{s}",
+                            start=s * 100, segment_end=s * 100 + 99, dlq_paths=(f"dead-{s}",), dlq_rows=2)
+               for s in range(3)]
     sync = IcebergSync(SimpleNamespace(read_committed=True), spark=None)  # type: ignore[arg-type]
     ahead = Ledger({"id:0": 200}, {}, {"t": "id"})
     dead = _Target("t_dlq", None, RAW_COLUMNS, _dead_letters, ledger=ahead, new=Ledger(dict(ahead.ends), {},
@@ -151,3 +153,93 @@ def test_a_data_file_exists_only_for_rows_and_a_failed_slice_leaves_none(tmp_pat
     failed.write(pa.RecordBatch.from_pylist([{"v": 1}], schema=schema))
     assert (tmp_path / "failed.parquet").exists()
     assert failed.close(discard=True) is None and not (tmp_path / "failed.parquet").exists()
+
+
+DAY_US = 86_400_000_000
+
+
+def test_a_slice_split_by_day_writes_a_file_per_day_its_rows_in_order_and_bounded(tmp_path: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io import load_file_io
+
+    from tierproxy.iceberg.files import SplitParquet
+
+    schema = pa.schema([("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC"))])
+    io = load_file_io(location=str(tmp_path))
+    out = SplitParquet(io, f"file://{tmp_path}/0-seg-0-pass1.parquet", schema, ("timestamp", DAY_US))
+    days = [0, 0, 1, -1, 1, 2, 0]  # out of order, one before 1970 (day -1)
+    rows = [{"offset": i, "timestamp": d * DAY_US + i} for i, d in enumerate(days)]
+    out.write(pa.RecordBatch.from_pylist(rows[:4], schema=schema))
+    out.write(pa.RecordBatch.from_pylist(rows[4:], schema=schema))
+    assert out.rows == 7
+    paths = out.close()
+    assert sorted(paths) == sorted(f"file://{tmp_path}/0-seg-0-t{d}-pass1.parquet" for d in (-1, 0, 1, 2))
+    for d in (-1, 0, 1, 2):
+        t = pq.read_table(tmp_path / f"0-seg-0-t{d}-pass1.parquet")
+        assert t.column("offset").to_pylist() == [i for i, day in enumerate(days) if day == d]
+
+    # more buckets than may be open at once: the least recently written is closed, a later row of it gets another
+    many = SplitParquet(io, f"file://{tmp_path}/m-pass2.parquet", schema, ("timestamp", DAY_US))
+    order = [*range(SplitParquet.MAX_OPEN + 2), 0]
+    for i, d in enumerate(order):
+        many.write(pa.RecordBatch.from_pylist([{"offset": i, "timestamp": d * DAY_US}], schema=schema))
+        assert len(many._open) <= SplitParquet.MAX_OPEN
+    written = many.close()
+    assert len(written) == len(order) and f"file://{tmp_path}/m-t0.1-pass2.parquet" in written
+    assert sum(pq.read_table(p.removeprefix("file://")).num_rows for p in written) == len(order)
+
+    failed = SplitParquet(io, f"file://{tmp_path}/f-pass3.parquet", schema, ("timestamp", DAY_US))
+    failed.write(pa.RecordBatch.from_pylist(rows, schema=schema))
+    assert failed.close(discard=True) == () and not list(tmp_path.glob("f-*"))
+
+
+@pytest.mark.parametrize(("by", "fields"), [
+    ("partition", [("topic", "identity", "topic"), ("partition", "identity", "partition")]),
+    ("day(timestamp)", [("topic", "identity", "topic"), ("timestamp", "day", "timestamp_day")]),
+    ("partition, HOUR(timestamp)", [("topic", "identity", "topic"), ("partition", "identity", "partition"),
+                                    ("timestamp", "hour", "timestamp_hour")]),
+])
+def test_partition_by_makes_the_raw_tables_spec(by: str, fields: list[tuple[str, str, str]]) -> None:
+    from tierproxy.config.values import partition_by_fields
+    from tierproxy.iceberg.schema import partition_spec, spec_fields, time_bucket
+
+    spec = partition_spec(partition_by_fields(by))
+    assert spec_fields(spec, iceberg_schema()) == fields
+    unit = {"day": DAY_US, "hour": 3_600_000_000}
+    assert time_bucket(spec, iceberg_schema()) == next((("timestamp", unit[t]) for _, t, _ in fields if t in unit),
+                                                       None)
+
+
+@pytest.mark.parametrize(("by", "why"), [
+    ("", "no entry"), ("week(timestamp)", "entry 'week(timestamp)': not one of"),
+    ("day(timestamp),hour(timestamp)", "not both"), ("partition,partition", "at most once"),
+])
+def test_a_wrong_partition_by_is_refused_naming_it(by: str, why: str) -> None:
+    from tierproxy.config.values import partition_by_fields
+
+    with pytest.raises(ValueError, match=re.escape(why)):
+        partition_by_fields(by)
+
+
+def test_an_existing_tables_spec_evolves_to_partition_by_and_keeps_its_files(tmp_path: Any) -> None:
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from tierproxy.iceberg.catalog import catalog_config, open_catalog, open_table, raw_shape
+    from tierproxy.iceberg.schema import spec_fields
+
+    cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
+    catalog = open_catalog(cfg)
+    table = open_table(catalog, cfg, "kafka.history")
+    row = {"key": None, "value": b"v", "topic": "t", "partition": 0, "offset": 0, "timestamp": 0,
+           "timestampType": 0, "headers": [], "leaderEpoch": 0, "producerId": -1}
+    table.append(pa.Table.from_pylist([row], schema=schema_to_pyarrow(table.schema(), include_field_ids=False)))
+    by_day = raw_shape(("partition", "day(timestamp)"))
+    assert open_table(catalog, cfg, "kafka.history", by_day).spec().spec_id == 0  # opening alone changes nothing
+    table = open_table(catalog, cfg, "kafka.history", by_day, evolve_spec=True)
+    assert [f[2] for f in spec_fields(table.spec(), table.schema())] == ["topic", "partition", "timestamp_day"]
+    assert [t.file.spec_id for t in table.scan().plan_files()] == [0]  # its file keeps the spec it was written in
+    assert table.scan().to_arrow().num_rows == 1
+    again = open_table(catalog, cfg, "kafka.history", raw_shape(("day(timestamp)", "partition")), evolve_spec=True)
+    assert again.spec().spec_id == table.spec().spec_id  # the same fields in another order: no new spec

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from tierproxy.config.common import CommonSettings
-from tierproxy.config.values import SPARK_MASTER, check_writable_dir, parse_duration_ms
+from tierproxy.config.values import SPARK_MASTER, check_writable_dir, parse_duration_ms, partition_by_fields
 
 
 class TierSettings(CommonSettings):
@@ -51,6 +51,9 @@ class TierSettings(CommonSettings):
                                    "keep: the table keeps them")
     iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="data files no snapshot references are "
                                            "deleted once this old (a killed pass's)")
+    iceberg_partition_by: str = Field("partition", description="what the tables are partitioned by, after the "
+                                      "topic (raw and dead-letter tables): `partition`, `hour(timestamp)` and/or "
+                                      "`day(timestamp)`, comma-separated; an existing table's spec evolves to it")
     iceberg_target_file_bytes: int = Field(128 << 20, ge=0, description="compaction: a table partition's data "
                                            "files under 3/4 of this are merged towards it (0: no compaction)")
     iceberg_compaction_min_input_files: int = Field(5, ge=2, description="compaction merges a partition's small "
@@ -95,6 +98,11 @@ class TierSettings(CommonSettings):
         if v is not None and not Path(v).is_file():
             raise ValueError("no such file")
         return v
+
+    @field_validator("iceberg_partition_by")
+    @classmethod
+    def _partition_by(cls, v: str) -> str:
+        return ",".join(partition_by_fields(v))
 
     @field_validator("tier_topics", "tier_topics_exclude", "iceberg_topics")
     @classmethod

@@ -148,3 +148,20 @@ def typed_table_for(rules: list[tuple[re.Pattern[str], str]], topic: str) -> str
         return None
     pattern = next((p for r, p in rules if r.fullmatch(topic)), None)
     return None if pattern is None else typed_table_name(pattern, topic)
+
+
+PARTITION_BY = ("partition", "hour(timestamp)", "day(timestamp)")
+
+
+def partition_by_fields(spec: str) -> tuple[str, ...]:
+    """`iceberg.partition.by` as its entries (`partition`, `hour(timestamp)`, `day(timestamp)`, comma-separated, in
+    the order the table partitions by them); ValueError naming what is wrong."""
+    entries = tuple(e.strip().lower().replace(" ", "") for e in spec.split(",") if e.strip())
+    if not entries:
+        raise ValueError("no entry (write e.g. `partition`, `day(timestamp)` or `partition,hour(timestamp)`)")
+    for e in entries:
+        if e not in PARTITION_BY:
+            raise ValueError(f"entry {e!r}: not one of {', '.join(PARTITION_BY)}")
+    if len(set(entries)) != len(entries) or {"hour(timestamp)", "day(timestamp)"} <= set(entries):
+        raise ValueError("each entry at most once, and hour or day of the timestamp, not both")
+    return entries

@@ -8,6 +8,7 @@ under the tier's own storage, `file://` or `s3://`, with the tier's S3 endpoint 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -83,6 +84,8 @@ def open_catalog(cfg: CatalogConfig) -> Any:
     except Exception as exc:
         raise CatalogError(f"catalog {safe_uri(cfg.uri)} cannot be used: {_reason(exc)}") from None
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class TableShape:
@@ -96,13 +99,21 @@ class TableShape:
     description: str
 
 
-RAW = TableShape(iceberg_schema, lambda _: partition_spec(), lambda _: sort_order(),
-                 lambda s: same_columns(s, iceberg_schema()), "kafka history from the tier")
+def raw_shape(by: tuple[str, ...] = ("partition",)) -> TableShape:
+    """The raw history table partitioned by `topic` and `iceberg.partition.by`."""
+    return TableShape(iceberg_schema, lambda _: partition_spec(by), lambda _: sort_order(),
+                      lambda s: same_columns(s, iceberg_schema()), "kafka history from the tier")
 
 
-def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = RAW) -> Any:
+RAW = raw_shape()
+
+
+def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = RAW, *,
+               evolve_spec: bool = False) -> Any:
     """The table `NS.NAME`, created with the shape's schema when it does not exist; refused when it exists with
-    other columns or its namespace does not exist (created only in the embedded catalog)."""
+    other columns or its namespace does not exist (created only in the embedded catalog). `evolve_spec`: an existing
+    table partitioned otherwise than the shape says is moved to the shape's spec (a metadata commit: its data files
+    keep theirs; new ones are written in the new)."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     if "." not in name.strip(".") or not all(name.split(".")):
@@ -118,7 +129,7 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
                 raise CatalogError(f"table {name} exists with another schema ({_columns(table.schema())}); "
                                    f"tierproxy writes ({_columns(shape.schema())}): choose another "
                                    "table name or drop that one")
-            return table
+            return _evolve_spec(table, name, shape.spec(table.schema())) if evolve_spec else table
         if not _namespace_exists(catalog, namespace):
             if not cfg.embedded:
                 raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)} "
@@ -135,6 +146,22 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
         raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)}") from None
     except Exception as exc:
         raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc)}") from None
+
+
+def _evolve_spec(table: Any, name: str, wanted: Any) -> Any:
+    from tierproxy.iceberg.schema import spec_fields
+
+    have, want = spec_fields(table.spec(), table.schema()), spec_fields(wanted, table.schema())
+    if set(have) == set(want):  # the fields' order does not change which rows a file may hold
+        return table
+    with table.update_spec() as update:
+        for field in set(have) - set(want):
+            update.remove_field(field[2])
+        for column, _, field_name in (f for f in want if f not in have):
+            update.add_field(column, next(f.transform for f in wanted.fields if f.name == field_name), field_name)
+    log.info("iceberg: table %s now partitioned by %s (was %s); its existing files keep theirs", name,
+             ", ".join(f"{t}({c})" for c, t, _ in want), ", ".join(f"{t}({c})" for c, t, _ in have))
+    return table.refresh()
 
 
 def load_existing(catalog: Any, cfg: CatalogConfig, name: str) -> Any | None:

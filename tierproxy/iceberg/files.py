@@ -115,7 +115,7 @@ class SliceWritten:
     """What an executor answers for one slice: its file (None: no visible row) and what the driver checks before
     committing it (the transactions the slice saw open and close, where the slice lies), or the error."""
 
-    path: str | None
+    paths: tuple[str, ...]  # its data files (none: no visible row; several: one per hour or day of the rows)
     rows: int = 0
     topic: str = ""
     partition: int = -1
@@ -130,7 +130,7 @@ class SliceWritten:
     error: str | None = None
     peak_rss_kb: int = 0
     rss_before_kb: int = 0
-    dlq_path: str | None = None  # a typed table's dead letters of this slice (None: none)
+    dlq_paths: tuple[str, ...] = ()  # a typed table's dead letters of this slice
     dlq_rows: int = 0
     error_kind: str = ""  # "data": the tier's bytes; "registry": the schema registry could not be asked
 
@@ -170,17 +170,92 @@ class LazyParquet:
         return self.path
 
 
+class SplitParquet:
+    """A slice's data files for one table: one, or, when the table is partitioned by the hour or day of a
+    timestamp (`bucket`: its column and microseconds per bucket), one per bucket its rows fall in. At most
+    MAX_OPEN are open at once (each holds a row group in memory): a bucket met again after its file was closed
+    gets another file, so memory stays bounded whatever the timestamps; compaction merges them later."""
+
+    MAX_OPEN = 8
+
+    def __init__(self, fileio: Any, path: str, schema: Any, bucket: tuple[str, int] | None) -> None:
+        self.io, self.path, self.schema, self.bucket = fileio, path, schema, bucket
+        self._open: dict[int | None, LazyParquet] = {}  # in use order: the first is the least recently written
+        self._done: list[str] = []  # files closed to make room
+        self._rows_done = 0
+        self._parts: dict[int, int] = {}
+
+    @property
+    def rows(self) -> int:
+        return self._rows_done + sum(f.rows for f in self._open.values())
+
+    def write(self, rb: Any) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        if rb.num_rows == 0:
+            return
+        if self.bucket is None:
+            self._file(None).write(rb)
+            return
+        column, unit = self.bucket
+        buckets = np.floor_divide(rb.column(column).cast(pa.int64()).to_numpy(zero_copy_only=False), unit)
+        if buckets.min() == buckets.max():
+            self._file(int(buckets[0])).write(rb)
+            return
+        for b in np.unique(buckets):  # each bucket's rows keep their (offset) order
+            self._file(int(b)).write(rb.filter(pa.array(buckets == b)))
+
+    def _file(self, bucket: int | None) -> LazyParquet:
+        f = self._open.pop(bucket, None)
+        if f is None:
+            if len(self._open) >= self.MAX_OPEN:
+                oldest = self._open.pop(next(iter(self._open)))
+                if (closed := oldest.close()) is not None:
+                    self._done.append(closed)
+                    self._rows_done += oldest.rows
+            path = self.path
+            if bucket is not None:  # before "-<pass>.parquet": the pass still names the file
+                part = self._parts[bucket] = self._parts.get(bucket, -1) + 1
+                head, _, tail = path.rpartition("-")
+                path = f"{head}-t{bucket}{f'.{part}' if part else ''}-{tail}"
+            f = LazyParquet(self.io, path, self.schema)
+        self._open[bucket] = f
+        return f
+
+    def close(self, discard: bool = False) -> tuple[str, ...]:
+        """The files written, sorted (none when no row was, or `discard`: then every file is removed; also when
+        one fails to close, which is raised)."""
+        error: BaseException | None = None
+        for f in self._open.values():
+            try:
+                if (closed := f.close(discard=discard or error is not None)) is not None:
+                    self._done.append(closed)
+            except BaseException as exc:  # the others are still closed (and removed) before it is raised
+                error = error or exc
+        self._open = {}
+        done, self._done = self._done, []
+        if discard or error is not None:
+            for p in done:
+                self.io.delete(p)
+            if error is not None:
+                raise error
+            return ()
+        return tuple(sorted(done))
+
+
 def write_slice(storage: str, table_location: str, io_properties: dict[str, str], s: Slice, read_committed: bool,
-                pass_id: str, target: Any) -> SliceWritten:
-    """Run on an executor: the slice's rows → one Parquet file in `target` (the table's Arrow schema, its field
-    ids included), none when no row is visible. Returns what the driver commits and checks."""
+                pass_id: str, target: Any, bucket: tuple[str, int] | None = None) -> SliceWritten:
+    """Run on an executor: the slice's rows → a Parquet file in `target` (the table's Arrow schema, its field
+    ids included; one per time bucket with `bucket`), none when no row is visible. Returns what the driver commits
+    and checks."""
     from pyiceberg.io import load_file_io
 
     assert s.segment is not None
     rss_before = peak_rss_kb()  # the worker's imports and earlier tasks: what this slice's work adds is above it
     tracker = TransactionTracker()
     path = data_file_path(table_location, s, pass_id)
-    parquet = LazyParquet(load_file_io(properties=io_properties, location=path), path, target)
+    parquet = SplitParquet(load_file_io(properties=io_properties, location=path), path, target, bucket)
     error: str | None = None
     done = False
     try:
@@ -192,7 +267,7 @@ def write_slice(storage: str, table_location: str, io_properties: dict[str, str]
     finally:  # a failed slice leaves no file behind (a retried task writes its own)
         written = parquet.close(discard=not done)
     if error is not None:
-        return SliceWritten(None, error=error)
+        return SliceWritten((), error=error)
     return SliceWritten(written, parquet.rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
                         uuid_str(s.segment.segment_id.id), s.start, s.end, s.segment.end_offset,
                         s.byte_range[0] if s.byte_range else 0, dict(tracker.opens), sorted(tracker.closes),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tierproxy.config import TierSettings
-from tierproxy.config.values import typed_table_for, typed_table_rules
+from tierproxy.config.values import partition_by_fields, typed_table_for, typed_table_rules
 from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, open_table
 from tierproxy.iceberg.compaction import CompactionOptions
 from tierproxy.iceberg.ledger import snapshot_at
@@ -37,7 +37,8 @@ def options_of(s: TierSettings) -> IcebergOptions:
                           s.iceberg_topics or s.tier_topics, s.iceberg_isolation_level == "read_committed",
                           s.iceberg_retention == "keep", s.iceberg_orphan_min_age_ms,
                           compaction=CompactionOptions(s.iceberg_target_file_bytes,
-                                                       s.iceberg_compaction_min_input_files))
+                                                       s.iceberg_compaction_min_input_files),
+                          partition_by=partition_by_fields(s.iceberg_partition_by))
 
 
 def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]:

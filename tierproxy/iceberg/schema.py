@@ -1,9 +1,10 @@
 """The table's schema, partition spec and sort order, and the Arrow schema its data files are written in.
 
 Columns are those of Spark's Kafka source (`key`, `value`, `topic`, `partition`, `offset`, `timestamp`,
-`timestampType`, `headers`) plus `leaderEpoch` and `producerId` of each record's batch. Partitioned by `topic` and
-`partition` (identity), so a data file never spans two partitions; each file holds one segment's rows in offset
-order. Values stay raw bytes: typed columns decoded with a schema registry can be added as extra columns later.
+`timestampType`, `headers`) plus `leaderEpoch` and `producerId` of each record's batch. Partitioned by `topic`, then
+`iceberg.partition.by` (default `partition`, identity; or the hour or day of `timestamp`), so a data file never spans
+two table partitions; each file holds rows of one segment in offset order. Values stay raw bytes (typed tables
+decode them: `typed`).
 """
 
 from __future__ import annotations
@@ -49,12 +50,47 @@ def iceberg_schema() -> Any:
                     for fid, name, kind, req in COLUMNS))
 
 
-def partition_spec() -> Any:
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import IdentityTransform
+def partition_spec(by: tuple[str, ...] = ("partition",)) -> Any:
+    """The raw table's spec: `topic`, then `iceberg.partition.by`'s entries."""
+    return spec_for(iceberg_schema(), by, "topic", "partition", "timestamp")
 
-    return PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "topic"),
-                         PartitionField(4, 1001, IdentityTransform(), "partition"))
+
+def spec_for(schema: Any, by: tuple[str, ...], topic: str | None, partition: str, timestamp: str) -> Any:
+    """A table's partition spec: identity of the `topic` column (None: a one-topic table), then each entry of
+    `iceberg.partition.by` (`partition`: identity of the `partition` column; `hour(timestamp)` / `day(timestamp)`:
+    Iceberg's hour / day transform of the `timestamp` column, fields named `<column>_hour` / `<column>_day`)."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform
+
+    fields: list[tuple[str, Any, str]] = [(topic, IdentityTransform(), topic)] if topic else []
+    for entry in by:
+        if entry == "partition":
+            fields.append((partition, IdentityTransform(), partition))
+        else:
+            unit = entry.split("(")[0]
+            fields.append((timestamp, HourTransform() if unit == "hour" else DayTransform(), f"{timestamp}_{unit}"))
+    return PartitionSpec(*(PartitionField(schema.find_field(col).field_id, 1000 + i, transform, name)
+                           for i, (col, transform, name) in enumerate(fields)))
+
+
+def spec_fields(spec: Any, schema: Any) -> list[tuple[str, str, str]]:
+    """A spec's fields as (source column, transform, field name): what two specs are compared by."""
+    return [(schema.find_column_name(f.source_id), str(f.transform), f.name) for f in spec.fields]
+
+
+TIME_UNITS_US = {"hour": 3_600_000_000, "day": 86_400_000_000}
+
+
+def time_bucket(spec: Any, schema: Any) -> tuple[str, int] | None:
+    """(timestamp column, microseconds per bucket) when the spec partitions by its hour or day: a data file holds
+    rows of one bucket only."""
+    from pyiceberg.transforms import DayTransform, HourTransform
+
+    for f in spec.fields:
+        if isinstance(f.transform, (HourTransform, DayTransform)):
+            unit = "hour" if isinstance(f.transform, HourTransform) else "day"
+            return schema.find_column_name(f.source_id), TIME_UNITS_US[unit]
+    return None
 
 
 def sort_order() -> Any:

@@ -28,12 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, open_table
+from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, open_table, raw_shape
 from tierproxy.iceberg.compaction import Compacted, CompactionOptions, candidates, compact, plan_groups
 from tierproxy.iceberg.files import SliceWritten, write_slice
 from tierproxy.iceberg.ledger import LEDGER, PASS, WRITER, Ledger, current_ledger
 from tierproxy.iceberg.registry import RegistryUnavailable
-from tierproxy.iceberg.schema import iceberg_schema
+from tierproxy.iceberg.schema import iceberg_schema, time_bucket
 from tierproxy.iceberg.typed import PREFIX
 from tierproxy.iceberg.typed_files import write_typed_slice
 from tierproxy.iceberg.typed_tables import SCHEMAS, TypedOptions, TypedTable, dlq_name, open_typed
@@ -61,6 +61,7 @@ class IcebergOptions:
     orphan_min_age_ms: int = 3_600_000
     typed: TypedOptions | None = None  # a typed table of one topic (`topics` then names just it)
     compaction: CompactionOptions = field(default_factory=CompactionOptions)
+    partition_by: tuple[str, ...] = ("partition",)  # iceberg.partition.by
 
 
 @dataclass
@@ -103,12 +104,12 @@ RAW_COLUMNS = ("topic", "partition", "offset")
 TYPED_COLUMNS = (f"{PREFIX}topic", f"{PREFIX}partition", f"{PREFIX}offset")
 
 
-def _rows(r: SliceWritten) -> tuple[str | None, int]:
-    return r.path, r.rows
+def _rows(r: SliceWritten) -> tuple[tuple[str, ...], int]:
+    return r.paths, r.rows
 
 
-def _dead_letters(r: SliceWritten) -> tuple[str | None, int]:
-    return r.dlq_path, r.dlq_rows
+def _dead_letters(r: SliceWritten) -> tuple[tuple[str, ...], int]:
+    return r.dlq_paths, r.dlq_rows
 
 
 @dataclass
@@ -128,7 +129,7 @@ class _Target:
     name: str
     table: Any
     columns: tuple[str, str, str]  # its topic, partition and offset columns (what retention's deletes filter on)
-    pick: Callable[[SliceWritten], tuple[str | None, int]]  # a slice's file for this table and its rows
+    pick: Callable[[SliceWritten], tuple[tuple[str, ...], int]]  # a slice's files for this table and its rows
     typed: TypedTable | None = None
     ledger: Ledger = field(default_factory=Ledger)  # the table's, as the pass found it
     new: Ledger | None = None
@@ -137,7 +138,7 @@ class _Target:
 
     @classmethod
     def of(cls, name: str, table: Any, columns: tuple[str, str, str],
-           pick: Callable[[SliceWritten], tuple[str | None, int]], typed: TypedTable | None = None) -> _Target:
+           pick: Callable[[SliceWritten], tuple[tuple[str, ...], int]], typed: TypedTable | None = None) -> _Target:
         return cls(name, table, columns, pick, typed, current_ledger(table))
 
 
@@ -220,7 +221,7 @@ class IcebergSync:
         typed: TypedTable | None = None
         if o.typed is not None:
             summary.typed = True
-            typed = open_typed(catalog, o.catalog, o.table, o.typed)
+            typed = open_typed(catalog, o.catalog, o.table, o.typed, o.partition_by)
             if typed is None:
                 summary.waiting = True
                 summary.seconds = time.monotonic() - started
@@ -228,7 +229,8 @@ class IcebergSync:
             targets = [_Target.of(dlq_name(o.table), typed.dlq, RAW_COLUMNS, _dead_letters),
                        _Target.of(o.table, typed.table, TYPED_COLUMNS, _rows, typed)]
         else:
-            targets = [_Target.of(o.table, open_table(catalog, o.catalog, o.table), RAW_COLUMNS, _rows)]
+            targets = [_Target.of(o.table, open_table(catalog, o.catalog, o.table, raw_shape(o.partition_by),
+                                                      evolve_spec=True), RAW_COLUMNS, _rows)]
         main = targets[-1]
         recorded: dict[str, str] = {}
         for t in targets:
@@ -287,13 +289,13 @@ class IcebergSync:
                     _pause_point("between")  # the dead letters committed, the typed rows not yet
             elif WRITER in t.table.properties:
                 t.table = self._release(t.table)
+        _pause_point("commit")
         for t in targets:
             done = self._compact(t, summary.pass_id)
             summary.files_compacted += done.files_in
             summary.compacted_into += done.files_out
         snap = main.table.current_snapshot()
         summary.snapshot_id = snap.snapshot_id if snap else None
-        _pause_point("commit")
         for t in targets:
             if t.deletes and not o.keep:
                 summary.snapshots_expired += self._expire(t.table)
@@ -335,18 +337,21 @@ class IcebergSync:
         if typed is None:
             fn: Callable[[Slice], SliceWritten] = functools.partial(
                 write_slice, self.o.storage, table.location(), self.o.catalog.io, read_committed=self.o.read_committed,
-                pass_id=pass_id, target=schema_to_pyarrow(table.schema()))
+                pass_id=pass_id, target=schema_to_pyarrow(table.schema()), bucket=time_bucket(table.spec(),
+                                                                                            table.schema()))
         else:
             fn = functools.partial(
                 write_typed_slice, self.o.storage, (typed.table.location(), typed.dlq.location()), self.o.catalog.io,
                 read_committed=self.o.read_committed, pass_id=pass_id,
                 targets=(schema_to_pyarrow(iceberg_schema()), schema_to_pyarrow(typed.schema),
-                         schema_to_pyarrow(typed.dlq.schema())), plan=typed.plan, table_schema=typed.schema)
+                         schema_to_pyarrow(typed.dlq.schema())), plan=typed.plan, table_schema=typed.schema,
+                buckets=(time_bucket(typed.table.spec(), typed.schema), time_bucket(typed.dlq.spec(),
+                                                                                    typed.dlq.schema())))
         sc = self._spark().sparkContext
         out: list[SliceWritten] = sc.parallelize(slices, len(slices)).map(fn).collect()
         errors = [r for r in out if r.error]
         if errors:
-            self._delete_files(table, [p for r in out for p in (r.path, r.dlq_path) if p])
+            self._delete_files(table, [p for r in out for p in (*r.paths, *r.dlq_paths)])
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
             registry = [r.error for r in errors if r.error_kind == "registry"]
             if registry:
@@ -370,20 +375,17 @@ class IcebergSync:
                 log.info("iceberg: %s-%d held back from offset %d: a hole between tiered segments the tier job may "
                          "still fill", topic, partition, stop)
             for r in rs:
-                path, rows = t.pick(r)
+                paths, rows = t.pick(r)
                 key = f"{r.topic_id}:{partition}"
                 if t.ledger.topics.get(topic) == r.topic_id and r.segment_end < t.ledger.ends.get(key, 0):
-                    if path:
-                        a.rejected.append(path)  # this table has the segment already
+                    a.rejected.extend(paths)  # this table has the segment already
                     continue
                 if (hold is not None and r.segment_end >= hold) or (stop is not None and r.start >= stop):
-                    a.held_back += path is not None
-                    if path:
-                        a.rejected.append(path)
+                    a.held_back += len(paths)
+                    a.rejected.extend(paths)
                     continue
-                if path:
-                    a.paths.append(path)
-                    a.rows += rows
+                a.paths.extend(paths)
+                a.rows += rows
                 if r.segment not in a.segments:
                     a.segments.append(r.segment)
                 t.new.ends[key] = max(t.new.ends.get(key, 0), r.segment_end + 1)

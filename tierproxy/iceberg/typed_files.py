@@ -12,8 +12,8 @@ from typing import Any
 
 from protocol.errors import ProtocolError
 from tierproxy.iceberg.files import (
-    LazyParquet,
     SliceWritten,
+    SplitParquet,
     TransactionTracker,
     checked,
     data_file_path,
@@ -71,7 +71,8 @@ def split_batch(rb: Any, decoder: ValueDecoder, typed_target: Any, dlq_target: A
 
 def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: dict[str, str], s: Slice,
                       read_committed: bool, pass_id: str, targets: tuple[Any, Any, Any], plan: DecodePlan,
-                      table_schema: Any) -> SliceWritten:
+                      table_schema: Any, buckets: tuple[tuple[str, int] | None, tuple[str, int] | None] = (None, None),
+                      ) -> SliceWritten:
     """Run on an executor: the slice's records → typed rows and dead letters. `locations` = (typed table, dead-letter
     table); `targets` = the Arrow schemas (raw rows as read, typed table, dead-letter table); `table_schema` the
     typed table's Iceberg schema after this pass's evolution (what a schema id met here must fit)."""
@@ -83,8 +84,8 @@ def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: d
     decoder = ValueDecoder(plan, value_columns(table_schema))
     tracker = TransactionTracker()
     fileio = load_file_io(properties=io_properties, location=locations[0])
-    typed = LazyParquet(fileio, data_file_path(locations[0], s, pass_id), typed_target)
-    dead = LazyParquet(fileio, data_file_path(locations[1], s, pass_id), dlq_target)
+    typed = SplitParquet(fileio, data_file_path(locations[0], s, pass_id), typed_target, buckets[0])
+    dead = SplitParquet(fileio, data_file_path(locations[1], s, pass_id), dlq_target, buckets[1])
     error, kind, done = None, "", False
     try:
         for rb in table_batches(tracker.see(checked(read_tier_slice(storage, s), s)), s, read_committed, raw_target):
@@ -97,10 +98,10 @@ def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: d
     except RegistryUnavailable as exc:
         error, kind = str(exc), "registry"
     finally:  # a failed slice leaves no file behind (a retried task writes its own)
-        typed_path, dead_path = typed.close(discard=not done), dead.close(discard=not done)
+        typed_paths, dead_paths = typed.close(discard=not done), dead.close(discard=not done)
     if error is not None:
-        return SliceWritten(None, error=error, error_kind=kind)
-    return SliceWritten(typed_path, typed.rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
+        return SliceWritten((), error=error, error_kind=kind)
+    return SliceWritten(typed_paths, typed.rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
                         uuid_str(s.segment.segment_id.id), s.start, s.end, s.segment.end_offset,
                         s.byte_range[0] if s.byte_range else 0, dict(tracker.opens), sorted(tracker.closes),
-                        None, peak_rss_kb(), rss_before, dlq_path=dead_path, dlq_rows=dead.rows)
+                        None, peak_rss_kb(), rss_before, dlq_paths=dead_paths, dlq_rows=dead.rows)

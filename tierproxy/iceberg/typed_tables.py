@@ -18,7 +18,7 @@ from tierproxy.iceberg.avro_types import UnsupportedSchema
 from tierproxy.iceberg.catalog import CatalogConfig, TableShape, load_existing, open_table
 from tierproxy.iceberg.evolution import change_reason, evolve
 from tierproxy.iceberg.registry import RegistryClient, RegistryConfig
-from tierproxy.iceberg.schema import partition_spec, same_columns, sort_order
+from tierproxy.iceberg.schema import same_columns, sort_order, spec_for
 from tierproxy.iceberg.typed import (
     PREFIX,
     DecodePlan,
@@ -56,12 +56,8 @@ def dlq_name(table: str) -> str:
     return f"{table}_dlq"
 
 
-def _typed_spec(schema: Any) -> Any:
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import IdentityTransform
-
-    return PartitionSpec(PartitionField(schema.find_field(f"{PREFIX}partition").field_id, 1000,
-                                        IdentityTransform(), f"{PREFIX}partition"))
+def _typed_spec(schema: Any, by: tuple[str, ...]) -> Any:
+    return spec_for(schema, by, None, f"{PREFIX}partition", f"{PREFIX}timestamp")
 
 
 def _typed_order(schema: Any) -> Any:
@@ -77,13 +73,16 @@ def _has_kafka_columns(schema: Any) -> bool:
     return all(f.name in names for f in kafka_fields())
 
 
-DLQ = TableShape(dlq_schema, lambda _: partition_spec(), lambda _: sort_order(),
-                 lambda s: same_columns(s, dlq_schema()), "kafka records a typed table could not decode")
+def _dlq_shape(by: tuple[str, ...]) -> TableShape:
+    return TableShape(dlq_schema, lambda s: spec_for(s, by, "topic", "partition", "timestamp"), lambda _: sort_order(),
+                      lambda s: same_columns(s, dlq_schema()), "kafka records a typed table could not decode")
 
 
-def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions) -> TypedTable | None:
-    """The typed table and its dead-letter table, created when missing; None while the subject has no version whose
-    records can be columns (the table waits: nothing is decided, nothing dead-lettered)."""
+def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions,
+               by: tuple[str, ...] = ("partition",)) -> TypedTable | None:
+    """The typed table and its dead-letter table, created when missing (partitioned by `by`,
+    `iceberg.partition.by`); None while the subject has no version whose records can be columns (the table waits:
+    nothing is decided, nothing dead-lettered)."""
     client = RegistryClient(options.registry)
     try:
         versions = client.versions(options.subject)
@@ -117,8 +116,9 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
                  options.subject)
         return None
     first = current
-    table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(first), _typed_spec, _typed_order,
-                                                      _has_kafka_columns, f"typed values of {options.subject}"))
+    table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(first), lambda s: _typed_spec(s, by),
+                                                      _typed_order, _has_kafka_columns,
+                                                      f"typed values of {options.subject}"), evolve_spec=True)
     evolved = None
     have = value_columns(table.schema())
     wanted = evolve(have, current)  # the table's columns only ever gain columns, widen, or loosen
@@ -127,7 +127,7 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
         schema = table.update_schema().union_by_name(evolved)._apply()
     else:
         schema = table.schema()
-    dlq = open_table(catalog, cfg, dlq_name(name), DLQ)
+    dlq = open_table(catalog, cfg, dlq_name(name), _dlq_shape(by), evolve_spec=True)
     return TypedTable(table, dlq, DecodePlan(options.registry, plan.accepted, plan.rejected, _is_record(plan)), schema,
                       evolved, decisions)
 
