@@ -71,17 +71,21 @@ def plan_groups(files: Sequence[Candidate], options: CompactionOptions) -> list[
 
 
 def candidates(table: Any, offset_column: str) -> list[Candidate]:
-    """The table's live data files (`offset_column`: the column their rows are ordered by)."""
+    """The table's live data files in its current partition spec (`offset_column`: the column their rows are
+    ordered by)."""
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import LongType
 
     if table.current_snapshot() is None:
         return []
     field_id = table.schema().find_field(offset_column).field_id
+    spec_id = table.spec().spec_id
     out = []
     for task in table.scan().plan_files():
         df = task.file
         if task.delete_files:  # never written by tierproxy; a file with deletes is not ours to rewrite
+            continue
+        if df.spec_id != spec_id:  # written before the spec evolved: its rows may span the new spec's partitions
             continue
         lower = (df.lower_bounds or {}).get(field_id)
         first = int(from_bytes(LongType(), lower)) if lower is not None else 0
