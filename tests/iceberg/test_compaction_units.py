@@ -150,3 +150,18 @@ def test_a_commit_after_another_writer_removed_an_input_changes_nothing(raw_tabl
     table = table.refresh()
     assert len(_rows(table)) == 235 and len(candidates(table, "offset")) == 24
     assert not [p for p in (Path(table.location().removeprefix("file://")) / "data").rglob("*compacted*")]
+
+
+def test_files_of_an_earlier_partition_spec_are_left_as_they_are(raw_table: Any) -> None:
+    from tierproxy.iceberg.catalog import catalog_config, open_catalog, open_table, raw_shape
+
+    table = raw_table
+    location = Path(table.location().removeprefix("file://"))
+    tmp = location.parents[3]  # <tmp>/tier/iceberg/kafka/history
+    cfg = catalog_config(None, f"file://{tmp}/tier", str(tmp / "state"))
+    table = open_table(open_catalog(cfg), cfg, "kafka.history", raw_shape(("partition", "day(timestamp)")),
+                       evolve_spec=True)
+    assert table.spec().spec_id != 0
+    assert candidates(table, "offset") == []  # every file is of spec 0: none may be merged under the new spec
+    done = compact(table, "offset", CompactionOptions(1 << 20, 5), "p6", {}, _in_process, {})
+    assert done.files_in == 0 and len(list(table.refresh().scan().plan_files())) == 24
