@@ -59,6 +59,10 @@ def test_a_file_uri_with_a_host_is_refused() -> None:
     ("spark_master", "lcal[2]", "is not a Spark master URL"),
     ("tier_topic_overrides", '{{"t": {{"retention.msx": 1}}}}', "unknown key(s) ['retention.msx']"),
     ("tier_retention_ms", "-2", "greater than or equal to -1"),
+    ("iceberg_partition_by", "partition,week(timestamp)", "entry 'week(timestamp)': not one of partition, "
+                                                          "hour(timestamp), day(timestamp)"),
+    ("iceberg_compaction_min_input_files", "1", "greater than or equal to 2"),
+    ("iceberg_target_file_bytes", "-1", "greater than or equal to 0"),
 ])
 def test_bad_paths_and_values_name_the_key_and_the_reason(tmp_path: Path, key: str, value: str, reason: str) -> None:
     (tmp_path / "a-file").write_text("x")
