@@ -361,3 +361,107 @@ def test_a_purge_removes_rows_below_it_from_both_tables_and_nothing_above(kafka:
     iceberg_cli(tmp_path, *t.args("--once"), env=by_hour)
     assert offsets(t.table, "_kafka_offset") == [i for i in range(cut, 600) if i % 10 != 9]
     assert offsets(f"{t.table}_dlq", "offset") == list(range(339, 600, 10))
+
+
+def _killed_at(t: Typed, point: str, env: dict[str, str]) -> None:
+    marker = t.tmp / f"{point}-{time.monotonic_ns()}"
+    proc = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "iceberg", *t.args("--once")], cwd=t.tmp,
+                            env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(t.tmp / "state"), **env,
+                                 "TIERPROXY_ICEBERG_PAUSE_AT": f"{point}:{marker}"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists():
+            assert proc.poll() is None, f"the pass ended (rc {proc.returncode}) before {point}"
+            assert time.monotonic() < deadline, f"the pass never reached {point}"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def _latest_on_broker(t: Typed, client: SchemaRegistryClient) -> dict[bytes, dict[str, Any] | None]:
+    """Each key's last value as the broker holds it (None: a tombstone), decoded as applications decode it."""
+    read = AvroDeserializer(client)
+    ctx = SerializationContext(t.topic, MessageField.VALUE)
+    ends = {p: watermarks(t.kafka.bootstrap, t.topic, p)[1] for p in (0, 1)}
+    c = Consumer({"bootstrap.servers": t.kafka.bootstrap, "group.id": f"latest-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    c.subscribe([t.topic])
+    out: dict[bytes, dict[str, Any] | None] = {}
+    seen = {0: -1, 1: -1}
+    try:
+        for _ in range(600):
+            if all(seen[p] >= ends[p] - 1 for p in (0, 1)):
+                break
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            seen[m.partition()] = m.offset()
+            if m.key() is not None:
+                out[m.key()] = None if m.value() is None else read(m.value(), ctx)
+    finally:
+        c.close()
+    return out
+
+
+def test_upsert_holds_the_latest_value_per_key_tombstones_delete_and_a_killed_pass_reruns(
+        kafka: KafkaCluster, schema_registry: Registry, tmp_path: Path) -> None:
+    from tests.support.tiering import settings
+    from tests.support.tiering import tier_once as tier_in_process
+
+    t = Typed(kafka, schema_registry, tmp_path, f"typed-upsert-{os.getpid()}")
+    # a keyed topic with updates and tombstones, as a CDC topic is (a compacted one is never tiered: KIP-405's rule)
+    create_topic(kafka.bootstrap, t.topic, partitions=2)
+    env = t.env(TIERPROXY_ICEBERG_MODE="upsert")
+    uri, wh = f"sqlite:///{tmp_path}/tier/iceberg/catalog.db", f"file://{tmp_path}/tier/iceberg"
+    ctx = SerializationContext(t.topic, MessageField.VALUE)
+    s = settings(kafka.bootstrap, tmp_path, t.topic, tier_segment_bytes=2048)
+
+    def table_now() -> dict[bytes, tuple[int, str, int]]:
+        rows = pyiceberg_table(uri, wh, t.table).scan().to_arrow().to_pylist()
+        keys = [r["_kafka_key"] for r in rows]
+        assert len(keys) == len(set(keys)), "one row per key"
+        return {r["_kafka_key"]: (r["id"], r["item"], r["qty"]) for r in rows}
+
+    def expected(latest: dict[bytes, dict[str, Any] | None]) -> dict[bytes, tuple[int, str, int]]:
+        return {k: (v["id"], v["item"], v["qty"]) for k, v in latest.items() if v is not None}
+
+    with SchemaRegistryClient({"url": schema_registry.url, "timeout": 30}) as client:
+        ser = AvroSerializer(client, V1)
+        p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+
+        def produce(round_: int, keys: range, tombstones: range) -> None:
+            for k in keys:
+                p.produce(t.topic, ser({"id": k, "item": f"r{round_}-k{k}", "qty": round_, "at": round_}, ctx),
+                          f"key-{k}".encode(), partition=k % 2)
+            for k in tombstones:
+                p.produce(t.topic, None, f"key-{k}".encode(), partition=k % 2)
+            p.produce(t.topic, ser({"id": -1, "item": "no key", "qty": 0, "at": 0}, ctx), partition=round_ % 2)
+            assert p.flush(30) == 0
+
+        produce(0, range(60), range(0))
+        produce(1, range(0, 60, 2), range(0, 60, 7))  # half the keys updated, every 7th deleted
+        tier_in_process(s)
+        out = iceberg_cli(tmp_path, *t.args("--once"), env=env)
+        latest = _latest_on_broker(t, client)
+        assert table_now() == expected(latest) and len(expected(latest)) == 60 - len(range(0, 60, 7)), out.stdout
+        dlq = pyiceberg_table(uri, wh, f"{t.table}_dlq").scan().to_arrow()
+        assert dlq.column("error").to_pylist() == [
+            "no key: iceberg.mode=upsert keeps the latest value per Kafka key"] * 2
+
+        # more: updates, a deleted key written again, another deleted; the pass killed before its commit, rerun
+        produce(2, range(0, 60, 3), range(1, 60, 10))
+        tier_in_process(s)
+        before = table_now()
+        _killed_at(t, "files", env)
+        assert table_now() == before  # nothing of the killed pass
+        iceberg_cli(tmp_path, *t.args("--once"), env=env)
+        latest = _latest_on_broker(t, client)
+        assert table_now() == expected(latest) != before
+        assert latest[b"key-0"] is not None and latest[b"key-21"] is None  # written again; deleted in round 2
+        snap = pyiceberg_table(uri, wh, t.table).current_snapshot().snapshot_id
+        iceberg_cli(tmp_path, *t.args("--once"), env=env)  # a rerun changes nothing
+        assert pyiceberg_table(uri, wh, t.table).current_snapshot().snapshot_id == snap
+        leftovers = list((tmp_path / "tier").rglob("*_tombstones*/**/*.parquet"))
+        assert leftovers == [], "the pass's intermediate files are gone"

@@ -248,3 +248,40 @@ def test_json_documents_decode_to_columns_or_are_dead_letters_naming_the_propert
 def test_any_bytes_after_a_json_schema_id_decode_or_are_a_dead_letter(tail: bytes) -> None:
     columns, why = _json_decoder().decode(b"\0" + struct.pack(">I", 5) + tail)
     assert (columns is None) != (why is None)
+
+
+def test_the_latest_record_per_key_is_the_highest_offset_then_the_latest_timestamp() -> None:
+    import pyarrow as pa
+
+    from tierproxy.iceberg.upsert import KEY, OFFSET, PARTITION, TIMESTAMP, latest
+
+    rows = [  # key, partition, offset, timestamp, file, row
+        (b"a", 0, 1, 50, 0, 0), (b"a", 0, 7, 10, 1, 0), (b"a", 0, 3, 90, 0, 1),  # offset 7 wins: Kafka's rule
+        (b"b", 0, 2, 10, 0, 2), (b"b", 1, 1, 20, 0, 3),  # in two partitions: the later timestamp
+        (b"c", 0, 4, 30, 0, 4), (b"c", 1, 9, 30, 1, 1),  # same timestamp: the higher partition
+        (b"", 1, 5, 0, 1, 2),  # an empty key is a key
+    ]
+    t = pa.table(list(zip(*rows, strict=True)), names=[KEY, PARTITION, OFFSET, TIMESTAMP, "file", "row"])
+    t = t.cast(pa.schema([(KEY, pa.large_binary()), (PARTITION, pa.int32()), (OFFSET, pa.int64()),
+                          (TIMESTAMP, pa.int64()), ("file", pa.int32()), ("row", pa.int64())]))
+    won = latest(t)
+    assert sorted(zip(won.column(KEY).to_pylist(), won.column(OFFSET).to_pylist(), strict=True)) == [
+        (b"", 5), (b"a", 7), (b"b", 1), (b"c", 9)]
+
+
+def test_upsert_splits_tombstones_and_keyless_records_from_the_rest() -> None:
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from tierproxy.iceberg.typed import dlq_schema
+    from tierproxy.iceberg.upsert import NO_KEY, split_for_upsert
+
+    raw = schema_to_pyarrow(iceberg_schema())
+    recs = [{"key": k, "value": v, "topic": "t", "partition": 0, "offset": i, "timestamp": i, "timestampType": 0,
+             "headers": None, "leaderEpoch": 0, "producerId": -1}
+            for i, (k, v) in enumerate([(b"a", b"x"), (b"a", None), (None, b"y"), (None, None), (b"b", b"z")])]
+    rest, tombs, dead = split_for_upsert(pa.RecordBatch.from_pylist(recs, schema=raw), schema_to_pyarrow(dlq_schema()))
+    assert rest.column("offset").to_pylist() == [0, 4]
+    assert tombs.to_pylist() == [{"_kafka_key": b"a", "_kafka_partition": 0, "_kafka_offset": 1,
+                                  "_kafka_timestamp": tombs.column("_kafka_timestamp")[0].as_py()}]
+    assert dead.column("offset").to_pylist() == [2, 3] and set(dead.column("error").to_pylist()) == {NO_KEY}

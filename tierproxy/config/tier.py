@@ -51,6 +51,9 @@ class TierSettings(CommonSettings):
                                    "keep: the table keeps them")
     iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="data files no snapshot references are "
                                            "deleted once this old (a killed pass's)")
+    iceberg_mode: str = Field("append", pattern="^(append|upsert)$",
+                              description="typed tables: append (every record a row) or upsert (the latest value "
+                              "per Kafka key; a tombstone deletes the key's row)")
     iceberg_partition_by: str = Field("partition", description="what the tables are partitioned by, after the "
                                       "topic (raw and dead-letter tables): `partition`, `hour(timestamp)` and/or "
                                       "`day(timestamp)`, comma-separated; an existing table's spec evolves to it")

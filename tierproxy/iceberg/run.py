@@ -56,7 +56,8 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
         table = typed_table_for(rules, topic)
         if table is not None:
             out.append(dataclasses.replace(raw, table=table, topics=f"^{re.escape(topic)}$",
-                                           typed=TypedOptions(registry, f"{topic}-value")))
+                                           typed=TypedOptions(registry, f"{topic}-value",
+                                                              upsert=s.iceberg_mode == "upsert")))
     return out
 
 

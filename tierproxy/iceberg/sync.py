@@ -23,6 +23,7 @@ import logging
 import os
 import time
 import uuid
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from tierproxy.iceberg.schema import iceberg_schema, time_bucket
 from tierproxy.iceberg.typed import PREFIX
 from tierproxy.iceberg.typed_files import write_typed_slice
 from tierproxy.iceberg.typed_tables import SCHEMAS, TypedOptions, TypedTable, dlq_name, open_typed
+from tierproxy.iceberg.upsert import key_filter, plan_upsert
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
 from tierproxy.tier.model import uuid_bytes, uuid_str
@@ -101,6 +103,7 @@ class IcebergSummary:
 
 
 RAW_COLUMNS = ("topic", "partition", "offset")
+UPSERT = "tierproxy.upsert"  # snapshot summary key: the pass whose upsert deleted the superseded rows
 TYPED_COLUMNS = (f"{PREFIX}topic", f"{PREFIX}partition", f"{PREFIX}offset")
 
 
@@ -346,7 +349,8 @@ class IcebergSync:
                 targets=(schema_to_pyarrow(iceberg_schema()), schema_to_pyarrow(typed.schema),
                          schema_to_pyarrow(typed.dlq.schema())), plan=typed.plan, table_schema=typed.schema,
                 buckets=(time_bucket(typed.table.spec(), typed.schema), time_bucket(typed.dlq.spec(),
-                                                                                    typed.dlq.schema())))
+                                                                                    typed.dlq.schema())),
+                upsert=self.o.typed is not None and self.o.typed.upsert)
         sc = self._spark().sparkContext
         out: list[SliceWritten] = sc.parallelize(slices, len(slices)).map(fn).collect()
         errors = [r for r in out if r.error]
@@ -427,6 +431,12 @@ class IcebergSync:
         assert t.new is not None
         table, deletes, paths = t.table, t.deletes, t.accepted.paths
         props = t.new.summary(pass_id, t.accepted.segments)
+        upsert = None
+        if t.typed is not None and self.o.typed is not None and self.o.typed.upsert:
+            from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+            upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema), pass_id)
+            paths = upsert.files
         held = writer_of(table.refresh(), self.o.orphan_min_age_ms)
         if held is not None and held != pass_id:  # our lease expired and another pass took the table
             raise TableBusy(f"table {t.name} was taken by pass {held} while this one wrote: nothing of this "
@@ -438,6 +448,11 @@ class IcebergSync:
                         with tx.update_schema() as update:
                             update.union_by_name(t.typed.evolved)
                     tx.set_properties({SCHEMAS: json.dumps(t.typed.decisions, sort_keys=True)})
+                if upsert is not None and upsert.keys and table.current_snapshot() is not None:
+                    # the superseded rows first, in a snapshot of their own (not counted as rows removed below)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # pyiceberg warns when no row matched: a key's first value
+                        tx.delete(key_filter(upsert.keys), snapshot_properties={UPSERT: pass_id})
                 for f in deletes:
                     tx.delete(f, snapshot_properties=props)
                 tx.add_files(paths, snapshot_properties=props)
@@ -447,6 +462,10 @@ class IcebergSync:
         except Exception as exc:
             raise CatalogError(f"commit to table {t.name} failed, nothing of this pass is in it: "
                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
+        if upsert is not None:
+            self._delete_files(table, upsert.intermediate)
+            log.info("iceberg: table %s (upsert): %d keys touched, %d latest values added, %d deleted by tombstones",
+                     t.name, len(upsert.keys), upsert.rows, upsert.deletes)
         removed = 0
         snap = table.refresh().current_snapshot()
         if deletes and snap is not None:

@@ -22,6 +22,7 @@ from tierproxy.iceberg.files import (
 )
 from tierproxy.iceberg.registry import RegistryUnavailable
 from tierproxy.iceberg.typed import KAFKA_COLUMNS, PREFIX, DecodePlan, ValueDecoder, arrow_raw_type, value_columns
+from tierproxy.iceberg.upsert import split_for_upsert, tombstone_schema, tombstones_location
 from tierproxy.spark.plan import Slice
 from tierproxy.spark.source import read_tier_slice
 from tierproxy.tier.model import uuid_str
@@ -72,10 +73,12 @@ def split_batch(rb: Any, decoder: ValueDecoder, typed_target: Any, dlq_target: A
 def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: dict[str, str], s: Slice,
                       read_committed: bool, pass_id: str, targets: tuple[Any, Any, Any], plan: DecodePlan,
                       table_schema: Any, buckets: tuple[tuple[str, int] | None, tuple[str, int] | None] = (None, None),
-                      ) -> SliceWritten:
+                      upsert: bool = False) -> SliceWritten:
     """Run on an executor: the slice's records → typed rows and dead letters. `locations` = (typed table, dead-letter
     table); `targets` = the Arrow schemas (raw rows as read, typed table, dead-letter table); `table_schema` the
-    typed table's Iceberg schema after this pass's evolution (what a schema id met here must fit)."""
+    typed table's Iceberg schema after this pass's evolution (what a schema id met here must fit). `upsert`: the
+    slice's tombstones go to a file of their own, records without a key are dead letters (`upsert`)."""
+    import pyarrow as pa
     from pyiceberg.io import load_file_io
 
     assert s.segment is not None
@@ -86,12 +89,22 @@ def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: d
     fileio = load_file_io(properties=io_properties, location=locations[0])
     typed = SplitParquet(fileio, data_file_path(locations[0], s, pass_id), typed_target, buckets[0])
     dead = SplitParquet(fileio, data_file_path(locations[1], s, pass_id), dlq_target, buckets[1])
+    tombs = SplitParquet(fileio, data_file_path(tombstones_location(locations[0]), s, pass_id), tombstone_schema(),
+                         None)
     error, kind, done = None, "", False
     try:
         for rb in table_batches(tracker.see(checked(read_tier_slice(storage, s), s)), s, read_committed, raw_target):
+            if upsert:
+                rb, tombstones, no_key = split_for_upsert(rb, dlq_target)
+                tombs.write(tombstones)
             rows, letters = split_batch(rb, decoder, typed_target, dlq_target)
             typed.write(rows)
-            dead.write(letters)
+            if upsert and no_key.num_rows:  # the dead letters in offset order
+                letters = pa.Table.from_batches([letters, no_key]).sort_by("offset").combine_chunks().to_batches()
+                for b in letters:
+                    dead.write(b)
+            else:
+                dead.write(letters)
         done = True
     except ProtocolError as exc:
         error, kind = str(exc), "data"
@@ -99,9 +112,11 @@ def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: d
         error, kind = str(exc), "registry"
     finally:  # a failed slice leaves no file behind (a retried task writes its own)
         typed_paths, dead_paths = typed.close(discard=not done), dead.close(discard=not done)
+        tomb_paths = tombs.close(discard=not done)
     if error is not None:
         return SliceWritten((), error=error, error_kind=kind)
-    return SliceWritten(typed_paths, typed.rows, s.topic, s.partition, uuid_str(s.segment.segment_id.tp.topic_id),
+    return SliceWritten(typed_paths + tomb_paths, typed.rows, s.topic, s.partition,
+                        uuid_str(s.segment.segment_id.tp.topic_id),
                         uuid_str(s.segment.segment_id.id), s.start, s.end, s.segment.end_offset,
                         s.byte_range[0] if s.byte_range else 0, dict(tracker.opens), sorted(tracker.closes),
                         None, peak_rss_kb(), rss_before, dlq_paths=dead_paths, dlq_rows=dead.rows)

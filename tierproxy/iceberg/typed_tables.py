@@ -38,6 +38,7 @@ SCHEMAS = "tierproxy.schemas"
 class TypedOptions:
     registry: RegistryConfig
     subject: str  # the value subject, "<topic>-value"
+    upsert: bool = False  # iceberg.mode=upsert: the latest value per key (`upsert`)
 
 
 @dataclass
