@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.fleet.conftest import replica
-from tests.support.iceberg import pyiceberg_rows, pyiceberg_table
+from tests.support.iceberg import killed_at, pyiceberg_rows, pyiceberg_table
 from tests.support.kafka import create_topic, delete_records, fill_topic
 from tests.support.tiering import settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -52,19 +51,7 @@ class Step:
 
     def killed_at(self, point: str, **env: str) -> None:
         """Run until the step reaches `point`, then SIGKILL it (and its Spark JVM: the whole process group)."""
-        marker = self.tmp / f"at-{point}-{time.monotonic_ns()}"
-        proc = subprocess.Popen(self.cmd(), cwd=self.tmp,
-                                env=self.env(TIERPROXY_ICEBERG_PAUSE_AT=f"{point}:{marker}", **env),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 240
-            while not marker.exists():
-                assert proc.poll() is None, f"the step ended (rc {proc.returncode}) before reaching {point}"
-                assert time.monotonic() < deadline, f"the step never reached {point}"
-                time.sleep(0.2)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        killed_at(self.cmd(), self.tmp, self.env(**env), point)
 
     def table(self, name: str = "kafka.history") -> Any:
         return pyiceberg_table(self.uri, self.warehouse, name)

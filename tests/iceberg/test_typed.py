@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.support.iceberg import duckdb_connect, iceberg_cli, pyiceberg_table
+from tests.support.iceberg import duckdb_connect, iceberg_cli, killed_at, pyiceberg_table
 from tests.support.kafka import create_topic, watermarks
 from tests.support.registry import Registry
 from tests.support.spark import delete_on_broker, tier_once
@@ -213,20 +212,7 @@ def test_the_admin_api_and_metrics_count_typed_rows_and_dead_letters(typed: Type
 def test_killed_between_the_two_commits_the_next_pass_completes_it_nothing_twice(typed: Typed) -> None:
     t = typed
     env = {**t.env(), "TIERPROXY_ICEBERG_TABLES": f"{t.topic}=killed.{{topic}}"}
-    marker = t.tmp / f"between-{time.monotonic_ns()}"
-    proc = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "iceberg", *t.args("--once")], cwd=t.tmp,
-                            env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(t.tmp / "state"), **env,
-                                 "TIERPROXY_ICEBERG_PAUSE_AT": f"between:{marker}"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not marker.exists():
-            assert proc.poll() is None, f"the pass ended (rc {proc.returncode}) before its second commit"
-            assert time.monotonic() < deadline, "the pass never reached its second commit"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+    _killed_at(t, "between", env)  # the dead letters committed, the typed rows not
     uri, wh = f"sqlite:///{t.tmp}/tier/iceberg/catalog.db", f"file://{t.tmp}/tier/iceberg"
     name = "killed." + t.topic.replace("-", "_")
     dead_before = len(pyiceberg_table(uri, wh, f"{name}_dlq").scan().to_arrow())
@@ -364,20 +350,8 @@ def test_a_purge_removes_rows_below_it_from_both_tables_and_nothing_above(kafka:
 
 
 def _killed_at(t: Typed, point: str, env: dict[str, str]) -> None:
-    marker = t.tmp / f"{point}-{time.monotonic_ns()}"
-    proc = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "iceberg", *t.args("--once")], cwd=t.tmp,
-                            env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(t.tmp / "state"), **env,
-                                 "TIERPROXY_ICEBERG_PAUSE_AT": f"{point}:{marker}"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not marker.exists():
-            assert proc.poll() is None, f"the pass ended (rc {proc.returncode}) before {point}"
-            assert time.monotonic() < deadline, f"the pass never reached {point}"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+    killed_at([sys.executable, "-m", "tierproxy.cli", "iceberg", *t.args("--once")], t.tmp,
+              {**os.environ, "TIERPROXY_TIER_STATE_DIR": str(t.tmp / "state"), **env}, point)
 
 
 def _latest_on_broker(t: Typed, client: SchemaRegistryClient) -> dict[bytes, dict[str, Any] | None]:

@@ -5,8 +5,10 @@ source, so they compare row for row with what Spark read from the broker."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,23 @@ def iceberg_cli(workdir: Path, *args: str, env: dict[str, str] | None = None, ch
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+def killed_at(cmd: list[str], cwd: Path, env: dict[str, str], point: str) -> None:
+    """Run `cmd` (a `tierproxy iceberg` pass) until it reaches the pause point `point`, then SIGKILL it and its
+    Spark JVM (the whole process group)."""
+    marker = cwd / f"at-{point}-{time.monotonic_ns()}"
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**env, "TIERPROXY_ICEBERG_PAUSE_AT": f"{point}:{marker}"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists():
+            assert proc.poll() is None, f"the pass ended (rc {proc.returncode}) before reaching {point}"
+            assert time.monotonic() < deadline, f"the pass never reached {point}"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
 
 
 def _row(r: dict[str, Any]) -> tuple[Any, ...]:
