@@ -53,19 +53,26 @@ def _in_process(fn: Any, jobs: list[Any]) -> list[Rewritten]:
 @pytest.fixture
 def raw_table(tmp_path: Path) -> Any:
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
     table = open_table(open_catalog(cfg), cfg, "kafka.history")
-    arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    arrow = schema_to_pyarrow(table.schema())
     for p in (0, 1):
+        Path(f"{table.location().removeprefix('file://')}/data/topic=t/partition={p}").mkdir(parents=True)
         for first in range(0, 120, 10):  # 12 small files per partition, appended out of offset order
             first = (first * 7) % 120
             rows = [{"key": None, "value": f"{p}-{o}".encode(), "topic": "t", "partition": p, "offset": o,
-                     "timestamp": 1_700_000_000_000_000 + o, "timestampType": 0, "headers": [],
+                     "timestamp": 1_700_000_000_000_000 + o, "timestampType": 0,
+                     "headers": None if o % 3 else [{"key": "h", "value": b"v"}],  # a record without headers: null
                      "leaderEpoch": 0, "producerId": -1} for o in range(first, first + 10)]
+            # written as the pass writes them (pyarrow, field ids), then added: pyiceberg's own append would write
+            # a null headers list as []
+            path = f"{table.location()}/data/topic=t/partition={p}/{first:020d}-seg-0-p0.parquet"
+            pq.write_table(pa.Table.from_pylist(rows, schema=arrow), path.removeprefix("file://"))
             with table.transaction() as tx:
-                tx.append(pa.Table.from_pylist(rows, schema=arrow))
+                tx.add_files([path])
                 tx.set_properties({LEDGER: Ledger({"id:0": 120}, {}, {"t": "id"}).property()})
             table = table.refresh()
     return table
@@ -77,9 +84,22 @@ def _rows(table: Any) -> list[tuple[int, int, bytes]]:
                       strict=True))
 
 
+def _headers_as_written(table: Any) -> list[Any]:
+    """Each data file's headers column read straight from the file (pyiceberg's scan reads a null list as [])."""
+    import pyarrow.parquet as pq
+
+    out: list[Any] = []
+    for task in table.scan().plan_files():
+        t = pq.read_table(task.file.file_path.removeprefix("file://"), columns=["partition", "offset", "headers"])
+        out.extend(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
+                       t.column("headers").to_pylist(), strict=True))
+    return sorted(out, key=lambda r: (r[0], r[1]))
+
+
 def test_a_compacted_table_has_the_same_rows_in_fewer_files(raw_table: Any) -> None:
     table = raw_table
-    before, ledger = _rows(table), current_ledger(table)
+    before, ledger, headers = _rows(table), current_ledger(table), _headers_as_written(table)
+    assert headers[1][2] is None and headers[0][2] == [{"key": "h", "value": b"v"}]
     assert len(candidates(table, "offset")) == 24
     with table.transaction() as tx:
         tx.set_properties({WRITER: "p1 0"})  # the caller's lease: the commit releases it
@@ -87,7 +107,7 @@ def test_a_compacted_table_has_the_same_rows_in_fewer_files(raw_table: Any) -> N
     done = compact(table, "offset", CompactionOptions(1 << 20, 5), "p1", {}, _in_process, {"x": "y"})
     table = table.refresh()
     assert (done.files_in, done.files_out, done.rows, done.skipped) == (24, 2, 240, None)
-    assert _rows(table) == before
+    assert _rows(table) == before and _headers_as_written(table) == headers  # a null stays a null
     files = candidates(table, "offset")
     assert sorted(c.partition[1:] for c in files) == [("t", 0), ("t", 1)]
     for c in files:  # one file per partition, its rows in offset order
@@ -165,3 +185,16 @@ def test_files_of_an_earlier_partition_spec_are_left_as_they_are(raw_table: Any)
     assert candidates(table, "offset") == []  # every file is of spec 0: none may be merged under the new spec
     done = compact(table, "offset", CompactionOptions(1 << 20, 5), "p6", {}, _in_process, {})
     assert done.files_in == 0 and len(list(table.refresh().scan().plan_files())) == 24
+
+
+def test_a_file_from_before_an_evolution_is_cast_to_the_current_columns() -> None:
+    import pyarrow as pa
+
+    from tierproxy.iceberg.compaction import conform
+
+    old = pa.RecordBatch.from_pylist([{"id": 1, "qty": 5}, {"id": 2, "qty": None}],
+                                     schema=pa.schema([("id", pa.int64()), ("qty", pa.int32())]))
+    now = pa.schema([pa.field("id", pa.int64(), False), ("qty", pa.int64()), ("note", pa.string())])
+    assert conform(old, now).to_pylist() == [{"id": 1, "qty": 5, "note": None}, {"id": 2, "qty": None, "note": None}]
+    with pytest.raises(ValueError, match="no column must, which is required"):
+        conform(old, pa.schema([*now, pa.field("must", pa.int64(), False)]))

@@ -174,6 +174,7 @@ def test_a_slice_split_by_day_writes_a_file_per_day_its_rows_in_order_and_bounde
     out.write(pa.RecordBatch.from_pylist(rows[4:], schema=schema))
     assert out.rows == 7
     paths = out.close()
+    assert out.rows == 7  # still, once closed (what the slice reports)
     assert sorted(paths) == sorted(f"file://{tmp_path}/0-seg-0-t{d}-pass1.parquet" for d in (-1, 0, 1, 2))
     for d in (-1, 0, 1, 2):
         t = pq.read_table(tmp_path / f"0-seg-0-t{d}-pass1.parquet")
@@ -186,7 +187,7 @@ def test_a_slice_split_by_day_writes_a_file_per_day_its_rows_in_order_and_bounde
         many.write(pa.RecordBatch.from_pylist([{"offset": i, "timestamp": d * DAY_US}], schema=schema))
         assert len(many._open) <= SplitParquet.MAX_OPEN
     written = many.close()
-    assert len(written) == len(order) and f"file://{tmp_path}/m-t0.1-pass2.parquet" in written
+    assert many.rows == len(order) == len(written) and f"file://{tmp_path}/m-t0.1-pass2.parquet" in written
     assert sum(pq.read_table(p.removeprefix("file://")).num_rows for p in written) == len(order)
 
     failed = SplitParquet(io, f"file://{tmp_path}/f-pass3.parquet", schema, ("timestamp", DAY_US))

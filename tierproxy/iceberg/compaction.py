@@ -4,12 +4,13 @@ A pass writes one data file per tiered segment (or byte range of one), so a topi
 a file per segment. After its commits a pass looks at each table's live files: per table partition, the files under
 3/4 of the target (Iceberg's `min-file-size-bytes` default) are taken in offset order and packed into groups of at
 most the target; a group of at least `iceberg.compaction.min.input.files` files is rewritten as one file (on the
-executors, read through the table's current schema, rows kept in offset order) and swapped for its inputs in one
-commit. The rows do not change: a group whose new file does not hold exactly its inputs' row count is not
-committed. The commit carries the ledger unchanged (no row is added or removed, so exactly-once is untouched) and
-`tierproxy.compaction` = the pass; pyiceberg 0.12 cannot write Iceberg's `replace` operation, so its snapshot is an
-`overwrite` (a streaming reader of the table skips it with Spark's `streaming-skip-overwrite-snapshots`). The
-replaced files stay on disk while an older snapshot references them (until snapshots expire).
+executors, each file read as it is and cast to the table's current schema, rows kept in offset order) and swapped
+for its inputs in one commit. The rows do not change: a group whose new file does not hold exactly its inputs' row
+count is not committed. The commit carries the ledger unchanged (no row is added or removed, so exactly-once is
+untouched) and `tierproxy.compaction` = the pass; pyiceberg 0.12 cannot write Iceberg's `replace` operation, so its
+snapshot is an `overwrite` (a streaming reader of the table skips it with Spark's
+`streaming-skip-overwrite-snapshots`). The replaced files stay on disk while an older snapshot references them (until
+snapshots expire).
 """
 
 from __future__ import annotations
@@ -101,24 +102,41 @@ class Rewritten:
     error: str | None = None
 
 
-def rewrite_group(io_properties: dict[str, str], metadata: Any, files: list[Any], path: str) -> Rewritten:
-    """Run on an executor: the group's files (in order) read through the table's current schema into one new file
-    at `path`. A failure leaves no file."""
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io import load_file_io
-    from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
-    from pyiceberg.table import FileScanTask
+def conform(rb: Any, target: Any) -> Any:
+    """A batch of a data file in the table's current Arrow schema: columns by name, each cast to its current type
+    (widened, or made optional, by an evolution), a column the file predates as nulls. Read straight from the file,
+    so a null stays a null (pyiceberg's projection reads a null list as an empty one)."""
+    import pyarrow as pa
 
-    from tierproxy.iceberg.files import LazyParquet
+    names = set(rb.schema.names)
+    columns = []
+    for f in target:
+        if f.name in names:
+            columns.append(rb.column(f.name).cast(f.type))
+        elif f.nullable:
+            columns.append(pa.nulls(rb.num_rows, f.type))
+        else:
+            raise ValueError(f"the file has no column {f.name}, which is required")
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def rewrite_group(io_properties: dict[str, str], metadata: Any, files: list[Any], path: str) -> Rewritten:
+    """Run on an executor: the group's files (in order) read into one new file at `path` in the table's current
+    schema (`conform`). A failure leaves no file."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io import load_file_io
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from tierproxy.iceberg.files import ROW_GROUP_ROWS, LazyParquet
 
     fileio = load_file_io(properties=io_properties, location=path)
     target = schema_to_pyarrow(metadata.schema())
     out = LazyParquet(fileio, path, target)
     try:
-        scan = ArrowScan(metadata, fileio, metadata.schema(), AlwaysTrue())
         for df in files:
-            for rb in scan.to_record_batches([FileScanTask(df)]):
-                out.write(rb.cast(target))
+            with fileio.new_input(df.file_path).open() as f:
+                for rb in pq.ParquetFile(f).iter_batches(batch_size=ROW_GROUP_ROWS):
+                    out.write(conform(rb, target))
     except Exception as exc:  # whatever pyarrow or the store raises: this group is not compacted
         out.close(discard=True)
         return Rewritten(None, 0, f"{type(exc).__name__}: {str(exc)[:300]}")

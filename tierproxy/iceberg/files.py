@@ -231,6 +231,7 @@ class SplitParquet:
             try:
                 if (closed := f.close(discard=discard or error is not None)) is not None:
                     self._done.append(closed)
+                    self._rows_done += f.rows
             except BaseException as exc:  # the others are still closed (and removed) before it is raised
                 error = error or exc
         self._open = {}
