@@ -114,7 +114,9 @@ def test_tier_plus_live_holds_every_offset_exactly_once(kafka: KafkaCluster, spa
     from confluent_kafka.admin import AdminClient
 
     create_topic(kafka.bootstrap, topic_name, partitions=2)
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "batch.num.messages": 50})
+    # idempotent: a retried batch keeps its place, so offset order is production order (asserted on values below)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "batch.num.messages": 50,
+                  "enable.idempotence": True})
     for i in range(6000):
         p.produce(topic_name, f"v{i}".encode() * 20, f"k{i}".encode(), partition=i % 2)
         if i == 3999:
