@@ -163,16 +163,19 @@ class Compacted:
 
 
 def compact(table: Any, offset_column: str, options: CompactionOptions, pass_id: str, io_properties: dict[str, str],
-            run: Runner, props: dict[str, str], before_commit: Callable[[], None] = lambda: None) -> Compacted:
-    """Plan, rewrite and commit a table's compaction (the caller holds the table's writer lease; the commit, which
-    `props` go into as the snapshot summary, releases it). A group whose rewrite fails or does not hold its inputs'
-    rows is left out; a commit that fails (another writer's commit came first) leaves the table as it was."""
+            run: Runner, props: dict[str, str], before_commit: Callable[[], None] = lambda: None,
+            groups: list[list[Candidate]] | None = None) -> Compacted:
+    """Plan (unless the caller passes `groups` it planned), rewrite and commit a table's compaction (the caller holds
+    the table's writer lease; the commit, which `props` go into as the snapshot summary, releases it). A group whose
+    rewrite fails or does not hold its inputs' rows is left out; a commit that fails (another writer's commit came
+    first) leaves the table as it was."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     from tierproxy.iceberg.ledger import WRITER
 
     result = Compacted()
-    groups = plan_groups(candidates(table, offset_column), options)
+    if groups is None:
+        groups = plan_groups(candidates(table, offset_column), options)
     if not groups:
         return result
     jobs = [([c.file for c in g], output_path(g, pass_id)) for g in groups]

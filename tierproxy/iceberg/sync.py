@@ -435,7 +435,7 @@ class IcebergSync:
         if t.typed is not None and self.o.typed is not None and self.o.typed.upsert:
             from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-            upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema), pass_id)
+            upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema))
             paths = upsert.files
         held = writer_of(table.refresh(), self.o.orphan_min_age_ms)
         if held is not None and held != pass_id:  # our lease expired and another pass took the table
@@ -483,8 +483,10 @@ class IcebergSync:
         a compaction that loses a race, is left for a later pass."""
         options = self.o.compaction
         table = t.table.refresh()
-        if options.target_bytes <= 0 or writer_of(table, self.o.orphan_min_age_ms) is not None or \
-                not plan_groups(candidates(table, t.columns[2]), options):
+        if options.target_bytes <= 0 or writer_of(table, self.o.orphan_min_age_ms) is not None:
+            return Compacted()
+        groups = plan_groups(candidates(table, t.columns[2]), options)
+        if not groups:
             return Compacted()
         try:
             table = self._lease(table, t.name, pass_id)
@@ -498,7 +500,7 @@ class IcebergSync:
         props = {k: v for k, v in current_ledger(table).summary(pass_id, []).items() if k != PASS}
         try:
             done = compact(table, t.columns[2], options, pass_id, self.o.catalog.io, run, props,
-                           before_commit=lambda: _pause_point("compaction"))
+                           before_commit=lambda: _pause_point("compaction"), groups=groups)
         finally:
             table = table.refresh()
             if writer_of(table, self.o.orphan_min_age_ms) == pass_id:  # nothing committed: the lease is ours

@@ -75,7 +75,7 @@ def latest(positions: Any) -> Any:
     return _last_of_groups(_last_of_groups(positions, [KEY, PARTITION], [OFFSET]), [KEY], [TIMESTAMP, PARTITION])
 
 
-def plan_upsert(io: Any, paths: list[str], arrow_schema: Any, pass_id: str) -> UpsertPlan:
+def plan_upsert(io: Any, paths: list[str], arrow_schema: Any) -> UpsertPlan:
     """The pass's new files (typed rows and tombstones) → what the commit deletes and adds."""
     import numpy as np
     import pyarrow as pa
