@@ -8,6 +8,7 @@ an id or subject it does not know is `SchemaNotFound` (a record's problem: it go
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 from dataclasses import dataclass
@@ -67,9 +68,10 @@ class RegistryClient:
         """The schema registered under `schema_id` (cached: an id's schema never changes)."""
         found = self._by_id.get(schema_id)
         if found is None:
-            body = self._get(f"/schemas/ids/{schema_id}", f"schema id {schema_id}")
+            path = f"/schemas/ids/{schema_id}"
+            body = self._get(path, f"schema id {schema_id}")
             found = self._by_id[schema_id] = RegisteredSchema(schema_id, body.get("schemaType") or "AVRO",
-                                                              body["schema"])
+                                                              self._text(body, path))
         return found
 
     def versions(self, subject: str) -> list[RegisteredSchema]:
@@ -80,11 +82,55 @@ class RegistryClient:
             return []
         out = []
         for v in sorted(int(n) for n in numbers):
-            body = self._get(f"/subjects/{quote(subject, safe='')}/versions/{v}", f"subject {subject} version {v}")
-            s = RegisteredSchema(int(body["id"]), body.get("schemaType") or "AVRO", body["schema"], v)
+            path = f"/subjects/{quote(subject, safe='')}/versions/{v}"
+            body = self._get(path, f"subject {subject} version {v}")
+            s = RegisteredSchema(int(body["id"]), body.get("schemaType") or "AVRO", self._text(body, path), v)
             self._by_id.setdefault(s.id, RegisteredSchema(s.id, s.schema_type, s.text))
             out.append(s)
         return out
+
+    def _text(self, body: dict[str, Any], path: str) -> str:
+        """The schema's text as the decoders take it: as registered, but for Protobuf the base64 of a
+        FileDescriptorSet holding the schema's file last and the files it references (by the names it imports
+        them by) before it, so the text alone decodes its records."""
+        if (body.get("schemaType") or "AVRO").upper() != "PROTOBUF":
+            return str(body["schema"])
+        from google.protobuf import descriptor_pb2
+
+        files: dict[str, Any] = {}
+        if not self._add_proto(body, path, "schema.proto", files, 0):
+            return str(body["schema"])  # not decodable: its records become dead letters saying so
+        return base64.b64encode(descriptor_pb2.FileDescriptorSet(file=list(files.values())).SerializeToString()
+                                ).decode("ascii")
+
+    def _add_proto(self, body: dict[str, Any], path: str, name: str, files: dict[str, Any], depth: int) -> bool:
+        """Adds a Protobuf schema's references (depth first), then its own file, to `files`; False when one of
+        them has no serialized form or they nest deeper than 32."""
+        from google.protobuf import descriptor_pb2
+        from google.protobuf.message import DecodeError
+
+        if depth > 32:
+            return False
+        for ref in body.get("references") or []:
+            if ref["name"] not in files:
+                ref_path = f"/subjects/{quote(ref['subject'], safe='')}/versions/{ref['version']}"
+                if not self._add_proto(self._get(ref_path, f"reference {ref['name']}"), ref_path, ref["name"],
+                                       files, depth + 1):
+                    return False
+        proto = descriptor_pb2.FileDescriptorProto()
+        try:  # Apicurio keeps the serialized form a Confluent serializer registers; Confluent's registry gives the
+            # .proto text unless asked for `format=serialized`
+            proto.ParseFromString(base64.b64decode(str(body["schema"]).encode("ascii"), validate=True))
+        except (ValueError, DecodeError):
+            serialized = self._get(f"{path}?format=serialized", f"{path} (serialized)")
+            try:
+                proto.ParseFromString(base64.b64decode(str(serialized["schema"]).encode("ascii"), validate=True))
+            except (ValueError, DecodeError):
+                return False
+        if depth or not proto.name:
+            proto.name = name  # a reference is imported by its reference name
+        files[proto.name] = proto
+        return True
 
     def _get(self, path: str, what: str) -> Any:
         """GET with up to ATTEMPTS tries on a transport error or a 5xx (reads are idempotent; a registry restarting

@@ -6,8 +6,8 @@ columns, prefixed `_kafka_` (`_kafka_topic`, `_kafka_partition`, `_kafka_offset`
 `_kafka_partition`. Its dead-letter table `<table>_dlq` has the raw table's columns and `error`: every record that
 does not become a row is there, so rows + dead letters = the visible records tiered.
 
-Values are in Confluent's wire format: magic byte 0, a 4-byte big-endian schema id, the payload (Avro binary, or
-JSON text for a JSON Schema).
+Values are in Confluent's wire format: magic byte 0, a 4-byte big-endian schema id, the payload (Avro binary, JSON
+text for a JSON Schema, or for Protobuf the message index then the message: `proto_types`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, plain_avro, python_fixer, value_fields
 from tierproxy.iceberg.evolution import fits_reason
 from tierproxy.iceberg.json_types import json_converter, json_value_fields, parse_json_schema
+from tierproxy.iceberg.proto_types import ProtoSchema, proto_reader, proto_value_fields
 from tierproxy.iceberg.registry import RegistryConfig, SchemaNotFound, registry_client
 from tierproxy.iceberg.schema import COLUMNS
 
@@ -89,11 +90,15 @@ def schema_fields(schema_type: str, text: str) -> list[Any]:
         return value_fields(parse_avro(text))
     if kind == "JSON":
         return json_value_fields(parse_json_schema(text))
-    raise UnsupportedSchema(f"{schema_type} values are not decoded yet (Avro and JSON Schema are)")
+    if kind == "PROTOBUF":
+        return proto_value_fields(ProtoSchema(text).message)
+    raise UnsupportedSchema(f"{schema_type} values are not decoded (Avro, Protobuf and JSON Schema are)")
 
 
 def is_record(schema_type: str, text: str) -> bool:
     """The schema's values are records/objects whose fields are the columns (else one `value` column)."""
+    if schema_type.upper() == "PROTOBUF":
+        return True  # a message's fields
     try:
         parsed = json.loads(text)
     except ValueError:
@@ -212,4 +217,6 @@ class ValueDecoder:
                 return f"schema id {schema_id} does not fit the table: {why}"
             found = (registered.schema_type, registered.text)
         kind, text = found
+        if kind.upper() == "PROTOBUF":
+            return proto_reader(text, WIRE_HEADER.size)
         return (json_reader if kind.upper() == "JSON" else avro_reader)(text, self.plan.record)
