@@ -63,6 +63,7 @@ def test_a_file_uri_with_a_host_is_refused() -> None:
                                                           "hour(timestamp), day(timestamp)"),
     ("iceberg_compaction_min_input_files", "1", "greater than or equal to 2"),
     ("iceberg_target_file_bytes", "-1", "greater than or equal to 0"),
+    ("iceberg_value_format", "json", "should match pattern '^(registry|string|bytes)$'"),
 ])
 def test_bad_paths_and_values_name_the_key_and_the_reason(tmp_path: Path, key: str, value: str, reason: str) -> None:
     (tmp_path / "a-file").write_text("x")
@@ -71,6 +72,13 @@ def test_bad_paths_and_values_name_the_key_and_the_reason(tmp_path: Path, key: s
         load_settings(TierSettings, cli={"bootstrap_servers": "127.0.0.1:9092", key: value.format(**fill)}, env={})
     assert str(err.value).startswith(key.replace("_", ".") + ": ")
     assert reason.format(**fill) in str(err.value)
+
+
+def test_typed_tables_need_a_registry_only_for_the_registry_value_format() -> None:
+    base = {"bootstrap_servers": "127.0.0.1:9092", "iceberg_tables": "t=kafka.{topic}"}
+    with pytest.raises(ConfigError, match=r"iceberg\.schema\.registry\.url is not"):
+        load_settings(TierSettings, cli=base, env={})
+    assert load_settings(TierSettings, cli={**base, "iceberg_value_format": "string"}, env={}).iceberg_tables
 
 
 def test_serve_with_an_unwritable_storage_exits_2_with_one_line(tmp_path: Path) -> None:

@@ -22,7 +22,15 @@ from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, plain_av
 from tierproxy.iceberg.evolution import change_reason, evolve, fits_reason
 from tierproxy.iceberg.registry import RegistryConfig
 from tierproxy.iceberg.schema import iceberg_schema
-from tierproxy.iceberg.typed import DecodePlan, ValueDecoder, dlq_schema, schema_fields, typed_schema, value_columns
+from tierproxy.iceberg.typed import (
+    DecodePlan,
+    ValueDecoder,
+    dlq_schema,
+    plain_fields,
+    schema_fields,
+    typed_schema,
+    value_columns,
+)
 from tierproxy.iceberg.typed_files import split_batch
 
 ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
@@ -187,6 +195,17 @@ def test_typed_table_rules_and_names() -> None:
     for bad in ("orders", "orders=nodot", "([=kafka.t", "x=kafka.{name}", " ; "):
         with pytest.raises(ValueError):
             typed_table_rules(bad)
+
+
+def test_string_and_bytes_values_are_one_column_and_non_utf8_strings_dead_letters() -> None:
+    for fmt, column in (("string", "string"), ("bytes", "binary")):
+        assert [(f.name, str(f.field_type), f.required) for f in plain_fields(fmt)] == [("value", column, False)]
+    text = ValueDecoder(DecodePlan(None, value_format="string", record=False), plain_fields("string"))
+    assert text.decode("grüße".encode()) == ({"value": "grüße"}, None)
+    assert text.decode(b"\xff\xfe") == (None, "value is not UTF-8 (invalid start byte at byte 0)")
+    assert text.decode(None) == (None, "no value (a tombstone)")
+    raw = ValueDecoder(DecodePlan(None, value_format="bytes", record=False), plain_fields("bytes"))
+    assert raw.decode(b"\0\xff") == ({"value": b"\0\xff"}, None)
 
 
 PAYMENT = {"type": "object", "title": "Payment", "properties": {

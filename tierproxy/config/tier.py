@@ -54,6 +54,10 @@ class TierSettings(CommonSettings):
     iceberg_mode: str = Field("append", pattern="^(append|upsert)$",
                               description="typed tables: append (every record a row) or upsert (the latest value "
                               "per Kafka key; a tombstone deletes the key's row)")
+    iceberg_value_format: str = Field("registry", pattern="^(registry|string|bytes)$",
+                                      description="typed tables: how values become columns: registry (Confluent's "
+                                      "wire format, decoded with the schema registry), string (one UTF-8 `value` "
+                                      "column) or bytes (one binary `value` column)")
     iceberg_partition_by: str = Field("partition", description="what the tables are partitioned by, after the "
                                       "topic (raw and dead-letter tables): `partition`, `hour(timestamp)` and/or "
                                       "`day(timestamp)`, comma-separated; an existing table's spec evolves to it")
@@ -83,9 +87,9 @@ class TierSettings(CommonSettings):
 
     @model_validator(mode="after")
     def _typed_tables_need_a_registry(self) -> TierSettings:
-        if self.iceberg_tables and not self.iceberg_schema_registry_url:
+        if self.iceberg_tables and self.iceberg_value_format == "registry" and not self.iceberg_schema_registry_url:
             raise ValueError("iceberg.tables is set but iceberg.schema.registry.url is not: typed tables decode "
-                             "values with the schema registry")
+                             "values with the schema registry (iceberg.value.format=registry)")
         return self
 
     @field_validator("iceberg_schema_registry_url")

@@ -46,9 +46,9 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
     first rule matching it."""
     if not s.iceberg_tables:
         return []
-    assert s.iceberg_schema_registry_url is not None  # the settings refuse typed tables without a registry
-    registry = RegistryConfig(s.iceberg_schema_registry_url, s.iceberg_schema_registry_basic_auth_user_info,
-                              s.iceberg_schema_registry_ssl_ca_location)
+    registry = None if s.iceberg_schema_registry_url is None else RegistryConfig(
+        s.iceberg_schema_registry_url, s.iceberg_schema_registry_basic_auth_user_info,
+        s.iceberg_schema_registry_ssl_ca_location)  # the settings refuse the registry format without one
     raw = options_of(s)
     out = []
     rules = typed_table_rules(s.iceberg_tables)
@@ -57,7 +57,8 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
         if table is not None:
             out.append(dataclasses.replace(raw, table=table, topics=f"^{re.escape(topic)}$",
                                            typed=TypedOptions(registry, f"{topic}-value",
-                                                              upsert=s.iceberg_mode == "upsert")))
+                                                              upsert=s.iceberg_mode == "upsert",
+                                                              value_format=s.iceberg_value_format)))
     return out
 
 

@@ -77,10 +77,18 @@ class DecodePlan:
     """What the driver decided before the executors decode: each version's schema whose records become rows, each
     one whose records are dead letters (and why); any other id is looked up by the executor and must fit."""
 
-    registry: RegistryConfig
+    registry: RegistryConfig | None  # None: a value format without the registry
     accepted: dict[int, tuple[str, str]] = field(default_factory=dict)  # schema id → (schema type, schema text)
     rejected: dict[int, str] = field(default_factory=dict)  # schema id → the reason its records are dead letters
     record: bool = True  # the value schema is a record (its fields are the columns), else one `value` column
+    value_format: str = "registry"  # iceberg.value.format: registry, or string / bytes (one `value` column)
+
+
+def plain_fields(value_format: str) -> list[Any]:
+    """The value column of a table of a format without schemas: `value`, string or binary, optional."""
+    from pyiceberg.types import BinaryType, NestedField, StringType
+
+    return [NestedField(1, "value", StringType() if value_format == "string" else BinaryType(), required=False)]
 
 
 def schema_fields(schema_type: str, text: str) -> list[Any]:
@@ -185,6 +193,13 @@ class ValueDecoder:
         """(columns, None) or (None, reason)."""
         if value is None:
             return None, "no value (a tombstone)"
+        if self.plan.value_format == "bytes":
+            return {"value": value}, None
+        if self.plan.value_format == "string":
+            try:
+                return {"value": value.decode("utf-8")}, None
+            except UnicodeDecodeError as exc:
+                return None, f"value is not UTF-8 ({exc.reason} at byte {exc.start})"
         if len(value) < WIRE_HEADER.size:
             return None, f"value of {len(value)} bytes is shorter than the wire format's 5-byte header"
         magic, schema_id = WIRE_HEADER.unpack_from(value)
@@ -205,6 +220,7 @@ class ValueDecoder:
         pass fails rather than call a record undecodable because the registry was down)."""
         found = self.plan.accepted.get(schema_id)
         if found is None:
+            assert self.plan.registry is not None  # a registry-format plan has one
             try:
                 registered = registry_client(self.plan.registry).schema(schema_id)
             except SchemaNotFound:

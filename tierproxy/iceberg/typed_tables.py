@@ -25,6 +25,7 @@ from tierproxy.iceberg.typed import (
     dlq_schema,
     is_record,
     kafka_fields,
+    plain_fields,
     schema_fields,
     typed_schema,
     value_columns,
@@ -36,9 +37,10 @@ SCHEMAS = "tierproxy.schemas"
 
 @dataclass(frozen=True)
 class TypedOptions:
-    registry: RegistryConfig
+    registry: RegistryConfig | None  # None: no registry configured (a value format other than `registry`)
     subject: str  # the value subject, "<topic>-value"
     upsert: bool = False  # iceberg.mode=upsert: the latest value per key (`upsert`)
+    value_format: str = "registry"  # iceberg.value.format: registry, string or bytes
 
 
 @dataclass
@@ -84,6 +86,9 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
     """The typed table and its dead-letter table, created when missing (partitioned by `by`,
     `iceberg.partition.by`); None while the subject has no version whose records can be columns (the table waits:
     nothing is decided, nothing dead-lettered)."""
+    if options.value_format != "registry":
+        return _open_plain(catalog, cfg, name, options, by)
+    assert options.registry is not None  # the settings refuse the registry format without a registry
     client = RegistryClient(options.registry)
     try:
         versions = client.versions(options.subject)
@@ -131,6 +136,23 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
     dlq = open_table(catalog, cfg, dlq_name(name), _dlq_shape(by), evolve_spec=True)
     return TypedTable(table, dlq, DecodePlan(options.registry, plan.accepted, plan.rejected, _is_record(plan)), schema,
                       evolved, decisions)
+
+
+def _open_plain(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions, by: tuple[str, ...]) -> TypedTable:
+    """A typed table whose values are one `value` column (iceberg.value.format string or bytes): no registry, no
+    versions; a string table's non-UTF-8 values are dead letters."""
+    fields = plain_fields(options.value_format)
+    table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(fields), lambda s: _typed_spec(s, by),
+                                                      _typed_order, _has_kafka_columns,
+                                                      f"{options.value_format} values ({options.subject})"),
+                       evolve_spec=True)
+    if why := change_reason(value_columns(table.schema()), fields):
+        raise ValueError(f"table {name} exists with other value columns than iceberg.value.format="
+                         f"{options.value_format} gives: {why}")
+    dlq = open_table(catalog, cfg, dlq_name(name), _dlq_shape(by), evolve_spec=True)
+    decisions: dict[str, str | None] = json.loads(table.properties.get(SCHEMAS, "{}"))
+    return TypedTable(table, dlq, DecodePlan(options.registry, value_format=options.value_format, record=False),
+                      table.schema(), None, decisions)
 
 
 def _decide(schema_type: str, text: str, current: list[Any] | None) -> tuple[str | None, list[Any]]:

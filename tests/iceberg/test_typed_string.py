@@ -1,0 +1,48 @@
+"""A typed table of plain-text values (`iceberg.value.format=string`, no schema registry): each UTF-8 value one row of
+a `value` column, every other value (not UTF-8, a tombstone) a dead letter; rows + dead letters = the records."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.support.iceberg import iceberg_cli, pyiceberg_table
+from tests.support.kafka import create_topic
+from tests.support.spark import delete_on_broker, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+def test_string_values_are_one_column_and_the_rest_are_dead_letters(kafka: KafkaCluster, tmp_path: Path) -> None:
+    topic = f"typed-lines-{os.getpid()}"
+    create_topic(kafka.bootstrap, topic, partitions=1, config={"segment.ms": "500"})
+    sent: list[bytes | None] = [f"line {i}: grüße".encode() if i % 10 else b"\xff\xfe not text" for i in range(200)]
+    sent += [None, b"last line"]
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    for i, v in enumerate(sent):
+        p.produce(topic, v, f"k{i}".encode())
+    p.flush(30)
+    storage, metadata = f"file://{tmp_path}/tier", f"file://{tmp_path}/meta"
+    tier_once(kafka.bootstrap, topic, storage, metadata, tmp_path)
+    delete_on_broker(kafka.bootstrap, topic, 1)
+    env = {"TIERPROXY_ICEBERG_TABLES": f"{topic}=logs.{{topic}}", "TIERPROXY_ICEBERG_VALUE_FORMAT": "string"}
+    args = ["--bootstrap-server", kafka.bootstrap, "--storage", storage, "--metadata", metadata, "--master", "local[2]",
+            "--once"]
+    out = iceberg_cli(tmp_path, *args, env=env)
+    assert " 21 dead letters" in out.stdout, out.stdout
+    uri, wh = f"sqlite:///{tmp_path}/tier/iceberg/catalog.db", f"file://{tmp_path}/tier/iceberg"
+    name = "logs." + topic.replace("-", "_")
+    table = pyiceberg_table(uri, wh, name)
+    assert (table.schema().fields[0].name, str(table.schema().fields[0].field_type)) == ("value", "string")
+    rows = {r["_kafka_offset"]: (r["value"], r["_kafka_key"]) for r in table.scan().to_arrow().to_pylist()}
+    assert rows == {o: (v.decode(), f"k{o}".encode()) for o, v in enumerate(sent) if v is not None and o % 10}
+    dead = {r["offset"]: r for r in pyiceberg_table(uri, wh, f"{name}_dlq").scan().to_arrow().to_pylist()}
+    assert sorted(dead) == [o for o in range(0, 200, 10)] + [200]
+    assert dead[10]["value"] == b"\xff\xfe not text" and "not UTF-8" in dead[10]["error"]
+    assert dead[200]["error"] == "no value (a tombstone)"
+    again = iceberg_cli(tmp_path, *args, env=env)
+    assert " 0 rows added" in again.stdout and " 0 dead letters" in again.stdout, again.stdout
