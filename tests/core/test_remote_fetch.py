@@ -520,3 +520,59 @@ def test_reads_go_on_while_the_ids_are_asked_and_one_of_an_old_id_is_never_serve
         assert len(tier.reads) == 2  # read again under the current id
 
     scene_run(go, tier)
+
+
+async def _warmed(tier: InMemoryTier) -> None:
+    """What the remote tier asks when it loads: the tiered partitions' leader offsets (their log starts)."""
+    await tier.broker_offsets_many([(TOPIC, 0)])
+
+
+def test_a_new_connections_first_fetch_of_history_is_read_before_the_broker_answers() -> None:
+    """A cold catch-up: the connection has never read from the tier, but the leader's log start as last asked is
+    above the fetch offset, so the read, the leader's offsets and the topic's id are asked with the request; the
+    broker's OFFSET_OUT_OF_RANGE still decides, and the early read is what is served."""
+    async def go(s: Scene) -> None:
+        await _warmed(s.tier)
+        header = s.send({0: 30})
+        assert [r[2] for r in s.tier.reads] == [30] and s.tier.refreshes == 0  # the read, before the broker answers
+        await asyncio.sleep(0)
+        assert s.tier.refreshes == 1  # the id asked before the broker answers too
+        s.wire.broker_answers(header, broker_answer({0: broker_entry(0, OOR)}))
+        await s.proxy.settle()
+        [(_, _, body)] = s.wire.client_receives()
+        assert body is not None and next(iter_batches(parts(body)[0]["records"])).base_offset == 30
+        assert len(s.tier.reads) == 1 and s.wire.session.tiered == {(TOPIC, 0): 500}
+
+    scene_run(go)
+
+
+def test_a_first_fetch_the_tier_knows_nothing_of_or_at_the_log_start_waits_for_the_broker() -> None:
+    local = build_batch([Record(600, 1, None, b"z")], base_offset=600)
+
+    async def go(s: Scene) -> None:
+        s.send({0: 30})  # no log start known yet: nothing read before the broker answers
+        assert s.tier.reads == []
+        other = Scene(s.tier)
+        await _warmed(s.tier)
+        header = other.send({0: 600})  # at or above the broker's log start: the broker's, not history
+        assert s.tier.reads == []
+        other.wire.broker_answers(header, broker_answer({0: broker_entry(0, records=local)}))
+        await other.proxy.settle()
+        [(_, _, body)] = other.wire.client_receives()
+        assert body is not None and bytes(parts(body)[0]["records"]) == local
+
+    scene_run(go)
+
+
+def test_a_first_fetch_read_early_that_the_broker_serves_itself_gets_the_brokers_bytes() -> None:
+    """The log start learned earlier moved down (a topic's history restored on the broker): the early read is
+    never served; the broker's answer passes byte for byte and the connection reads nothing from the tier."""
+    local = build_batch([Record(30, 1, None, b"broker")], base_offset=30)
+
+    async def go(s: Scene) -> None:
+        await _warmed(s.tier)
+        body = await s.fetch({0: 30}, {0: broker_entry(0, records=local, log_start=0)})
+        assert len(s.tier.reads) == 1  # read early, then dropped
+        assert bytes(parts(body)[0]["records"]) == local and s.wire.session.tiered == {}
+
+    scene_run(go)

@@ -113,6 +113,7 @@ class Session:
         # partitions this connection reads from the tier → the broker's local log start (fetches below it are
         # read early); keyed (topic name or id, partition) as the Fetch names them
         self.tiered: dict[tuple[str | bytes, int], int] = {}
+        self.first_fetch = True  # its first Fetch is decoded: a cold catch-up's partitions are read from its arrival
         # topic (name or id, as the Fetch names it) → time.monotonic() of a request whose fetch of it the broker
         # authorized (answered OFFSET_OUT_OF_RANGE): within remote.authorization.cache.ms of it, fetches the tier
         # answers whole are not asked of the broker again

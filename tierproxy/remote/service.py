@@ -91,21 +91,20 @@ class RemoteTier:
 
     async def _warm(self) -> None:
         """What a remote answer asks of the cluster, made ready before the first one: the tiered topics' current
-        ids and leaders (one Metadata) and a connection of tierproxy's own to each leader (one ListOffsets of a
-        partition it leads). A cold catch-up's first fetch otherwise opened both connections in its own time
-        (7-10 ms). Best effort: what fails here is asked again when a fetch needs it."""
+        ids and leaders (one Metadata) and a connection of tierproxy's own to each leader (one ListOffsets per
+        bound of the tiered partitions it leads). A cold catch-up's first fetch otherwise opened both connections
+        in its own time (7-10 ms); the log starts tell a new connection's first fetch which partitions are history
+        (`intercept.fetch.handler.expected_remote`). Best effort: what fails here is asked again when needed."""
         topics = {pc.tp.topic for pc in list(self.rlmm.cache.partitions.values())}
         if not topics:
             return
         try:
             await asyncio.wait_for(self.leaders.refresh(topics, max_age=0), 10)
-            one_per_leader: dict[str, tuple[str, int]] = {}
-            for pc in list(self.rlmm.cache.partitions.values()):
-                if (leader := self.leaders.known(pc.tp.topic, pc.tp.partition)) is not None:
-                    one_per_leader.setdefault(leader, (pc.tp.topic, pc.tp.partition))
-            await asyncio.wait_for(self.broker_offsets_many(list(one_per_leader.values())), 10)
-            log.info("own connections ready: %d topics' ids and leaders asked, %d leaders connected", len(topics),
-                     len(one_per_leader))
+            led = {(pc.tp.topic, pc.tp.partition) for pc in list(self.rlmm.cache.partitions.values())
+                   if self.leaders.known(pc.tp.topic, pc.tp.partition) is not None}
+            got = await asyncio.wait_for(self.broker_offsets_many(sorted(led)), 10)
+            log.info("own connections ready: %d topics' ids and leaders asked, the log starts of %d partitions",
+                     len(topics), len(got))
         except (OSError, TimeoutError, ConnectionError, KeyError) as exc:
             log.info("own connections not made ahead (%s): the first remote fetch makes them", exc)
 

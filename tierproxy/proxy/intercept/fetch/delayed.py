@@ -95,6 +95,20 @@ class DelayedRemoteFetch:
         plan = self.plan
         plan.budget = self.reserve(fit_budget(plan, plan.remote, 0))
         plan.reads, plan.errors, plan.rejected = self.start_reads(plan.budget)
+        if plan.remote:  # what the answer will ask of the cluster, asked now too (answers are cached ~1 s)
+            loop = asyncio.get_running_loop()
+            plan.lookups = [loop.create_task(self._ask_offsets(plan.remote))]
+            if not plan.by_id:
+                plan.lookups.append(loop.create_task(self.tier.refresh_topic_ids({str(k[0]) for k in plan.remote})))
+            for task in plan.lookups:
+                task.add_done_callback(consume_exception)
+
+    async def _early_lookups(self) -> None:
+        """The lookups started at the request, finished (or the deadline): asking again meanwhile would send the
+        same requests twice."""
+        pending = [t for t in self.plan.lookups if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=max(0.0, self.deadline - asyncio.get_running_loop().time()))
 
     # --- completion -----------------------------------------------------------------------------------------------
     async def complete(self, upstream: FetchResponse, oor: list[Key], beyond: list[Key]) -> FetchResponse:
@@ -262,6 +276,7 @@ class DelayedRemoteFetch:
         """The partitions the tier still answers once the names' current ids are at most a second old; the others
         (a topic deleted and created again since it was tiered) keep the broker's answer."""
         names = {str(k[0]) for k in oor}
+        await self._early_lookups()
         try:
             await asyncio.wait_for(self.tier.refresh_topic_ids(names),
                                    timeout=max(0.05, self.deadline - asyncio.get_running_loop().time()))
@@ -272,6 +287,10 @@ class DelayedRemoteFetch:
     async def broker_offsets(self, keys: list[Key]) -> dict[Key, BrokerOffsets]:
         """HW, LSO and log start of each remote partition, asked of its leader with tierproxy's own identity (one
         ListOffsets per leader and bound for all of them)."""
+        await self._early_lookups()
+        return await self._ask_offsets(keys)
+
+    async def _ask_offsets(self, keys: list[Key]) -> dict[Key, BrokerOffsets]:
         names: dict[tuple[str, int], Key] = {}
         for key in keys:
             pc = self.partition(key)

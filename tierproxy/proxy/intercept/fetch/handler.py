@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import cast
 
@@ -13,7 +14,7 @@ from protocol import registry
 from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode
-from protocol.messages import FetchResponse
+from protocol.messages import FetchRequest, FetchResponse
 from tierproxy.metrics import FETCH_LATENCY
 from tierproxy.proxy import relay, rewrite
 from tierproxy.proxy.intercept.errors import LOADING
@@ -23,6 +24,7 @@ from tierproxy.proxy.intercept.fetch.plan import (
     Key,
     as_full_request,
     decode_fetch_request,
+    key_of,
     plan_fetch,
     sessionless,
 )
@@ -47,7 +49,8 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
         session.forward(ev)
         return
     by_id = ev.header.api_version >= 13
-    if tier is None or not session.tiered:  # the tail: nothing to read early, so nothing to decode now
+    first, session.first_fetch = session.first_fetch, False
+    if tier is None or not (session.tiered or (first and tier.serving)):  # the tail: nothing to read early
         chunks = as_full_request(ev)
         if chunks is not None:
             plan = FetchPlan(None, by_id, ev)
@@ -59,7 +62,10 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     changed = not (data["session_id"] == 0 and data["session_epoch"] == -1)
     if changed:
         sessionless(data)
-    plan = plan_fetch(data, by_id, session.tiered if tier is not None else {})
+    known = session.tiered if tier is not None else {}
+    if first and tier is not None:  # a new connection: what the tier knows of the leaders' log starts
+        known = expected_remote(tier, data, by_id)
+    plan = plan_fetch(data, by_id, known)
     plan.client_id = ev.header.client_id or ""
     plan.as_file = session.sends_files
     op = None
@@ -77,6 +83,24 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
                     Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
     if op is not None:  # after the request has left: the reads overlap the broker's round trip, not delay it
         op.start_early()
+
+
+def expected_remote(tier: RemoteTierView, data: FetchRequest, by_id: bool) -> dict[Key, int]:
+    """The partitions of a connection's first Fetch that are history: the tier holds the fetch offset and the
+    leader's log start, as last asked (at load, or by any connection), is above it (a log start only moves up).
+    They are read from the request's arrival, as a known connection's are; the broker's answer still decides."""
+    out: dict[Key, int] = {}
+    for t in data["topics"]:
+        for p in t["partitions"]:
+            key = key_of(by_id, t, p)
+            pc = tier.partition_by_id(t["topic_id"], p["partition"]) if by_id else tier.partition(t["topic"],
+                                                                                                   p["partition"])
+            if pc is None or pc.segment_for_offset(p["fetch_offset"]) is None:
+                continue
+            last = tier.last_broker_offsets(pc.tp.topic, p["partition"], math.inf)
+            if last is not None and p["fetch_offset"] < last.log_start:
+                out[key] = last.log_start
+    return out
 
 
 def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:

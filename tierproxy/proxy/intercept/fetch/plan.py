@@ -43,6 +43,7 @@ class FetchPlan:
     rejected: set[Key] = field(default_factory=set)  # early reads a full pool refused
     requested_reads: set[Key] = field(default_factory=set)  # the partitions this fetch's budget reads
     errors: dict[Key, int] = field(default_factory=dict)  # early reads that could not start
+    lookups: list[asyncio.Task[object]] = field(default_factory=list)  # the leaders' offsets, the ids: asked early
     deadline: float = 0.0  # loop time: the purgatory's end (remote.fetch.max.wait.ms after arrival)
     reserved: int = 0  # bytes of queued.max.request.bytes held for this response's remote reads
     client_id: str = ""  # whose remote fetch quota the served bytes count against
