@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -59,6 +60,7 @@ class RemoteTier:
         self._quota = RemoteFetchQuota(settings.remote_log_manager_fetch_max_bytes_per_second,
                                       settings.remote_fetch_client_max_bytes_per_second)
         self.current_ids: dict[str, bytes] = {}
+        self._ids_named: dict[str, float] = {}  # topic → time.monotonic() a Metadata answer last named its id
         self.leaders = OwnLeaders(settings, on_metadata=self.learn_topic_ids)
         self.loading_problem: str | None = None  # why the metadata has not loaded yet (readyz says it)
         self.ready = asyncio.Event()
@@ -162,10 +164,13 @@ class RemoteTier:
         return self.ready.is_set() and self.rlmm.failure is None
 
     def learn_topic_ids(self, topics: Iterable[Mapping[str, Any]]) -> None:
-        """Topic name → current id, from Metadata answers (the clients' as they pass, and tierproxy's own)."""
+        """Topic name → current id, from Metadata answers (the clients' as they pass, and tierproxy's own). Either
+        is the cluster naming the topic's id at that moment: a client's answer counts as fresh as one we asked."""
+        now = time.monotonic()
         for t in topics:
             tid = t.get("topic_id")
             if t.get("error_code", 0) == 0 and t.get("name") and tid and any(tid):
+                self._ids_named[t["name"]] = now
                 if (old := self.current_ids.get(t["name"])) is not None and old != bytes(tid):
                     log.info("topic %s has a new id %s (was %s): the old id's history is not served",
                              t["name"], bytes(tid).hex(), old.hex())
@@ -174,8 +179,14 @@ class RemoteTier:
     async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
         """Make sure the current ids of `topics` are at most `max_age` seconds old (asked on tierproxy's own
         listener): checked before the tier answers a fetch by name. Returns the topics whose current id is known
-        that fresh (a topic the cluster did not name without error is not among them)."""
-        return await self.leaders.refresh(topics, max_age)
+        that fresh (a topic the cluster did not name without error is not among them). Topics a Metadata answer
+        passing through named that recently are not asked again: a client's Metadata just before its first Fetch
+        (what every client does) makes that fetch's own lookup unnecessary."""
+        now = time.monotonic()
+        named = {t for t in topics if now - self._ids_named.get(t, -math.inf) <= max_age}
+        if named == topics:
+            return named
+        return named | await self.leaders.refresh(topics - named, max_age)
 
     def partition(self, topic: str, partition: int) -> PartitionCache | None:
         """The tiered history of `topic` by name, only under the topic's current id: a topic deleted and created
