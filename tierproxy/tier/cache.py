@@ -63,6 +63,13 @@ class PartitionCache:
         self.epochs: dict[int, _EpochIndex] = {}
         self.unreferenced: set[bytes] = set()
         self.log_start_offset = 0  # moved by purges only (RemoteLogStartOffset): nothing below it is served
+        # the served segments in offset order and the lineage, computed once per change of `segments`/`epochs`:
+        # every remote fetch asks them (several times), a change comes once per tiered segment
+        self._served: list[RemoteLogSegmentMetadata] | None = None
+        self._lineage: list[tuple[int, int, int]] | None = None
+
+    def _changed(self) -> None:
+        self._served = self._lineage = None
 
     # --- events ------------------------------------------------------------------------------------------------
     def add(self, md: RemoteLogSegmentMetadata) -> None:
@@ -70,6 +77,7 @@ class PartitionCache:
                                  md.state, md.segment_id)
         self.segments[md.segment_id.id] = md
         self.unreferenced.add(md.segment_id.id)
+        self._changed()
 
     def update(self, up: RemoteLogSegmentMetadataUpdate,
                facts: RemoteLogSegmentMetadata | None = None) -> RemoteLogSegmentMetadata:
@@ -79,6 +87,7 @@ class PartitionCache:
         check_segment_transition(current.state if current else None, up.state, up.segment_id)
         assert current is not None
         md = facts if facts is not None else current.with_update(up)
+        self._changed()
         if up.state == SegmentState.DELETE_SEGMENT_FINISHED:
             del self.segments[seg_id]
             self.unreferenced.discard(seg_id)
@@ -112,8 +121,10 @@ class PartitionCache:
     # --- queries -----------------------------------------------------------------------------------------------
     def finished(self) -> Iterator[RemoteLogSegmentMetadata]:
         """Served segments (COPY_SEGMENT_FINISHED and referenced), in offset order."""
-        ids = {i for idx in self.epochs.values() for i in idx.ids.values()}
-        return iter(sorted((self.segments[i] for i in ids), key=lambda m: (m.start_offset, m.end_offset)))
+        if self._served is None:
+            ids = {i for idx in self.epochs.values() for i in idx.ids.values()}
+            self._served = sorted((self.segments[i] for i in ids), key=lambda m: (m.start_offset, m.end_offset))
+        return iter(self._served)
 
     def all_segments(self) -> list[RemoteLogSegmentMetadata]:
         return sorted(self.segments.values(), key=lambda m: (m.start_offset, m.end_offset))
@@ -142,6 +153,11 @@ class PartitionCache:
 
     def lineage(self) -> list[tuple[int, int, int]]:
         """(epoch, first offset, last offset) over the served segments, in epoch order."""
+        if self._lineage is None:
+            self._lineage = self._compute_lineage()
+        return self._lineage
+
+    def _compute_lineage(self) -> list[tuple[int, int, int]]:
         ranges: dict[int, list[int]] = {}
         for epoch, idx in self.epochs.items():
             for start in idx.starts:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, urlparse
 
+from cachetools import LRUCache
+
 _boto_lock = threading.Lock()
 T = TypeVar("T")
 # S3 error codes worth retrying besides 5xx: throttling and timeouts
@@ -78,14 +80,25 @@ class FileStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        self._resolved_root = root.resolve()
+        # key → its checked path, for the readers: resolving it walks every component (a syscall each), and a
+        # catch-up reads the same few segment files hundreds of times a second
+        self._local: LRUCache[str, Path] = LRUCache(maxsize=4096)
+        self._local_lock = threading.Lock()  # a store may be shared by threads (executors, the tiering driver)
 
     def local_path(self, key: str) -> Path:
         """The file of `key` (StorageError for a key that would leave the root)."""
-        return self._path(key)
+        with self._local_lock:
+            found = self._local.get(key)
+        if found is None:
+            found = self._path(key)
+            with self._local_lock:
+                self._local[key] = found
+        return found
 
     def _path(self, key: str) -> Path:
         p = (self.root / key).resolve()
-        if self.root.resolve() not in p.parents:
+        if self._resolved_root not in p.parents:
             raise StorageError(f"object key escapes the store: {key!r}")
         return p
 
