@@ -19,6 +19,7 @@ such a schema go to the dead-letter table with that reason).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,19 +39,12 @@ def parse_avro(text: str) -> Any:
         raise UnsupportedSchema(f"not a valid Avro schema: {exc}") from None
 
 
-def _ids() -> Iterator[int]:
-    n = 0
-    while True:
-        n += 1
-        yield n
-
-
 def value_fields(avro: Any) -> list[Any]:
     """The table's value columns (pyiceberg NestedFields, ids to be assigned by the table): a record's fields, or one
     `value` column for any other schema."""
     from pyiceberg.types import NestedField
 
-    ids = _ids()
+    ids = itertools.count(1)  # placeholder field ids (the table assigns its own)
     if isinstance(avro, dict) and avro.get("type") == "record":
         return [_field(f["name"], f["type"], ids, ()) for f in avro["fields"]]
     t, optional = _unwrap(avro)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,13 +21,6 @@ from typing import Any
 from tierproxy.iceberg.avro_types import UnsupportedSchema
 
 Convert = Callable[[Any, str], Any]  # (value, path) → the column's value; ValueError naming the path
-
-
-def _ids() -> Iterator[int]:
-    n = 0
-    while True:
-        n += 1
-        yield n
 
 
 def parse_json_schema(text: str) -> dict[str, Any]:
@@ -43,7 +37,7 @@ def json_value_fields(schema: dict[str, Any]) -> list[Any]:
     """The table's value columns for a JSON Schema (placeholder ids): an object's properties, or one `value`."""
     from pyiceberg.types import NestedField
 
-    ids = _ids()
+    ids = itertools.count(1)  # placeholder field ids (the table assigns its own)
     t, optional = _unwrap(schema)
     if t == "object" and "properties" in schema:
         return _properties(schema, ids)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import decimal
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,13 +29,6 @@ from tierproxy.iceberg.avro_types import UnsupportedSchema
 _WRAPPERS = {f"google.protobuf.{n}Value" for n in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool",
                                                      "String", "Bytes")}
 _TIMESTAMP = "google.protobuf.Timestamp"
-
-
-def _ids() -> Iterator[int]:
-    n = 0
-    while True:
-        n += 1
-        yield n
 
 
 def descriptor_set(text: str) -> Any:
@@ -116,7 +110,7 @@ def proto_value_fields(message: Any) -> list[Any]:
     """The table's value columns for a message (placeholder ids), all optional."""
     from pyiceberg.types import NestedField
 
-    ids = _ids()
+    ids = itertools.count(1)  # placeholder field ids (the table assigns its own)
     return [NestedField(next(ids), f.name, _type(f, ids, (message.full_name,)), required=False)
             for f in message.fields]
 
@@ -195,8 +189,7 @@ def _scalar(f: Any) -> Convert:
         if m.full_name in _WRAPPERS:
             inner = _scalar(m.fields_by_name["value"])
             return lambda w: inner(w.value)
-        convert = message_converter(m)
-        return convert
+        return message_converter(m)
     if f.type == F.TYPE_ENUM:
         names = {v.number: v.name for v in f.enum_type.values}
         return lambda n: names.get(n, str(n))  # an open enum's number no symbol names yet stays, as text

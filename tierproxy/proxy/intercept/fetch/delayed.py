@@ -30,6 +30,12 @@ STALE_OFFSETS_S = 30.0
 Reads = dict[Key, asyncio.Task[ReadResult]]
 
 
+def tiered_partition(tier: RemoteTierView, key: Key) -> PartitionCache | None:
+    """The tiered partition a Fetch's key names: by topic id (v13+), or by name under its current id."""
+    topic = key[0]
+    return tier.partition_by_id(topic, key[1]) if isinstance(topic, bytes) else tier.partition(topic, key[1])
+
+
 class DelayedRemoteFetch:
     """The remote part of one client Fetch. `tiered` is the connection's map of partitions it reads from the tier
     to the broker's local log start (it learns and forgets them here)."""
@@ -40,9 +46,7 @@ class DelayedRemoteFetch:
         self.deadline = deadline  # loop time
 
     def partition(self, key: Key) -> PartitionCache | None:
-        topic = key[0]
-        return (self.tier.partition_by_id(topic, key[1]) if isinstance(topic, bytes)
-                else self.tier.partition(topic, key[1]))
+        return tiered_partition(self.tier, key)
 
     def tier_answers(self, key: Key) -> bool:
         """A served segment holds the fetch offset (inside a hole the broker may hold it: `past_the_tier`)."""
@@ -95,7 +99,9 @@ class DelayedRemoteFetch:
         plan = self.plan
         plan.budget = self.reserve(fit_budget(plan, plan.remote, 0))
         plan.reads, plan.errors, plan.rejected = self.start_reads(plan.budget)
-        if plan.remote:  # what the answer will ask of the cluster, asked now too (answers are cached ~1 s)
+        if any(k not in self.tiered for k in plan.remote):
+            # new to this connection (its first fetch): what the answer will ask of the cluster, asked now too; a
+            # known partition's answers are mostly cached (~1 s) and asked, when stale, after the broker's answer
             loop = asyncio.get_running_loop()
             plan.lookups = [loop.create_task(self._ask_offsets(plan.remote))]
             if not plan.by_id:

@@ -18,7 +18,7 @@ from protocol.messages import FetchRequest, FetchResponse
 from tierproxy.metrics import FETCH_LATENCY
 from tierproxy.proxy import relay, rewrite
 from tierproxy.proxy.intercept.errors import LOADING
-from tierproxy.proxy.intercept.fetch.delayed import DelayedRemoteFetch
+from tierproxy.proxy.intercept.fetch.delayed import DelayedRemoteFetch, tiered_partition
 from tierproxy.proxy.intercept.fetch.plan import (
     FetchPlan,
     Key,
@@ -93,8 +93,7 @@ def expected_remote(tier: RemoteTierView, data: FetchRequest, by_id: bool) -> di
     for t in data["topics"]:
         for p in t["partitions"]:
             key = key_of(by_id, t, p)
-            pc = tier.partition_by_id(t["topic_id"], p["partition"]) if by_id else tier.partition(t["topic"],
-                                                                                                   p["partition"])
+            pc = tiered_partition(tier, key)
             if pc is None or pc.segment_for_offset(p["fetch_offset"]) is None:
                 continue
             last = tier.last_broker_offsets(pc.tp.topic, p["partition"], math.inf)
