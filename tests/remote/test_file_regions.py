@@ -16,12 +16,15 @@ from hypothesis import strategies as st
 
 from protocol.primitives import FileRegion
 from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch
+from tests.support.parts import unavailable
 from tests.support.segments import file_tier
 from tierproxy.proxy.sendfile import FileSender, can_send_files
 from tierproxy.remote.reader import Backoff, CorruptData, RemoteReader
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.storage import StorageUnavailable
+
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # Linux socket options (root): buffer sizes past the system's maximum
 
 
 def _segment(sizes: list[int], base: int) -> bytes:
@@ -244,3 +247,71 @@ def test_a_send_waiting_on_a_client_that_does_not_read_ends_when_the_connection_
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run())
+
+
+def test_a_large_region_goes_out_in_slices_with_the_loop_running_between_them(tmp_path: Path) -> None:
+    """8 MiB to a client that reads as fast as it can, over a connection whose buffers take all of it at once (as a
+    socket's grow to megabytes): the sender still hands the loop back after every slice, so another connection's
+    ready work (a tail fetch's answer) waits for one slice's copy, not for the whole region. (Root: the buffers are
+    forced past the system's maximum.)"""
+    from tierproxy.proxy.sendfile import SLICE
+
+    if os.geteuid() != 0:
+        unavailable("root", "the socket buffers are forced past net.core.wmem_max / rmem_max")
+    path = tmp_path / "file"
+    body = os.urandom(8 << 20)
+    path.write_bytes(body)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        sending = asyncio.Event()
+        ticks_during: list[int] = []
+        tasks: list[asyncio.Task[None]] = []
+
+        class Server(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                tasks.append(loop.create_task(self.serve(transport)))  # type: ignore[arg-type]
+
+            async def serve(self, transport: asyncio.WriteTransport) -> None:
+                transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 32 << 20)
+                sender = FileSender(transport, loop)
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    sending.set()
+                    await sender.send(FileRegion(fd, 0, len(body)))
+                    sending.clear()
+                finally:
+                    os.close(fd)
+                    sender.close()
+
+        async def ticker() -> None:
+            await sending.wait()
+            n = 0
+            for _ in range(1_000_000):
+                if not sending.is_set():
+                    break
+                n += 1
+                await asyncio.sleep(0)
+            ticks_during.append(n)
+
+        server = await loop.create_server(Server, "127.0.0.1", 0)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
+        client.connect(("127.0.0.1", server.sockets[0].getsockname()[1]))
+        got = bytearray()
+
+        def read_all() -> None:
+            while len(got) < len(body):
+                chunk = client.recv(1 << 20)
+                if not chunk:
+                    return
+                got.extend(chunk)
+
+        tick = loop.create_task(ticker())
+        await asyncio.gather(asyncio.to_thread(read_all), tick)
+        client.close()
+        server.close()
+        assert bytes(got) == body
+        assert ticks_during[0] >= len(body) // SLICE - 1, ticks_during
+
+    asyncio.run(run())

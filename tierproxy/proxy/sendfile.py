@@ -16,6 +16,9 @@ import os
 from protocol.primitives import FileRegion
 
 MAX_DRAIN_WAITS = 1 << 20  # a bound on the loop that waits for the transport's buffer (each wait is a writable event)
+# at most this much per sendfile call, then the loop runs what else is ready: a socket's buffer grows to megabytes,
+# and one call copying them holds every other connection of the process (a tail fetch beside catch-ups) that long
+SLICE = 256 * 1024
 
 
 def can_send_files(transport: asyncio.BaseTransport) -> bool:
@@ -55,7 +58,7 @@ class FileSender:
         pos, end = region.position, region.position + region.length
         while pos < end:
             try:
-                n = os.sendfile(self.fd, region.fd, pos, end - pos)
+                n = os.sendfile(self.fd, region.fd, pos, min(end - pos, SLICE))
             except BlockingIOError:
                 await self._writable()
                 continue
@@ -63,6 +66,10 @@ class FileSender:
                 raise EOFError(f"the segment file ends at {pos}, inside a region sent up to {end}")
             pos += n
             self.sent += n
+            if pos < end:
+                await asyncio.sleep(0)  # the other connections' ready work, then the next slice
+                if self.closed:
+                    raise ConnectionError("connection closed")
 
     async def _writable(self) -> None:
         if self.closed:
