@@ -31,35 +31,23 @@ from tierproxy.tier.model import uuid_str
 def split_batch(rb: Any, decoder: ValueDecoder, typed_target: Any, dlq_target: Any) -> tuple[Any, Any]:
     """A raw table batch → (typed rows, dead letters), each in its table's Arrow schema, in offset order.
 
-    Only the values go through Python (decoded into column values of Arrow's raw types, then one cast per batch);
-    the Kafka columns are taken from the raw batch as they are. The collector is paused meanwhile: the decoded
-    values make no cycles, and collecting while a batch's values pile up costs more than the decoding."""
+    Only the values are decoded (`ValueDecoder.decode_batch`: into columns of Arrow's raw types, then one cast per
+    batch); the Kafka columns are taken from the raw batch as they are. The collector is paused meanwhile: values
+    decoded in Python make no cycles, and collecting while a batch's values pile up costs more than the decoding."""
     import gc
 
     import pyarrow as pa
 
-    values = rb.column("value").to_pylist()
-    ok: list[int] = []
-    rows: list[dict[str, Any]] = []
-    dead: list[int] = []
-    reasons: list[str] = []
+    names = [f.name for f in typed_target if not f.name.startswith(PREFIX)]
+    struct = pa.struct([typed_target.field(n) for n in names])
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for i, v in enumerate(values):
-            columns, reason = decoder.decode(v)
-            if columns is None:
-                dead.append(i)
-                reasons.append(str(reason))
-            else:
-                ok.append(i)
-                rows.append(columns)
+        ok, decoded, dead, reasons = decoder.decode_batch(rb.column("value"), arrow_raw_type(struct))
     finally:
         if collecting:
             gc.enable()
-    names = [f.name for f in typed_target if not f.name.startswith(PREFIX)]
-    struct = pa.struct([typed_target.field(n) for n in names])
-    decoded = pa.array(rows, type=arrow_raw_type(struct)).cast(struct)
+    decoded = decoded.cast(struct)
     taken = rb.take(pa.array(ok, pa.int64()))
     typed = pa.RecordBatch.from_arrays([decoded.field(n) for n in names] +
                                        [taken.column(raw) for raw, _ in KAFKA_COLUMNS],

@@ -60,6 +60,8 @@ def _copy_typing(typingctx: Any, src: Any, start: Any, n: Any, dst: Any, at: Any
 
 
 _copy: Any = intrinsic(_copy_typing)
+# shared with the typed tables' Avro kernel (Avro's int and long are zigzag varints too)
+zigzag_varint, copy_bytes = _varint, _copy
 
 
 @_inline
