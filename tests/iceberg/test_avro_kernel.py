@@ -42,6 +42,12 @@ _KINDS: dict[str, tuple[Any, Any]] = {
                          st.integers(-(1 << 40), 1 << 42)),
     "timestamp-micros": ({"type": "long", "logicalType": "timestamp-micros"}, st.integers(0, 1 << 52)),
     "uuid": ({"type": "string", "logicalType": "uuid"}, st.uuids().map(str)),
+    "array<string>": ({"type": "array", "items": "string"}, st.lists(st.text(max_size=5), max_size=4)),
+    "array<long?>": ({"type": "array", "items": ["null", "long"]},
+                    st.lists(st.none() | st.integers(-(1 << 63), (1 << 63) - 1), max_size=4)),
+    "array<timestamp-millis>": ({"type": "array", "items": {"type": "long", "logicalType": "timestamp-millis"}},
+                                st.lists(st.integers(0, 1 << 42), max_size=3)),
+    "array<double>": ({"type": "array", "items": "double"}, st.lists(st.floats(allow_nan=False), max_size=3)),
 }
 _SCHEMA_ID = 11
 
@@ -176,7 +182,9 @@ def test_mixed_versions_keep_the_offset_order_and_evolved_columns() -> None:
     ({"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}, False, False),
     ("string", True, False),
     ({"type": "record", "name": "R", "fields": [{"name": "a", "type": {"type": "array", "items": "int"}}]}, True,
-     False),
+     True),
+    ({"type": "record", "name": "R", "fields": [{"name": "a", "type": {
+        "type": "array", "items": {"type": "array", "items": "int"}}}]}, True, False),
     ({"type": "record", "name": "R", "fields": [{"name": "a", "type": {"type": "map", "values": "int"}}]}, True,
      False),
     ({"type": "record", "name": "R", "fields": [
@@ -198,3 +206,15 @@ def test_a_value_of_one_type_and_strings_that_are_not_utf8() -> None:
     bad = struct.pack(">bI", 0, _SCHEMA_ID) + b"\x04\xff\xfe"
     arr = _same(json.dumps("string"), [*good[:5], bad, *good[5:]], record=False)
     assert arr.field("value").to_pylist() == [f"v{i}" for i in range(10)]
+
+
+def test_arrays_in_blocks_with_their_sizes_and_counts_that_lie() -> None:
+    """An array written in blocks of a negative count and a byte size (as Java's encoder may), and arrays whose count
+    promises more items than the value has bytes: the same rows and reasons as fastavro."""
+    schema = {"type": "record", "name": "R", "fields": [{"name": "tags", "type": {"type": "array", "items": "string"}},
+                                                        {"name": "n", "type": "int"}]}
+    header = struct.pack(">bI", 0, _SCHEMA_ID)
+    blocked = header + b"\x03\x0a" + b"\x02a\x04bc" + b"\x02" + b"\x04de" + b"\x00" + b"\x54"  # [a, bc], [de]; 42
+    lying = header + b"\xfe\xff\xff\xff\x0f" + b"\x02a" + b"\x00" + b"\x54"  # 2^31 - 1 items promised
+    arr = _same(json.dumps(schema), [blocked, lying, _encode(schema, {"tags": ["x"], "n": 7})])
+    assert arr.to_pylist() == [{"tags": ["a", "bc", "de"], "n": 42}, {"tags": ["x"], "n": 7}]
