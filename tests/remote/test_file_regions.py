@@ -6,6 +6,7 @@ socket a region goes out after what the transport holds, in order, however slowl
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 from pathlib import Path
@@ -20,8 +21,10 @@ from tests.support.parts import unavailable
 from tests.support.segments import file_tier
 from tierproxy.proxy.sendfile import FileSender, can_send_files
 from tierproxy.remote.reader import Backoff, CorruptData, RemoteReader
+from tierproxy.remote.regions import walk
+from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import RemoteLogSegmentMetadata
-from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.storage import StorageUnavailable
 
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # Linux socket options (root): buffer sizes past the system's maximum
@@ -58,9 +61,11 @@ _TIER: dict[str, tuple[RemoteStorageManager, list[RemoteLogSegmentMetadata]]] = 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(which=st.integers(0, 1), at=st.floats(0, 1), max_bytes=st.integers(1, 300_000), min_one=st.booleans(),
-       committed=st.booleans())
+       committed=st.booleans(), indexed=st.booleans())
 def test_a_region_holds_the_bytes_the_checking_reader_serves(tmp_path: Path, which: int, at: float, max_bytes: int,
-                                                             min_one: bool, committed: bool) -> None:
+                                                             min_one: bool, committed: bool, indexed: bool) -> None:
+    """`indexed`: the segment's offset index and producer snapshot already read, so the walk skips from the first
+    batch to the last index entry that fits (read_uncommitted here: these segments have aborted transactions)."""
     async def run() -> None:
         if str(tmp_path) not in _TIER:
             _TIER[str(tmp_path)] = await _tiered(tmp_path / "tier")
@@ -71,6 +76,9 @@ def test_a_region_holds_the_bytes_the_checking_reader_serves(tmp_path: Path, whi
         regions = RemoteReader(rsm, direct=True, send_files=True)
         checking = RemoteReader(rsm, direct=True)
         following = mds[which + 1:]
+        if indexed:
+            for kind in (IndexType.OFFSET, IndexType.PRODUCER_SNAPSHOT):
+                await regions.index(md, kind, deadline)
         a = await regions.read(md, offset, max_bytes, min_one, committed, deadline, following, as_file=True)
         b = await checking.read(md, offset, max_bytes, min_one, committed, deadline, following, as_file=True)
         assert isinstance(a.records, FileRegion) or not b.records
@@ -81,6 +89,59 @@ def test_a_region_holds_the_bytes_the_checking_reader_serves(tmp_path: Path, whi
             assert len(regions.resume) == 1 and regions.resume == checking.resume
         await regions.close()
         await checking.close()
+
+    asyncio.run(run())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=120), at=st.floats(0, 1),
+       max_bytes=st.integers(1, 400_000), min_one=st.booleans())
+def test_the_offset_index_skips_headers_and_changes_no_answer(tmp_path: Path, sizes: list[int], at: float,
+                                                               max_bytes: int, min_one: bool) -> None:
+    """`walk` with the offset index's batch starts: the same region, first and last offset as reading every header,
+    with at most as many headers read — and for a 256 KiB answer of 4-40 KiB batches, a handful."""
+    raw = b"".join(build_batch([Record(base + i, 0, None, os.urandom(1000)) for i in range(n)], base_offset=base)
+                   for base, n in zip(itertools.accumulate([0, *sizes]), sizes, strict=False))
+    files = build_segment(raw)
+    path = tmp_path / "segment.log"
+    path.write_bytes(raw)
+    index = files.offset_index
+    starts = [int.from_bytes(index[i + 4:i + 8], "big") for i in range(0, len(index), 8)]
+    offset = int(at * files.end_offset)
+    every = walk(str(path), len(raw), 0, offset, max_bytes, min_one)
+    skipping = walk(str(path), len(raw), 0, offset, max_bytes, min_one, starts)
+    assert (skipping.first_offset, skipping.last_offset) == (every.first_offset, every.last_offset)
+    assert (every.region is None) == (skipping.region is None)
+    if every.region is not None and skipping.region is not None:
+        assert (skipping.region.position, skipping.region.length) == (every.region.position, every.region.length)
+    assert skipping.headers <= every.headers
+    if len(raw) > 512 << 10:
+        few = walk(str(path), len(raw), 0, 0, 256 << 10, True, starts).headers
+        assert few <= 6 < walk(str(path), len(raw), 0, 0, 256 << 10, True).headers
+
+
+def test_a_read_committed_answer_skips_headers_only_where_no_transaction_is_aborted_or_open(tmp_path: Path) -> None:
+    """Answers of a segment with aborted transactions need each batch's transactional flag: read_committed, its
+    headers are all read; read_uncommitted, and in a segment without transactions, the index is used once at hand
+    (never waited for: a segment's first answer starts its read)."""
+    async def run() -> None:
+        rsm, mds = await _tiered(tmp_path / "tier")
+        plain_rsm, plain = await file_tier(tmp_path / "plain", "plain", lambda sizes, base: b"".join(
+            build_batch([Record(base + sum(sizes[:j]) + i, 0, None, b"v" * 900) for i in range(n)],
+                        base_offset=base + sum(sizes[:j])) for j, n in enumerate(sizes)))
+        deadline = asyncio.get_running_loop().time() + 10
+        reader, plain_reader = RemoteReader(rsm, direct=True, send_files=True), \
+            RemoteReader(plain_rsm, direct=True, send_files=True)
+        assert reader._index_starts(mds[0], True, deadline) is None  # not at hand: its read starts
+        assert plain_reader._index_starts(plain[0], True, deadline) is None
+        for kind in (IndexType.OFFSET, IndexType.PRODUCER_SNAPSHOT):
+            await reader.index(mds[0], kind, deadline)
+            await plain_reader.index(plain[0], kind, deadline)
+        assert reader._index_starts(mds[0], True, deadline) is None
+        assert reader._index_starts(mds[0], False, deadline)
+        assert plain_reader._index_starts(plain[0], True, deadline)
+        await reader.close()
+        await plain_reader.close()
 
     asyncio.run(run())
 

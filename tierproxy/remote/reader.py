@@ -12,8 +12,10 @@ stored: never decoded or re-encoded.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import random
+import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -111,6 +113,11 @@ class RemoteReader:
         self.short_reads = 0  # chunks storage returned shorter than asked (retried)
         self.corrupt_batches = 0  # batches that failed their CRC (answered KAFKA_STORAGE_ERROR, chunks dropped)
         self.bytes_read = 0
+        # per segment: the offset index's batch starts (for `regions.walk` to skip headers with), and whether no
+        # transaction is aborted in it or open at its end (then its answers need no per-batch transactional flag)
+        self._starts: LRUCache[bytes, Sequence[int]] = LRUCache(maxsize=max(1, index_cache_bytes // 8),
+                                                                 getsizeof=len)
+        self._txn_free: LRUCache[bytes, bool] = LRUCache(maxsize=16384)
 
     async def close(self) -> None:
         """Stop the reads in flight (read-ahead nobody waits for), before the storage they use is closed."""
@@ -375,8 +382,9 @@ class RemoteReader:
         cost a cold catch-up's first answer 2-4 ms). A tier on a slow or network filesystem reads as S3 does
         (`remote.fetch.file.direct.reads=false`)."""
         pos = await self._start(md, offset, deadline)
+        starts = self._index_starts(md, read_committed, deadline)
         try:
-            found = await self._walked(md, path, pos, offset, max_bytes, min_one, deadline)
+            found = await self._walked(md, path, pos, offset, max_bytes, min_one, deadline, starts)
         except OlderFormat:  # magic 0/1 batches: read and checked as bytes, as the broker's older segments were
             return await self.read(md, offset, max_bytes, min_one, read_committed, deadline, following)
         self.misses += 1
@@ -387,12 +395,55 @@ class RemoteReader:
         span = (found.first_offset, found.last_offset) if found.transactional else None
         return await self._result(md, found.region, read_committed, deadline, following, span)
 
+    def _index_starts(self, md: RemoteLogSegmentMetadata, read_committed: bool,
+                      deadline: float) -> Sequence[int] | None:
+        """The offset index's batch starts for `walk` to skip the headers in between, when the index is at hand
+        (else its read starts, for the next fetch: a segment's first answer never waits for it) and the answer
+        needs no flag of each batch: read_uncommitted, or a segment with no transaction aborted or left open."""
+        seg = md.segment_id.id
+        if read_committed and not self._no_transactions(md, deadline):
+            return None
+        starts = self._starts.get(seg)
+        if starts is None:
+            data = self._at_hand(md, IndexType.OFFSET, deadline)
+            if data is None:
+                return None
+            entries = array.array("i", data)  # relative_offset:int32 position:int32, big-endian
+            if sys.byteorder == "little":
+                entries.byteswap()
+            starts = self._starts[seg] = entries[1::2]
+        return starts
+
+    def _no_transactions(self, md: RemoteLogSegmentMetadata, deadline: float) -> bool:
+        """No transaction aborted in the segment nor open at its end (its txn index and producer snapshot): no
+        answer from it has an aborted transaction. False while the snapshot is not at hand."""
+        seg = md.segment_id.id
+        known = self._txn_free.get(seg)
+        if known is None:
+            if not md.txn_index_empty:
+                known = False
+            else:
+                data = self._at_hand(md, IndexType.PRODUCER_SNAPSHOT, deadline)
+                if data is None:
+                    return False
+                known = all(e.current_txn_first_offset < 0 for e in decode_producer_snapshot(data).values())
+            self._txn_free[seg] = known
+        return known
+
+    def _at_hand(self, md: RemoteLogSegmentMetadata, kind: IndexType, deadline: float) -> bytes | None:
+        """An index if cached; else None, its read started (once) for later."""
+        key = (md.segment_id.id, kind.value)
+        data = self.indexes.get(key)
+        if data is None and key not in self._index_tasks:
+            self._index_task(md, kind, deadline).add_done_callback(_retrieved)
+        return data
+
     async def _walked(self, md: RemoteLogSegmentMetadata, path: str, pos: int, offset: int, max_bytes: int,
-                      min_one: bool, deadline: float) -> Walked:
+                      min_one: bool, deadline: float, starts: Sequence[int] | None = None) -> Walked:
         """`regions.walk` with the reader's errors and retries."""
         async def walked() -> Walked:
             try:
-                return walk(path, md.segment_size_in_bytes, pos, offset, max_bytes, min_one)
+                return walk(path, md.segment_size_in_bytes, pos, offset, max_bytes, min_one, starts)
             except FileNotFoundError:
                 raise ObjectMissing(path) from None
             except BadHeader as exc:
