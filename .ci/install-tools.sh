@@ -27,4 +27,13 @@ if [ ! -f "$SCHEMAS/.complete" ]; then
   python3 "$(dirname "$0")/k8s_schemas.py" "$dir/api/openapi-spec/swagger.json" "$SCHEMAS"
   touch "$SCHEMAS/.complete"
 fi
-echo "helm, kubeconform, promtool, weed and Kubernetes $K8S_VERSION schemas in $CACHE"
+# Spark as a user of the typed tables runs it: PySpark 4.1 beside Iceberg's Spark runtime for 4.1 (Iceberg publishes
+# none for the Spark 4.2 the tier job uses), in its own environment; the tests read tables with it in a subprocess
+SPARK_ICEBERG_PYSPARK=4.1.1
+if [ ! -f "$CACHE/spark-iceberg/.complete-$SPARK_ICEBERG_PYSPARK" ]; then
+  rm -rf "$CACHE/spark-iceberg"
+  python3 -m venv "$CACHE/spark-iceberg"
+  "$CACHE/spark-iceberg/bin/pip" install -q "pyspark==$SPARK_ICEBERG_PYSPARK"
+  touch "$CACHE/spark-iceberg/.complete-$SPARK_ICEBERG_PYSPARK"
+fi
+echo "helm, kubeconform, promtool, weed, Kubernetes $K8S_VERSION schemas and PySpark $SPARK_ICEBERG_PYSPARK (spark-iceberg) in $CACHE"

@@ -23,6 +23,7 @@ from tests.support.kafka import create_topic
 from tests.support.protobuf import F, message_classes, order_file
 from tests.support.registry import Registry
 from tests.support.spark import delete_on_broker, tier_once
+from tests.support.spark_iceberg import spark_iceberg_rows
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.registry]
@@ -104,6 +105,9 @@ def test_protobuf_values_become_columns_through_a_version_change_and_the_rest_ar
     meta = iceberg_cli(tmp_path, *t.args("metadata-location", "--table", t.table), env=t.env()).stdout.strip()
     seen = _duckdb(meta, ['"_kafka_offset"', '"id"', '"qty"', 'CAST("big" AS VARCHAR) AS big'])
     assert sorted((r["_kafka_offset"], r["id"], r["qty"], r["big"]) for r in seen) == \
+        sorted((o, c["id"], c["qty"], str(c["big"])) for o, c in want.items())
+    spark = spark_iceberg_rows(meta, ["_kafka_offset", "id", "qty", "CAST(big AS STRING) AS big"])
+    assert sorted((r["_kafka_offset"], r["id"], r["qty"], r["big"]) for r in spark) == \
         sorted((o, c["id"], c["qty"], str(c["big"])) for o, c in want.items())
     again = iceberg_cli(tmp_path, *t.args("--once"), env=t.env())
     assert " 0 rows added" in again.stdout and " 0 dead letters" in again.stdout, again.stdout
