@@ -401,8 +401,7 @@ class RemoteReader:
         (else its read starts, for the next fetch: a segment's first answer never waits for it) and the answer
         needs no flag of each batch: read_uncommitted, or a segment with no transaction aborted or left open."""
         seg = md.segment_id.id
-        if read_committed and not self._no_transactions(md, deadline):
-            return None
+        free = not read_committed or self._no_transactions(md, deadline)  # (both reads start at once)
         starts = self._starts.get(seg)
         if starts is None:
             data = self._at_hand(md, IndexType.OFFSET, deadline)
@@ -412,7 +411,7 @@ class RemoteReader:
             if sys.byteorder == "little":
                 entries.byteswap()
             starts = self._starts[seg] = entries[1::2]
-        return starts
+        return starts if free else None
 
     def _no_transactions(self, md: RemoteLogSegmentMetadata, deadline: float) -> bool:
         """No transaction aborted in the segment nor open at its end (its txn index and producer snapshot): no
