@@ -275,7 +275,8 @@ class AvroProgram:
             if fp.name not in target.names:
                 continue
             if fp.op == ARRAY:
-                s, k = self.slots.index(fp), int(counts[self.slots.index(fp)])
+                s = self.slots.index(fp)
+                k = int(counts[s])
                 item = FieldProgram(fp.name, fp.item_op, -1, fp.scale, fp.symbols)
                 child = _column(item, data, items[s, :k], item_lengths[s, :k], item_valid[s, :k])
                 offsets = pa.array(np.concatenate([[0], list_ends[s, keep]]), pa.int64())
