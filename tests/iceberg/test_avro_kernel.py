@@ -84,7 +84,11 @@ def _one_by_one(decoder: ValueDecoder, values: list[bytes | None], target: Any) 
         else:
             ok.append(i)
             rows.append(columns)
-    return ok, pa.array(rows, type=target), dead, reasons
+    try:
+        return ok, pa.array(rows, type=target), dead, reasons
+    except (pa.ArrowInvalid, OverflowError):  # an int past 32 bits that fastavro read: a dead letter
+        ok, built = ValueDecoder._unfit(ok, rows, target, dead, reasons)
+        return ok, built, dead, reasons
 
 
 def _same(text: str, values: list[bytes | None], record: bool = True, columns: list[Any] | None = None) -> Any:
@@ -231,3 +235,15 @@ def test_arrays_in_blocks_with_their_sizes_and_counts_that_lie() -> None:
     lying = header + b"\xfe\xff\xff\xff\x0f" + b"\x02a" + b"\x00" + b"\x54"  # 2^31 - 1 items promised
     arr = _same(json.dumps(schema), [blocked, lying, _encode(schema, {"tags": ["x"], "n": 7})])
     assert arr.to_pylist() == [{"tags": ["a", "bc", "de"], "n": 42}, {"tags": ["x"], "n": 7}]
+
+
+def test_an_int_past_32_bits_is_a_dead_letter_not_a_failed_pass() -> None:
+    """fastavro reads an `int` varint past 32 bits without a check (Avro's int is 32-bit); its column cannot hold
+    it: that record is a dead letter, the others in the batch rows."""
+    schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "int"}]}
+    big = struct.pack(">bI", 0, _SCHEMA_ID) + b"\x80\x80\x80\x80\x20"  # 2^32, zigzag varint
+    values: list[bytes | None] = [_encode(schema, {"n": 1}), big, _encode(schema, {"n": -3})]
+    decoder, target = _decoder(json.dumps(schema))
+    ok, arr, dead, reasons = decoder.decode_batch(pa.array(values, pa.binary()), target)
+    assert list(ok) == [0, 2] and arr.field("n").to_pylist() == [1, -3]
+    assert dead == [1] and "does not fit its column" in reasons[0], reasons

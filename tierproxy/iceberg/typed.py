@@ -231,12 +231,35 @@ class ValueDecoder:
                 ok.append(i)
                 rows.append(columns)
         if rows or not parts:
-            parts.append((np.array(ok, np.int64), pa.array(rows, type=target)))
+            try:
+                built = pa.array(rows, type=target)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # a value its column cannot hold
+                ok, built = self._unfit(ok, rows, target, dead, reasons)
+            parts.append((np.array(ok, np.int64), built))
         if len(parts) == 1:
             return parts[0][0], parts[0][1], dead, reasons
         indices = np.concatenate([p[0] for p in parts])
         order = np.argsort(indices, kind="stable")
         return indices[order], pa.concat_arrays([p[1] for p in parts]).take(pa.array(order)), dead, reasons
+
+    @staticmethod
+    def _unfit(ok: list[int], rows: list[dict[str, Any]], target: Any, dead: list[int],
+               reasons: list[str]) -> tuple[list[int], Any]:
+        """Rows one by one: a decoded value its column cannot hold (an Avro int past 32 bits, which fastavro reads
+        without a check) makes its record a dead letter, not a failed pass. Adds to dead/reasons in offset order."""
+        import pyarrow as pa
+
+        kept, fits, letters = [], [], dict(zip(dead, reasons, strict=True))
+        for i, row in zip(ok, rows, strict=True):
+            try:
+                pa.array([row], type=target)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                letters[i] = f"a value does not fit its column: {str(exc)[:200]}"
+                continue
+            kept.append(i)
+            fits.append(row)
+        dead[:], reasons[:] = sorted(letters), [letters[i] for i in sorted(letters)]
+        return kept, pa.array(fits, type=target)
 
     def _program(self, schema_id: int) -> AvroProgram | None:
         """The compiled loop's program for a schema id whose records become rows; None: read per value."""
