@@ -12,10 +12,8 @@ stored: never decoded or re-encoded.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import random
-import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +24,13 @@ from protocol.errors import ProtocolError
 from protocol.primitives import FileRegion
 from protocol.records import RecordBatch, iter_batches
 from tierproxy.remote.regions import BadHeader, OlderFormat, ShortFile, Walked, walk
-from tierproxy.tier.indexes import AbortedTxn, decode_producer_snapshot, decode_txn_index, lookup_position
+from tierproxy.tier.indexes import (
+    AbortedTxn,
+    decode_producer_snapshot,
+    decode_txn_index,
+    index_positions,
+    lookup_position,
+)
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
@@ -407,10 +411,7 @@ class RemoteReader:
             data = self._at_hand(md, IndexType.OFFSET, deadline)
             if data is None:
                 return None
-            entries = array.array("i", data)  # relative_offset:int32 position:int32, big-endian
-            if sys.byteorder == "little":
-                entries.byteswap()
-            starts = self._starts[seg] = entries[1::2]
+            starts = self._starts[seg] = index_positions(data)
         return starts if free else None
 
     def _no_transactions(self, md: RemoteLogSegmentMetadata, deadline: float) -> bool:
