@@ -275,7 +275,7 @@ class AvroProgram:
             if fp.name not in target.names:
                 continue
             if fp.op == ARRAY:
-                s = self.slots.index(fp)
+                s = int(self.program[f, 4])  # its slot
                 k = int(counts[s])
                 item = FieldProgram(fp.name, fp.item_op, -1, fp.scale, fp.symbols)
                 child = _column(item, data, items[s, :k], item_lengths[s, :k], item_valid[s, :k])
