@@ -25,7 +25,7 @@ from tierproxy.remote.regions import walk
 from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tier.storage import StorageUnavailable
+from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
 
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # Linux socket options (root): buffer sizes past the system's maximum
 
@@ -120,28 +120,59 @@ def test_the_offset_index_skips_headers_and_changes_no_answer(tmp_path: Path, si
         assert few <= 6 < walk(str(path), len(raw), 0, 0, 256 << 10, True).headers
 
 
-def test_a_read_committed_answer_skips_headers_only_where_no_transaction_is_aborted_or_open(tmp_path: Path) -> None:
+def test_a_read_committed_answer_skips_headers_only_where_no_transaction_is_aborted_or_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Answers of a segment with aborted transactions need each batch's transactional flag: read_committed, its
-    headers are all read; read_uncommitted, and in a segment without transactions, the index is used once at hand
-    (never waited for: a segment's first answer starts its read)."""
-    async def run() -> None:
-        rsm, mds = await _tiered(tmp_path / "tier")
-        plain_rsm, plain = await file_tier(tmp_path / "plain", "plain", lambda sizes, base: b"".join(
+    headers are all read; read_uncommitted, and in a segment without transactions, the index is used once at hand.
+    A small index of a tier of files is at hand at once (read on the loop, as the headers are); a bigger one is
+    never waited for: a segment's first answer starts its read and reads every header."""
+    async def run(small: bool) -> None:
+        rsm, mds = await _tiered(tmp_path / f"tier-{small}")
+        plain_rsm, plain = await file_tier(tmp_path / f"plain-{small}", "plain", lambda sizes, base: b"".join(
             build_batch([Record(base + sum(sizes[:j]) + i, 0, None, b"v" * 900) for i in range(n)],
                         base_offset=base + sum(sizes[:j])) for j, n in enumerate(sizes)))
         deadline = asyncio.get_running_loop().time() + 10
         reader, plain_reader = RemoteReader(rsm, direct=True, send_files=True), \
             RemoteReader(plain_rsm, direct=True, send_files=True)
-        assert reader._index_starts(mds[0], True, deadline) is None  # not at hand: its read starts
-        assert plain_reader._index_starts(plain[0], True, deadline) is None
-        for kind in (IndexType.OFFSET, IndexType.PRODUCER_SNAPSHOT):
-            await reader.index(mds[0], kind, deadline)
-            await plain_reader.index(plain[0], kind, deadline)
+        if small:  # read at once: no read left for later
+            assert reader._index_starts(mds[0], True, deadline) is None
+            assert plain_reader._index_starts(plain[0], True, deadline)
+            assert not reader._index_tasks and not plain_reader._index_tasks
+        else:
+            assert reader._index_starts(mds[0], True, deadline) is None  # not at hand: its read starts
+            assert plain_reader._index_starts(plain[0], True, deadline) is None
+            assert reader._index_tasks and plain_reader._index_tasks
+            for kind in (IndexType.OFFSET, IndexType.PRODUCER_SNAPSHOT):
+                await reader.index(mds[0], kind, deadline)
+                await plain_reader.index(plain[0], kind, deadline)
         assert reader._index_starts(mds[0], True, deadline) is None
         assert reader._index_starts(mds[0], False, deadline)
         assert plain_reader._index_starts(plain[0], True, deadline)
         await reader.close()
         await plain_reader.close()
+
+    asyncio.run(run(small=True))
+    monkeypatch.setattr("tierproxy.remote.reader.INDEX_READ_AT_ONCE_BYTES", 8)  # every index is "big"
+    asyncio.run(run(small=False))
+
+
+def test_an_index_read_at_once_is_the_stored_one_and_a_missing_one_is_read_as_from_s3(tmp_path: Path) -> None:
+    """The index a direct reader reads on the loop is byte for byte what `fetch_index` returns; one that is not
+    there is left to `fetch_index`, whose error (the object missing) is what the caller sees; a reader that is not
+    direct never reads on the loop."""
+    async def run() -> None:
+        rsm, mds = await _tiered(tmp_path / "tier")
+        direct, indirect = RemoteReader(rsm, direct=True, send_files=True), RemoteReader(rsm)
+        for kind in (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.PRODUCER_SNAPSHOT):
+            assert direct._read_at_once(mds[0], kind) == await rsm.fetch_index(mds[0], kind)
+            assert indirect._read_at_once(mds[0], kind) is None
+        gone = mds[1]
+        os.unlink(rsm.store.local_path(rsm.key(gone, IndexType.OFFSET.value)))  # type: ignore[attr-defined]
+        assert direct._read_at_once(gone, IndexType.OFFSET) is None
+        with pytest.raises(ObjectMissing):
+            await direct.index(gone, IndexType.OFFSET, asyncio.get_running_loop().time() + 0.5)
+        await direct.close()
+        await indirect.close()
 
     asyncio.run(run())
 

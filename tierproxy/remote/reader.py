@@ -84,6 +84,11 @@ def _retrieved(task: asyncio.Task[bytes]) -> None:
         task.exception()
 
 
+# a direct reader reads an index this small on the loop (the offset index of a 512 MiB segment at Kafka's default
+# index.interval.bytes; a producer snapshot of thousands of producers): at most ~100 us of the loop, once a segment
+INDEX_READ_AT_ONCE_BYTES = 1 << 20
+
+
 class RemoteReader:
     def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int = 8 << 20, cache_bytes: int = 256 << 20,
                  prefetch_chunks: int = 2, max_prefetch_chunks: int = 8, index_cache_bytes: int = 64 << 20,
@@ -146,9 +151,23 @@ class RemoteReader:
     async def index(self, md: RemoteLogSegmentMetadata, kind: IndexType, deadline: float) -> bytes:
         key = (md.segment_id.id, kind.value)
         data = self.indexes.get(key)
+        if data is None and key not in self._index_tasks:
+            data = self._read_at_once(md, kind)
         if data is not None:
             return data
         return await asyncio.shield(self._index_task(md, kind, deadline))
+
+    def _read_at_once(self, md: RemoteLogSegmentMetadata, kind: IndexType) -> bytes | None:
+        """A direct reader's index of a tier of files, read here on the loop when small, as the log's batch headers
+        are (one read of the page cache, tens of microseconds; the thread `fetch_index` hops to costs a loop under
+        load milliseconds, and a segment's first answer read every header while it waited). None: read it as
+        from S3 (bigger, not there now, or not a direct reader)."""
+        if not self.direct:
+            return None
+        data = self.rsm.small_index(md, kind, INDEX_READ_AT_ONCE_BYTES)
+        if data is not None and len(data) <= self.indexes.maxsize:
+            self.indexes[(md.segment_id.id, kind.value)] = data
+        return data
 
     def _index_task(self, md: RemoteLogSegmentMetadata, kind: IndexType, deadline: float) -> asyncio.Task[bytes]:
         """One read of an index at a time, however many readers ask for it at once."""
@@ -402,7 +421,8 @@ class RemoteReader:
     def _index_starts(self, md: RemoteLogSegmentMetadata, read_committed: bool,
                       deadline: float) -> Sequence[int] | None:
         """The offset index's batch starts for `walk` to skip the headers in between, when the index is at hand
-        (else its read starts, for the next fetch: a segment's first answer never waits for it) and the answer
+        (cached, or small and read at once; else its read starts, for the next fetch: an answer never waits for
+        it) and the answer
         needs no flag of each batch: read_uncommitted, or a segment with no transaction aborted or left open."""
         seg = md.segment_id.id
         free = not read_committed or self._no_transactions(md, deadline)  # (both reads start at once)
@@ -431,11 +451,13 @@ class RemoteReader:
         return known
 
     def _at_hand(self, md: RemoteLogSegmentMetadata, kind: IndexType, deadline: float) -> bytes | None:
-        """An index if cached; else None, its read started (once) for later."""
+        """An index if cached or read at once (`_read_at_once`); else None, its read started (once) for later."""
         key = (md.segment_id.id, kind.value)
         data = self.indexes.get(key)
         if data is None and key not in self._index_tasks:
-            self._index_task(md, kind, deadline).add_done_callback(_retrieved)
+            data = self._read_at_once(md, kind)
+            if data is None:
+                self._index_task(md, kind, deadline).add_done_callback(_retrieved)
         return data
 
     async def _walked(self, md: RemoteLogSegmentMetadata, path: str, pos: int, offset: int, max_bytes: int,

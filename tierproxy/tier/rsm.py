@@ -74,6 +74,13 @@ class RemoteStorageManager:
     async def fetch_index(self, md: RemoteLogSegmentMetadata, index: IndexType) -> bytes:
         return await self.store.get(self.key(md, index.value))
 
+    def small_index(self, md: RemoteLogSegmentMetadata, index: IndexType, limit: int) -> bytes | None:
+        """The segment's index read at once from a tier of files, if no bigger than `limit` bytes; None on S3, for
+        a bigger one or one that cannot be read now (`fetch_index` reads it then)."""
+        if isinstance(self.store, FileStore):
+            return self.store.read_small(self.key(md, index.value), limit)
+        return None
+
     async def delete_segment(self, md: RemoteLogSegmentMetadata) -> None:
         """Delete the log and every index; objects already gone are fine."""
         await self.store.delete_many([self.key(md, ext) for ext in [LOG_EXT, *(i.value for i in IndexType)]])
