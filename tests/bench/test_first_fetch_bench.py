@@ -2,7 +2,8 @@
 offset 0 from the filesystem tier, against the broker answering the same Fetch of its own log's first offset.
 
 Measured on the wire (no client's start, metadata or group join on either side): a new connection, then one
-Fetch (by name, v12, as librdkafka before topic ids; by id, v15), timed from its send to its whole answer. Each
+Fetch (by name, v12, as librdkafka before topic ids — alone, and after the Metadata request a client sends first,
+which names the topic's current id; by id, v15), timed from its send to its whole answer. Each
 round starts a fresh proxy (the tier's metadata loaded, nothing else asked yet: no topic ids, no leader offsets,
 no connection of its own to the leader), so the first fetch pays whatever a cold catch-up pays.
 
@@ -35,9 +36,14 @@ ROUNDS = int(os.environ.get("TIERPROXY_BENCH_FIRST_FETCH_ROUNDS", "7"))
 MAX_BYTES = 4 << 20
 
 
-def _first_fetch(address: str, topic: str, offset: int, version: int, topic_id: bytes) -> float:
-    """ms from a new connection's first Fetch of `offset` to its answer (which must hold that offset)."""
+def _first_fetch(address: str, topic: str, offset: int, version: int, topic_id: bytes, metadata: bool) -> float:
+    """ms from a new connection's first Fetch of `offset` to its answer (which must hold that offset); with
+    `metadata`, the connection asks Metadata for the topic first (not timed), as a client does before fetching."""
     with WireClient(address, timeout=30) as w:
+        if metadata:
+            w.request(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": bytes(16)}],
+                                            "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False})
         body = fetch_request({topic: {0: offset}}, max_bytes=MAX_BYTES, topic_ids={topic: topic_id})
         start = time.perf_counter()
         resp = w.request(ApiKey.FETCH, version, body)
@@ -68,20 +74,22 @@ def test_first_fetch_of_a_cold_catch_up_vs_the_brokers(kafka: KafkaCluster, tmp_
     local_start = watermarks(kafka.bootstrap, "ff-local", 0)[0]
     ids = {t: _topic_id(kafka.bootstrap, t) for t in ("ff-local", "ff-tiered")}
     figures = []
-    for version in (12, 15):
+    for version, metadata in ((12, False), (12, True), (15, False)):
         direct, proxied = [], []
         for _ in range(ROUNDS):
             proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
                 "TIERPROXY_STORAGE": f"file://{tmp_path}/tier", "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
             try:
                 time.sleep(2)  # the tier's metadata loaded; nothing asked of the proxy yet
-                direct.append(_first_fetch(kafka.bootstrap, "ff-local", local_start, version, ids["ff-local"]))
+                direct.append(_first_fetch(kafka.bootstrap, "ff-local", local_start, version, ids["ff-local"],
+                                           metadata))
                 proxied.append(_first_fetch(f"127.0.0.1:{proxy.base + 1}", "ff-tiered", 0, version,
-                                            ids["ff-tiered"]))
+                                            ids["ff-tiered"], metadata))
             finally:
                 proxy.stop()
         added = [p - d for p, d in zip(proxied, direct, strict=True)]
-        figures.append(f"Fetch v{version}: proxy {statistics.median(proxied):.1f} ms (min {min(proxied):.1f}), "
+        label = f"Fetch v{version}" + (" after Metadata" if metadata else "")
+        figures.append(f"{label}: proxy {statistics.median(proxied):.1f} ms (min {min(proxied):.1f}), "
                        f"broker {statistics.median(direct):.1f} ms, added {statistics.median(added):.1f} ms "
                        f"(min {min(added):.1f}, max {max(added):.1f})")
         print(figures[-1], flush=True)
