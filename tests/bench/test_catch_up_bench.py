@@ -19,6 +19,7 @@ the eight catching up through the proxy).
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import threading
@@ -59,10 +60,19 @@ def _forget(kafka: KafkaCluster, topic: str, partitions: int) -> list[int]:
     return starts
 
 
-def _read(kcat: str, bootstrap: str, topic: str, count: int, size: int, partition: int = 0
-          ) -> tuple[float, float]:
-    """kcat reading `count` records of partition `partition` from offset 0: (ms to the first record, MB/s)."""
+def _kcat_cpu() -> float:
+    """CPU seconds of the children waited for so far (the kcat runs)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _read(kcat: str, bootstrap: str, topic: str, count: int, size: int, partition: int = 0,
+          load: dict[str, list[float]] | None = None) -> tuple[float, float]:
+    """kcat reading `count` records of partition `partition` from offset 0: (ms to the first record, MB/s). With
+    `load`, what the read cost the machine is appended to it: "busy" (the share of both cores busy meanwhile) and
+    "kcat" (kcat's own CPU, core-s per GB)."""
     args = kcat_args(kcat, bootstrap, topic, count, partition)
+    ticks, kcat_cpu = machine_ticks(), _kcat_cpu()
     start = time.perf_counter()
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
         assert proc.stdout is not None
@@ -72,8 +82,12 @@ def _read(kcat: str, bootstrap: str, topic: str, count: int, size: int, partitio
         while chunk := proc.stdout.read(1 << 20):  # bounded by `count` lines: kcat stops there
             n += chunk.count(b"\n")
         assert proc.wait(600) == 0
+    took = time.perf_counter() - start
     assert n >= count, (topic, partition, n, count)
-    return first_ms, count * size / 1e6 / (time.perf_counter() - start)
+    if load is not None:
+        load.setdefault("busy", []).append(busy_share(ticks, machine_ticks()))
+        load.setdefault("kcat", []).append((_kcat_cpu() - kcat_cpu) / (count * size / 1e9))
+    return first_ms, count * size / 1e6 / took
 
 
 class TailProbe:
@@ -111,6 +125,10 @@ class TailProbe:
         return statistics.quantiles(self.ms, n=100, method="inclusive")[98] if len(self.ms) >= 2 else float("nan")
 
 
+def _median(load: dict[str, list[float]], what: str) -> float:
+    return statistics.median(load[what])
+
+
 def _spread(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f}x ({min(xs):.2f}-{max(xs):.2f})"
 
@@ -143,14 +161,15 @@ def test_catch_up_from_the_filesystem_tier_vs_direct_tail(kafka: KafkaCluster, k
     for window in WINDOWS:
         for size in SIZES:
             count, cold, cached, java, first_cold, first_direct = held[size], [], [], [], [], []
-            cpu = []
+            cpu: list[float] = []
+            load: dict[str, dict[str, list[float]]] = {"proxy": {}, "direct": {}}
             for _ in range(ROUNDS):
                 proxy = _proxy(kafka, tmp_path, window)
                 try:
                     c0 = cpu_seconds(proxy.proc.pid)
-                    first_c, c = _read(kcat, proxy.bootstrap, f"tiered-{size}", count, size)
+                    first_c, c = _read(kcat, proxy.bootstrap, f"tiered-{size}", count, size, load=load["proxy"])
                     cpu.append((cpu_seconds(proxy.proc.pid) - c0) / (count * size / 1e9))
-                    first_d, d = _read(kcat, kafka.bootstrap, f"local-{size}", count, size)
+                    first_d, d = _read(kcat, kafka.bootstrap, f"local-{size}", count, size, load=load["direct"])
                     _, again = _read(kcat, proxy.bootstrap, f"tiered-{size}", count, size)
                     jd = perf_test_mbps(kafka.libs, kafka.bootstrap, f"local-{size}", count)
                     jp = perf_test_mbps(kafka.libs, proxy.bootstrap, f"tiered-{size}", count)
@@ -167,7 +186,10 @@ def test_catch_up_from_the_filesystem_tier_vs_direct_tail(kafka: KafkaCluster, k
                            f"first record {statistics.median(first_cold):.0f} ms after kcat's start (direct "
                            f"{statistics.median(first_direct):.0f} ms: "
                            f"+{statistics.median(added):.0f} ms); proxy CPU {statistics.median(cpu):.2f} "
-                           f"core-s/GB")
+                           f"core-s/GB; machine busy cold {_median(load['proxy'], 'busy'):.0%} (direct "
+                           f"{_median(load['direct'], 'busy'):.0%}), kcat itself "
+                           f"{_median(load['proxy'], 'kcat'):.2f} core-s/GB (direct "
+                           f"{_median(load['direct'], 'kcat'):.2f})")
             print(figures[-1], flush=True)
         # eight consumers at once, one partition each, against eight reading the twin directly
         # and another consumer tailing the broker's own log through the proxy meanwhile: its fetches' p99 alone,
