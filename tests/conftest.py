@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,22 +33,49 @@ def _start(nodes: int, tmp: Path) -> KafkaCluster:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Settle what the one JVM this process may start inherits, before any test starts it (the tiering tests start
-    theirs first, and a later SparkSession reuses that JVM and its environment):
-    - the test S3 credentials (SeaweedFS's identity, moto's pair), the usual AWS chain that Spark's Python workers
-      read;
-    - Spark's Kafka source on the classpath: a session made after an earlier one stopped cannot load new jars."""
+    """The test S3 credentials (SeaweedFS's identity, moto's pair) in the usual AWS chain, before any Spark JVM
+    starts: its Python workers inherit its environment."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", S3Server.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
-    if "PYSPARK_SUBMIT_ARGS" in os.environ:
-        return
-    from tests.support.spark import spark_kafka_jars
 
-    try:
-        jars = spark_kafka_jars()
-    except (Exception, pytest.fail.Exception, pytest.skip.Exception):
-        return  # no Maven: the comparison tests fail with the reason; nothing else needs the jars
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(jars)} pyspark-shell"
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if "pyspark" in sys.modules:
+        from tests.support.spark import stop_worker_session
+
+        stop_worker_session()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (`--dist loadgroup`), tests sharing a fixture broader than a test and narrower than the session
+    (a module's tiered history, a package's secured broker) run on one worker, so that part starts once; tests
+    sharing only session parts (the broker, Spark) spread over all workers. A test may name its group itself with
+    `@pytest.mark.xdist_group(name)`. The schema registry, a session part that is slow to start and used by a few
+    modules, is one group too."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if "schema_registry" in info.names_closure:
+            item.add_marker(pytest.mark.xdist_group("schema_registry"))
+            continue
+        scopes = {d.scope: d for defs in info.name2fixturedefs.values() for d in defs[-1:]}
+        for scope in ("package", "module", "class"):
+            if scope in scopes:
+                where = str(item.path.parent if scope == "package" else item.path)
+                group = f"{Path(where).relative_to(config.rootpath)}::{scopes[scope].argname}"
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    """The process's SparkSession (`tests.support.spark.worker_session`): shared, never stopped by a test."""
+    from tests.support.spark import worker_session
+
+    return worker_session()
 
 
 @pytest.fixture(scope="session")

@@ -183,20 +183,14 @@ def _iceberg(args: argparse.Namespace) -> int:
         if (rc := _check_storage(settings.storage, unreachable_is_fatal=True)) is not None:
             return rc
         from tierproxy.signals import stop_on_sigterm
-        from tierproxy.tiering.job import spark_session
+        from tierproxy.tiering.job import JobSpark
 
         stop_on_sigterm()
-        spark: list[Any] = []
-
-        def session() -> Any:
-            if not spark:
-                spark.append(spark_session("tierproxy-iceberg", settings.spark_master, spark_conf))
-            return spark[0]
+        spark = JobSpark("tierproxy-iceberg", settings.spark_master, spark_conf)
         try:
-            run.run_loop(settings, session, once=args.once)
+            run.run_loop(settings, spark, once=args.once)
         finally:
-            if spark:
-                spark[0].stop()
+            spark.close()
         return 0
 
     return _run_job("iceberg", settings, work)

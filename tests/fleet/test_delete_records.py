@@ -47,13 +47,10 @@ def fetch_error(bootstrap: str, topic: str, offset: int) -> int:
 
 
 def _spark_offsets(bootstrap: str, topic: str, storage: str, metadata: str) -> list[int]:
-    spark = local_session()
-    try:
-        df = spark.read.format("tierproxy").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic) \
-            .option("storage", storage).option("metadata", metadata).option("includeLive", "true").load()
-        return sorted(r[0] for r in df.select("offset").collect())
-    finally:
-        spark.stop()
+    df = local_session().read.format("tierproxy").option("kafka.bootstrap.servers", bootstrap) \
+        .option("subscribe", topic).option("storage", storage).option("metadata", metadata) \
+        .option("includeLive", "true").load()
+    return sorted(r[0] for r in df.select("offset").collect())
 
 
 def _tiered_topic(kafka: KafkaCluster, tmp_path: Path, topic: str) -> tuple[Any, int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.fleet.conftest import replica
+from tests.support.cli import run_cli
 from tests.support.iceberg import killed_at, pyiceberg_rows, pyiceberg_table
 from tests.support.kafka import create_topic, delete_records, fill_topic
 from tests.support.tiering import settings, tier_once, tiered
@@ -40,18 +40,17 @@ class Step:
 
     def env(self, **extra: str) -> dict[str, str]:
         # these tests count a pass's files: compaction (its own test below) off unless a test turns it on
-        return {**os.environ, "TIERPROXY_TIER_STATE_DIR": str(self.tmp / "state"),
-                "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0", "TIERPROXY_ICEBERG_TARGET_FILE_BYTES": "0", **extra}
+        return {"TIERPROXY_TIER_STATE_DIR": str(self.tmp / "state"), "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0",
+                "TIERPROXY_ICEBERG_TARGET_FILE_BYTES": "0", **extra}
 
     def run(self, *extra: str, **env: str) -> str:
-        proc = subprocess.run(self.cmd(*extra), capture_output=True, text=True, timeout=300, cwd=self.tmp,
-                              env=self.env(**env))
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        return proc.stdout
+        """One pass in this process: what it printed."""
+        return run_cli(*self.cmd(*extra)[3:], env=self.env(**env), cwd=self.tmp, check=True).stdout
 
     def killed_at(self, point: str, **env: str) -> None:
-        """Run until the step reaches `point`, then SIGKILL it (and its Spark JVM: the whole process group)."""
-        killed_at(self.cmd(), self.tmp, self.env(**env), point)
+        """Run in a process of its own until the step reaches `point`, then SIGKILL it (and its Spark JVM: the
+        whole process group)."""
+        killed_at(self.cmd(), self.tmp, {**os.environ, **self.env(**env)}, point)
 
     def table(self, name: str = "kafka.history") -> Any:
         return pyiceberg_table(self.uri, self.warehouse, name)
@@ -175,10 +174,8 @@ def test_snapshot_at_names_the_first_snapshot_holding_the_offsets(kafka: KafkaCl
     first, second = [snap.snapshot_id for snap in table.snapshots()][-2:]
 
     def at(offset: int) -> dict[str, Any]:
-        proc = subprocess.run([*step.cmd()[:4], "snapshot-at", "--bootstrap-server", step.bootstrap, "--storage",
-                               step.storage, "--topic", topic,
-                               "--offsets", json.dumps({"0": offset})], capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path, env=step.env())
+        proc = run_cli("iceberg", "snapshot-at", "--bootstrap-server", step.bootstrap, "--storage", step.storage,
+                       "--topic", topic, "--offsets", json.dumps({"0": offset}), cwd=tmp_path, env=step.env())
         assert proc.returncode in (0, 1), proc.stderr[-2000:]
         found: dict[str, Any] = json.loads(proc.stdout)
         return found
@@ -314,12 +311,10 @@ def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, 
     s = settings(kafka.bootstrap, tmp_path, topic)
     step = Step(kafka.bootstrap, tmp_path, topic)
     # `tier` with iceberg.catalog set: the Iceberg pass follows the tier pass in the same Spark session
-    tiering = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
-                              "--bootstrap-server", kafka.bootstrap, "--storage", step.storage, "--metadata",
-                              step.metadata, "--topics", re.escape(topic), "--master", "local[2]"],
-                             capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                             env={**step.env(), "TIERPROXY_ICEBERG_CATALOG": "embedded",
-                                  "TIERPROXY_TIER_SEGMENT_BYTES": str(64 * 1024)})
+    tiering = run_cli("tier", "--once", "--no-progress", "--bootstrap-server", kafka.bootstrap, "--storage",
+                      step.storage, "--metadata", step.metadata, "--topics", re.escape(topic), "--master", "local[2]",
+                      cwd=tmp_path, env={**step.env(), "TIERPROXY_ICEBERG_CATALOG": "embedded",
+                                         "TIERPROXY_TIER_SEGMENT_BYTES": str(64 * 1024)})
     assert tiering.returncode == 0, tiering.stderr[-3000:]
     assert "tiered " in tiering.stdout and "iceberg pass" in tiering.stdout, tiering.stdout
     admin = f"127.0.0.1:{free_port()}"
@@ -342,8 +337,7 @@ def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, 
         st = wait_until(lambda: (x := httpx.get(f"{url}/v1/iceberg", timeout=30).json())["lag_offsets"] > 0 and x,
                         timeout=60, interval=0.5, what="the replica to see the new segments")
         assert st["partitions"][0]["lag"] == tier_end - 1000
-        out = subprocess.run([sys.executable, "-m", "tierproxy.cli", "admin", "--url", url, "iceberg"],
-                             capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        out = run_cli("admin", "--url", url, "iceberg", env={"COLUMNS": "200"})
         assert out.returncode == 0 and "kafka.history" in out.stdout and str(tier_end - 1000) in out.stdout, out
     finally:
         proxy.stop()

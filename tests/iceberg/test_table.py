@@ -16,18 +16,11 @@ import pytest
 from tests.support.iceberg import RestCatalogServer, duckdb_rows, iceberg_cli, pyiceberg_rows, pyiceberg_table
 from tests.support.kafka import create_topic, watermarks
 from tests.support.s3 import S3Server
-from tests.support.spark import delete_on_broker, kafka_source, local_session, read, tier_once
+from tests.support.spark import delete_on_broker, kafka_source, read, tier_once
 from tests.support.tiering import produce_everything
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = local_session()
-    yield session
-    session.stop()
 
 
 class Tiered:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,9 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.support.kafka import create_topic, set_retention, watermarks
+from tests.support.kafka import create_topic, set_retention, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
+from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 
 
@@ -34,7 +36,9 @@ class TieredTopic:
 
 def make_tiered_topic(kafka: KafkaCluster, tmp: Path, topic: str, partitions: int = 1, n: int = 3000,
                       transactions: bool = False) -> TieredTopic:
-    create_topic(kafka.bootstrap, topic, partitions=partitions, config={"segment.ms": "300"})
+    """`n` records (timestamps ten minutes old) in broker segments of 4 KiB, tiered, then every closed segment
+    deleted by the broker's retention: the tier holds the start of each partition, the broker the rest."""
+    create_topic(kafka.bootstrap, topic, partitions=partitions, config=small_segments(4096))
     produced: dict[int, list[tuple[bytes | None, bytes | None, int]]] = {p: [] for p in range(partitions)}
     p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     ts0 = int(time.time() * 1000) - 600_000
@@ -43,32 +47,31 @@ def make_tiered_topic(kafka: KafkaCluster, tmp: Path, topic: str, partitions: in
         key, value = (None if i % 9 == 0 else f"k{i}".encode()), f"value-{i}".encode() * 5
         p.produce(topic, value, key, partition=part, timestamp=ts0 + i * 100)
         produced[part].append((key, value, ts0 + i * 100))
-        if i % 500 == 499:
-            p.flush(10)
-            time.sleep(0.35)  # several broker segments
     p.flush(30)
     s = settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=32 * 1024)
     summary = tier_once(s)
     assert summary.failed == 0 and summary.segments > 0
-    set_retention(kafka.bootstrap, topic, 1000)
-    deadline = time.monotonic() + 60
-    starts = {q: 0 for q in range(partitions)}
-    while time.monotonic() < deadline and not all(v > 0 for v in starts.values()):
-        for q in range(partitions):
-            p.produce(topic, b"tail", b"tail", partition=q)
-            produced[q].append((b"tail", b"tail", -1))
-        p.flush(5)
-        time.sleep(0.4)
-        starts = {q: watermarks(kafka.bootstrap, topic, q)[0] for q in range(partitions)}
-    set_retention(kafka.bootstrap, topic, 3_600_000)
-    assert all(v > 0 for v in starts.values()), "the broker never deleted the early segments"
+
+    def log_starts() -> dict[int, int] | None:
+        got = {q: watermarks(kafka.bootstrap, topic, q)[0] for q in range(partitions)}
+        return got if all(got.values()) else None
+
+    set_retention(kafka.bootstrap, topic, 1000)  # every record is older: the closed segments go at the next check
+    try:
+        starts = wait_until(log_starts, "the broker deletes the early segments", timeout=60, interval=0.2)
+    finally:
+        set_retention(kafka.bootstrap, topic, 3_600_000)
     return TieredTopic(topic, partitions, produced, tmp, starts)
 
 
-@pytest.fixture
-def tiered_proxy(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> Iterator[tuple[TieredTopic, ProxyProcess]]:
-    tt = make_tiered_topic(kafka, tmp_path, topic_name, partitions=2)
-    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
-                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
+@pytest.fixture(scope="module")
+def tiered_proxy(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory,
+                 request: pytest.FixtureRequest) -> Iterator[tuple[TieredTopic, ProxyProcess]]:
+    """A 2-partition tiered topic and a proxy serving it, shared by a module's tests that only read them."""
+    tmp = tmp_path_factory.mktemp("tiered")
+    tt = make_tiered_topic(kafka, tmp, f"tiered-{request.module.__name__.rpartition('.')[2]}-{os.getpid()}",
+                           partitions=2)
+    proxy = ProxyProcess(kafka.bootstrap, tmp, extra={"TIERPROXY_STORAGE": f"file://{tmp}/tier",
+                                                      "TIERPROXY_METADATA": f"file://{tmp}/meta"})
     yield tt, proxy
     proxy.stop()

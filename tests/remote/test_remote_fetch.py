@@ -47,7 +47,7 @@ def test_sendfile_answers_are_the_read_answers(kafka: KafkaCluster, tiered_proxy
     and the metric says which path each took."""
     tt, _ = tiered_proxy
     certs = make_certs(tmp_path / "certs")
-    env = {"TIERPROXY_STORAGE": f"file://{tmp_path}/tier", "TIERPROXY_METADATA": f"file://{tmp_path}/meta"}
+    env = {"TIERPROXY_STORAGE": f"file://{tt.tmp}/tier", "TIERPROXY_METADATA": f"file://{tt.tmp}/meta"}
     plain = ProxyProcess(kafka.bootstrap, tmp_path, extra={**env, "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}"})
     tls = ProxyProcess(kafka.bootstrap, tmp_path, extra={**env, "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}",
                                                        "TIERPROXY_SSL_CERTFILE": str(certs.cert),

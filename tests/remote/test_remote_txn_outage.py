@@ -163,17 +163,15 @@ def test_an_abort_still_in_the_brokers_log_is_found(kafka: KafkaCluster, tmp_pat
             proxy.stop()
         # the tier as a Spark DataFrame: the same abort, learned from the broker when the read is planned
         spark = local_session()
-        try:
-            def values(isolation: str) -> list[str]:
-                df = spark.read.format("tierproxy").option("kafka.bootstrap.servers", kafka.bootstrap).options(
-                    storage=f"file://{tmp_path}/tier", metadata=f"file://{tmp_path}/meta", subscribe=topic_name,
-                    **{"kafka.isolation.level": isolation}).load()
-                return [bytes(r.value).decode() for r in df.orderBy("offset").collect()]
 
-            assert values("read_uncommitted") == [f"abort-{i}" for i in range(100)] + ["plain-0"]
-            assert values("read_committed") == ["plain-0"]
-        finally:
-            spark.stop()
+        def values(isolation: str) -> list[str]:
+            df = spark.read.format("tierproxy").option("kafka.bootstrap.servers", kafka.bootstrap).options(
+                storage=f"file://{tmp_path}/tier", metadata=f"file://{tmp_path}/meta", subscribe=topic_name,
+                **{"kafka.isolation.level": isolation}).load()
+            return [bytes(r.value).decode() for r in df.orderBy("offset").collect()]
+
+        assert values("read_uncommitted") == [f"abort-{i}" for i in range(100)] + ["plain-0"]
+        assert values("read_committed") == ["plain-0"]
     finally:
         t2.abort_transaction(30)
 

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from protocol.constants import ApiKey
 from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
+from tests.support.spark import worker_session
 from tests.support.tiering import offsets_of, settings, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tiering.copy import CopyResult, CopyTask
@@ -191,7 +192,7 @@ def test_catch_up_through_the_proxy_survives_a_leader_kill_and_a_reassignment(
     create_topic(cluster.bootstrap, topic, replication=3, config={"min.insync.replicas": "2", "segment.ms": "300"})
     _produce(cluster.bootstrap, topic, 0, total, roll_every=6000)
     s = settings(cluster.bootstrap, tmp_path, topic, tier_segment_bytes=256 * 1024)
-    job = TieringJob(s, progress=False)
+    job = TieringJob(s, progress=False, spark=worker_session())
     try:
         assert job.run_once().segments > 0
     finally:

@@ -23,6 +23,7 @@ from protocol.records import iter_batches
 from protocol.requests import fetch_request, list_offsets_request
 from tests.secured.conftest import OAUTH_SECRET, PASSWORDS, PRINCIPAL, Secured
 from tests.support.acls import create_acls, delete_acls, reader_acls, tierproxy_acls
+from tests.support.cli import run_cli
 from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
@@ -319,11 +320,10 @@ def test_tail_passthrough_keeps_working_when_tierproxys_identity_is_refused(secu
     create_acls(secured.admin, reader_acls("alice", topic))
     _fill(secured.admin, topic)
     cfg = command_config(secured, mech, tmp_path / "client.properties", password="wrong-password")
-    tier = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
-                           "--bootstrap-server", secured.listener(mech.listener), "--command-config", str(cfg),
-                           "--storage", f"file://{tmp_path}/tier", "--metadata", "topic:__tierproxy_meta_wrong",
-                           "--topics", topic], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
+    tier = run_cli("tier", "--once", "--no-progress", "--bootstrap-server", secured.listener(mech.listener),
+                   "--command-config", str(cfg), "--storage", f"file://{tmp_path}/tier", "--metadata",
+                   "topic:__tierproxy_meta_wrong", "--topics", topic,
+                   env={"TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
     assert tier.returncode == 3 and "SCRAM-SHA-512" in tier.stderr and "wrong-password" not in tier.stderr, \
         tier.stderr[-2000:]
     admin_port = free_port()
@@ -356,13 +356,11 @@ def test_a_pass_whose_principal_may_not_describe_a_tiered_topic_deletes_nothing_
     cfg = command_config(secured, mech, tmp_path / "client.properties")
 
     def tier() -> subprocess.CompletedProcess[str]:  # deletions as eager as they can be: no delay, confirmed
-        return subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
-                               "--confirm-retention", "--bootstrap-server", secured.listener(mech.listener),
-                               "--command-config", str(cfg), "--storage", f"file://{tmp_path}/tier",
-                               "--metadata", f"topic:{meta}?partitions=3&replication=1", "--topics", ".*"],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state"),
-                                   "TIERPROXY_TIER_TOPIC_DELETE_DELAY_MS": "0", "TIERPROXY_SPARK_MASTER": "local[1]"})
+        return run_cli("tier", "--once", "--no-progress", "--confirm-retention", "--bootstrap-server",
+                       secured.listener(mech.listener), "--command-config", str(cfg), "--storage",
+                       f"file://{tmp_path}/tier", "--metadata", f"topic:{meta}?partitions=3&replication=1",
+                       "--topics", ".*", env={"TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state"),
+                                              "TIERPROXY_TIER_TOPIC_DELETE_DELAY_MS": "0"})
 
     def segments() -> list[Path]:
         return sorted((tmp_path / "tier").rglob("*.log"))
@@ -386,11 +384,9 @@ def test_a_certificate_refused_is_a_tls_failure(secured: Secured, tmp_path: Path
     topic, meta = "secured-mtls", "__tierproxy_meta_mtls"
     bare = tmp_path / "no-cert.properties"
     bare.write_text(f"security.protocol=SSL\nssl.truststore.location={secured.certs.ca}\n")
-    refused = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
-                              "--bootstrap-server", secured.listener("MTLS"), "--command-config", str(bare),
-                              "--storage", f"file://{tmp_path}/tier2", "--metadata", f"topic:{meta}",
-                              "--topics", topic], capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state2")})
+    refused = run_cli("tier", "--once", "--no-progress", "--bootstrap-server", secured.listener("MTLS"),
+                      "--command-config", str(bare), "--storage", f"file://{tmp_path}/tier2", "--metadata",
+                      f"topic:{meta}", "--topics", topic, env={"TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state2")})
     assert refused.returncode == 3 and "TLS toward the brokers failed" in refused.stderr, refused.stderr[-2000:]
 
 

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from tests.support.s3 import S3Server
 from tests.support.spark import (
     delete_on_broker,
     kafka_source,
-    local_session,
     read,
     spark_home,
     standalone_cluster,
@@ -33,13 +31,6 @@ from tierproxy.spark.options import parse_options
 from tierproxy.spark.plan import Planner
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = local_session()
-    yield session
-    session.stop()
 
 
 class History:

@@ -1,29 +1,27 @@
-"""Parts for the Iceberg tests: `tierproxy iceberg` in its own process, and the table read three ways (DuckDB's
-iceberg extension, pyiceberg, `spark.read.format("tierproxy")`) as rows in the order and shape of Spark's Kafka
-source, so they compare row for row with what Spark read from the broker."""
+"""Parts for the Iceberg tests: `tierproxy iceberg` in process (killed in a process of its own), and the table read
+three ways (DuckDB's iceberg extension, pyiceberg, `spark.read.format("tierproxy")`) as rows in the order and shape
+of Spark's Kafka source, so they compare row for row with what Spark read from the broker."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.cli import run_cli
+
 COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
 
 
-def iceberg_cli(workdir: Path, *args: str, env: dict[str, str] | None = None, check: bool = True,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "tierproxy.cli", "iceberg", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=workdir,
-                          env={**os.environ, "TIERPROXY_TIER_STATE_DIR": str(workdir / "state"),
-                               "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0", **(env or {})})
-    if check:
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+def iceberg_cli(workdir: Path, *args: str, env: dict[str, str] | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`tierproxy iceberg ARGS` in this process (`cli.run_cli`), its state under `workdir`."""
+    return run_cli("iceberg", *args, cwd=workdir, check=check,
+                   env={"TIERPROXY_TIER_STATE_DIR": str(workdir / "state"), "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0",
+                        **(env or {})})
 
 
 def killed_at(cmd: list[str], cwd: Path, env: dict[str, str], point: str) -> None:

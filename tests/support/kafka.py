@@ -12,6 +12,13 @@ from protocol.constants import ApiKey
 from tierproxy.wireclient import WireClient
 
 
+def small_segments(segment_bytes: int = 16 * 1024) -> dict[str, str]:
+    """Topic configs for broker segments of `segment_bytes`: many segments from little data, with no wait for
+    `segment.ms` to roll them. Kafka 4 refuses `segment.bytes` under 1 MiB; its `internal.segment.bytes` (the
+    broker's own tests use it) takes any size."""
+    return {"internal.segment.bytes": str(segment_bytes)}
+
+
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
                  config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
     """Create a topic with overrides (e.g. small segment.bytes, short retention.ms) and wait for leaders."""

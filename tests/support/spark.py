@@ -51,37 +51,48 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-def local_session(master: str = "local[2]", jars: list[str] | None = None) -> Any:
+_WORKER_SESSION: list[Any] = []
+
+
+def worker_session() -> Any:
+    """The one SparkSession of this test process (an xdist worker, or the whole run without xdist), started on
+    first use and stopped when the process's tests end (`stop_worker_session`): the tier job, the Iceberg step and
+    the DataFrame tests all use it, as a notebook's jobs share the notebook's session. Its configuration is the
+    union of what they need (the tier job's own settings, Spark's Kafka source on the class path, UTC)."""
+    if _WORKER_SESSION:
+        return _WORKER_SESSION[0]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # moto's credentials, before the JVM starts: Python workers inherit its environment (the usual AWS chain)
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    from pyspark.sql import SparkSession
-
     from tierproxy.spark import register
+    from tierproxy.tiering.job import spark_session
 
-    spark = (SparkSession.builder.master(master).appName("tierproxy-dataframe-tests")
-             .config("spark.jars", ",".join(spark_kafka_jars() + (jars or []))).config("spark.ui.enabled", "false")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "2")
-             # extra jars on the driver's own class path too: SQL functions (from_avro) are looked up there
-             .config("spark.driver.extraClassPath", ":".join(jars or []))
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("WARN")
+    spark = spark_session("tierproxy-tests", "local[2]", {
+        "spark.jars": ",".join(spark_kafka_jars()), "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "2"})
     register(spark)
+    _WORKER_SESSION.append(spark)
     return spark
+
+
+def stop_worker_session() -> None:
+    if _WORKER_SESSION:
+        _WORKER_SESSION.pop().stop()
+
+
+def local_session() -> Any:
+    """The process's Spark session (`worker_session`): never stop it."""
+    return worker_session()
 
 
 def tier_once(bootstrap: str, topic: str, storage: str, metadata: str, workdir: Path,
               segment_bytes: int = 16 * 1024) -> None:
-    """`tierproxy tier --once` for one topic, in its own process."""
-    env = {**os.environ, "TIERPROXY_TIER_SEGMENT_BYTES": str(segment_bytes),
-           "TIERPROXY_TIER_STATE_DIR": str(workdir / "state")}
-    proc = subprocess.run([sys.executable, "-m", "tierproxy.cli", "tier", "--once", "--no-progress",
-                           "--bootstrap-server", bootstrap, "--storage", storage, "--metadata", metadata,
-                           "--topics", topic.replace(".", "\\."), "--master", "local[2]"],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=workdir)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    """One tier pass of one topic, on the process's Spark session."""
+    from tests.support.tiering import settings
+    from tests.support.tiering import tier_once as run
+
+    s = settings(bootstrap, workdir, topic, storage=storage, metadata=metadata, tier_segment_bytes=segment_bytes)
+    summary = run(s)
+    assert summary.failed == 0, summary.errors
 
 
 @contextmanager

@@ -29,7 +29,10 @@ def settings(bootstrap: str, tmp: Path, topic: str, **kw: Any) -> TierSettings:
 
 
 def tier_once(s: TierSettings) -> RunSummary:
-    return run_loop(s, once=True, progress=False)[-1]
+    """One pass of `tierproxy tier` in this process, on its Spark session (`spark.worker_session`)."""
+    from tests.support.spark import worker_session
+
+    return run_loop(s, once=True, progress=False, spark=worker_session())[-1]
 
 
 def tiered(s: TierSettings, topic: str, partition: int = 0) -> tuple[list[RemoteLogSegmentMetadata], bytes, list[Any]]:

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.kafka import create_topic
+from tests.support.spark import worker_session
 from tests.support.tiering import offsets_of, settings, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tier.rlmm import WriterFenced
@@ -37,11 +38,11 @@ def test_a_second_job_on_the_metadata_topic_fences_the_first(kafka: KafkaCluster
     _produce(kafka.bootstrap, topic_name, 0, 1000)
     meta = f"topic:__tierproxy_meta_{topic_name}?partitions=2&replication=1"
     s = settings(kafka.bootstrap, tmp_path, topic_name, metadata=meta, tier_segment_bytes=8 * 1024)
-    first, second = TieringJob(s, progress=False), None
+    first, second = TieringJob(s, progress=False, spark=worker_session()), None
     try:
         assert first.run_once().segments > 0
         _produce(kafka.bootstrap, topic_name, 1000, 1000)
-        second = TieringJob(s, progress=False)
+        second = TieringJob(s, progress=False, spark=worker_session())
         assert second.run_once().segments > 0  # took over: copies 1000.. and fences the first
         _produce(kafka.bootstrap, topic_name, 2000, 1000)
         with pytest.raises(WriterFenced, match="another tier job took over"):
@@ -61,7 +62,7 @@ def test_a_second_job_on_a_metadata_directory_refuses_to_start(kafka: KafkaClust
     create_topic(kafka.bootstrap, topic_name)
     _produce(kafka.bootstrap, topic_name, 0, 500)
     s = settings(kafka.bootstrap, tmp_path, topic_name)
-    first = TieringJob(s, progress=False)
+    first = TieringJob(s, progress=False, spark=worker_session())
     try:
         assert first.run_once().segments > 0  # holds the directory from now until it closes
         started = time.monotonic()
@@ -74,7 +75,7 @@ def test_a_second_job_on_a_metadata_directory_refuses_to_start(kafka: KafkaClust
         assert time.monotonic() - started < 60
     finally:
         first.close()
-    again = TieringJob(s, progress=False)  # the lock went with the first job
+    again = TieringJob(s, progress=False, spark=worker_session())  # the lock went with the first job
     try:
         _produce(kafka.bootstrap, topic_name, 500, 10)
         assert again.run_once().failed == 0

@@ -22,6 +22,7 @@ from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tests.support.kafka import broker_forgets, create_topic, set_retention, watermarks
 from tests.support.proxy import ProxyProcess
+from tests.support.spark import worker_session
 from tests.support.tiering import offsets_of, settings, tiered
 from tests.support.waiting import wait_until
 from tierproxy.config import TierSettings
@@ -72,7 +73,7 @@ def _topic(kafka: KafkaCluster, tmp: Path, topic: str) -> TierSettings:
 
 def _pass_with_a_refused_copy(s: TierSettings, topic: str) -> tuple[int, int]:
     """One pass where one copy is refused twice; → the hole it left, [first missing, next tiered)."""
-    job = _OneCopyRefused(s, progress=False)
+    job = _OneCopyRefused(s, progress=False, spark=worker_session())
     try:
         summary = job.run_once()
     finally:
@@ -93,7 +94,7 @@ def test_a_failed_copy_leaves_a_hole_the_next_pass_fills(kafka: KafkaCluster, tm
     segs, raw, _ = tiered(s, topic_name)
     assert offsets_of(raw) == [o for o in range(RECORDS) if not a <= o < b]  # the copies after it stayed
     assert max(md.end_offset for md in segs) == RECORDS - 1
-    job = TieringJob(s, progress=False)
+    job = TieringJob(s, progress=False, spark=worker_session())
     try:
         again = job.run_once()
     finally:
@@ -121,7 +122,7 @@ def test_a_fetch_inside_a_hole_reads_on_from_the_next_segment(kafka: KafkaCluste
             assert got == want, (start, out.stderr[-500:])
     finally:
         proxy.stop()
-    job = TieringJob(s, progress=False)
+    job = TieringJob(s, progress=False, spark=worker_session())
     try:
         later = job.run_once()
     finally:
@@ -205,7 +206,7 @@ def test_a_hole_under_the_brokers_log_start_skips_nothing_either_holds(kafka: Ka
     assert _slices_cover(s, topic_name) == held
 
     iceberg = settings(s.bootstrap_servers, tmp_path, topic_name, iceberg_catalog="embedded")
-    job = TieringJob(iceberg, progress=False)
+    job = TieringJob(iceberg, progress=False, spark=worker_session())
     try:
         assert _iceberg_offsets(iceberg, job) == list(range(a))  # held back at the hole the next pass fills
         filled = job.run_once()

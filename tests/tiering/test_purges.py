@@ -133,17 +133,15 @@ def _listed(bootstrap: str, topic: str, spec: int = OffsetSpec.EARLIEST) -> int:
 
 def _same_dataframes(bootstrap: str, topic: str, storage: str, metadata: str, log_start: int, end: int) -> None:
     spark = local_session()
-    try:
-        def rows(fmt: str, options: dict[str, str]) -> list[tuple[object, ...]]:
-            df = spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-            df = df.options(**options)
-            return sorted((tuple(r) for r in df.load().collect()), key=lambda r: r[4])  # type: ignore[no-any-return]
 
-        tier = rows("tierproxy", {"storage": storage, "metadata": metadata})
-        assert [r[4] for r in tier] == list(range(log_start, end))
-        assert tier == rows("kafka", {})
-    finally:
-        spark.stop()
+    def rows(fmt: str, options: dict[str, str]) -> list[tuple[object, ...]]:
+        df = spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+        df = df.options(**options)
+        return sorted((tuple(r) for r in df.load().collect()), key=lambda r: r[4])  # type: ignore[no-any-return]
+
+    tier = rows("tierproxy", {"storage": storage, "metadata": metadata})
+    assert [r[4] for r in tier] == list(range(log_start, end))
+    assert tier == rows("kafka", {})
 
 
 def test_records_purged_by_a_kafka_streams_app_never_come_back_through_the_proxy(

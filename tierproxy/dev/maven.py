@@ -5,11 +5,13 @@ the tests for Spark's Kafka source and the Iceberg REST catalog."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +43,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TIERPROXY_CACHE", Path.home() / ".cache" / "tierproxy"))
 
 
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """One resolver at a time per cache directory: parallel test workers (and a test beside `make install`) may
+    ask for the same artifacts at once, and Maven's copy into one directory is not safe to run twice."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def pom(name: str, artifacts: Sequence[Artifact]) -> str:
     deps = "\n    ".join(a.xml() for a in artifacts)
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0">\n  <modelVersion>4.0.0</modelVersion>\n'
@@ -52,6 +67,11 @@ def fetch(name: str, artifact: Artifact, timeout: float = 900) -> Path:
     """One artifact alone, without its dependencies (a distribution archive), copied once into `<cache>/<name>/`;
     its path. Raises MavenUnavailable."""
     root = cache_dir() / name
+    with _locked(root):
+        return _fetch(root, artifact, timeout)
+
+
+def _fetch(root: Path, artifact: Artifact, timeout: float) -> Path:
     done = root / ".complete"
     if done.exists() and (found := root / done.read_text()).is_file():
         return found
@@ -73,8 +93,13 @@ def resolve(name: str, artifacts: Sequence[Artifact], timeout: float = 900) -> P
     """The directory `<cache>/<name>/libs` holding `artifacts` and their runtime dependencies, resolved once (and
     again when the list changes: a marker holds its hash). Raises MavenUnavailable."""
     root = cache_dir() / name
-    libs, marker = root / "libs", root / ".complete"
     text = pom(name, artifacts)
+    with _locked(root):
+        return _resolve(root, name, text, timeout)
+
+
+def _resolve(root: Path, name: str, text: str, timeout: float) -> Path:
+    libs, marker = root / "libs", root / ".complete"
     resolved = hashlib.sha256(text.encode()).hexdigest()[:16]
     if marker.exists() and marker.read_text() == resolved:
         return libs

@@ -108,11 +108,49 @@ def spark_session(app_name: str, master: str, spark_conf: dict[str, str]) -> Any
     return spark
 
 
+def running_spark() -> Any | None:
+    """The SparkSession this process already runs (a notebook's, a PySpark shell's, a test worker's), or None.
+    A job given one uses it as it is (its configuration was settled when it started) and never stops it."""
+    if "pyspark" not in sys.modules:
+        return None  # nothing imported PySpark: no session can be running (and the import costs half a second)
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:
+        return None
+    # the active session is the JVM's per thread; a job run in another thread of the process finds the one made
+    return SparkSession.getActiveSession() or SparkSession._instantiatedSession
+
+
+class JobSpark:
+    """A job's Spark session, started on first use: the one given (or already running in this process), which the
+    job never stops, or one of its own, stopped by `close`."""
+
+    def __init__(self, app_name: str, master: str, spark_conf: dict[str, str], given: Any | None = None) -> None:
+        self.app_name, self.master, self.spark_conf = app_name, master, spark_conf
+        self._session = given
+        self._owned = False
+
+    def __call__(self) -> Any:
+        if self._session is None:
+            self._session = running_spark()
+            if self._session is None:
+                self._session = spark_session(self.app_name, self.master, self.spark_conf)
+                self._owned = True
+        return self._session
+
+    def close(self) -> None:
+        if self._owned and self._session is not None:
+            self._session.stop()
+        self._session, self._owned = None, False
+
+
 class TieringJob:
-    """Owns the RLMM (on a background event loop), the storage and the Spark session."""
+    """Owns the RLMM (on a background event loop) and the storage; uses a Spark session (`JobSpark`: the one given,
+    or one it starts and stops)."""
 
     def __init__(self, settings: TierSettings, spark_conf: dict[str, str] | None = None,
-                 progress: bool = True) -> None:
+                 progress: bool = True, spark: Any | None = None) -> None:
         self.settings = settings
         self.spark_conf = spark_conf or {}
         self.progress = progress
@@ -123,7 +161,7 @@ class TieringJob:
                                                             settings.metadata_checkpoint_dir, settings.identity,
                                                             writer=True)
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
-        self._spark: Any = None
+        self.spark = JobSpark("tierproxy-tier", settings.spark_master, self.spark_conf, spark)
         self._started = False
         self._view: ClusterView | None = None  # the cluster as last described: where copies fetch from
         self.serving: TierPass | None = None  # the requested pass the current one serves
@@ -131,17 +169,11 @@ class TieringJob:
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def spark(self) -> Any:
-        if self._spark is None:
-            self._spark = spark_session("tierproxy-tier", self.settings.spark_master, self.spark_conf)
-        return self._spark
-
     def close(self) -> None:
         if self._started:
             self.run(self.rlmm.close())
         self.run(self.rsm.close())
-        if self._spark is not None:
-            self._spark.stop()
+        self.spark.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
@@ -401,10 +433,11 @@ class TieringJob:
 
 def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] | None = None,
              progress: bool = True, max_passes: int | None = None,
-             after_pass: Callable[[TieringJob], None] | None = None) -> list[RunSummary]:
+             after_pass: Callable[[TieringJob], None] | None = None, spark: Any | None = None) -> list[RunSummary]:
     """`--once`: one pass. Otherwise a pass every `tier.interval.ms` until interrupted (or `max_passes`).
-    `after_pass` runs after each pass with the job (its Spark session): the Iceberg step when one is configured."""
-    job = TieringJob(settings, spark_conf, progress)
+    `after_pass` runs after each pass with the job (its Spark session): the Iceberg step when one is configured.
+    `spark`: a session to use (never stopped here); by default the one running in this process, else its own."""
+    job = TieringJob(settings, spark_conf, progress, spark)
     out: list[RunSummary] = []
     try:
         while True:
@@ -427,4 +460,4 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
         job.close()
 
 
-__all__ = ["Gap", "RunSummary", "TieringJob", "run_loop", "spark_session"]
+__all__ = ["Gap", "JobSpark", "RunSummary", "TieringJob", "run_loop", "running_spark", "spark_session"]
