@@ -36,11 +36,13 @@ class TieredTopic:
 
 def make_tiered_topic(kafka: KafkaCluster, tmp: Path, topic: str, partitions: int = 1, n: int = 3000,
                       transactions: bool = False) -> TieredTopic:
-    """`n` records (timestamps ten minutes old) in broker segments of 4 KiB, tiered, then every closed segment
-    deleted by the broker's retention: the tier holds the start of each partition, the broker the rest."""
-    create_topic(kafka.bootstrap, topic, partitions=partitions, config=small_segments(4096))
+    """`n` records (timestamps ten minutes old) in broker segments of 16 KiB, tiered, then deleted by the broker's
+    retention, then five more per partition: the tier holds the start of each partition, the broker the rest."""
+    create_topic(kafka.bootstrap, topic, partitions=partitions, config=small_segments(16 * 1024))
     produced: dict[int, list[tuple[bytes | None, bytes | None, int]]] = {p: [] for p in range(partitions)}
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    # a batch must fit in a segment (the broker refuses a bigger one); idempotence keeps a retried batch in order
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "compression.type": "lz4",
+                  "batch.size": 8 * 1024, "enable.idempotence": True})
     ts0 = int(time.time() * 1000) - 600_000
     for i in range(n):
         part = i % partitions
@@ -48,6 +50,8 @@ def make_tiered_topic(kafka: KafkaCluster, tmp: Path, topic: str, partitions: in
         p.produce(topic, value, key, partition=part, timestamp=ts0 + i * 100)
         produced[part].append((key, value, ts0 + i * 100))
     p.flush(30)
+    assert [watermarks(kafka.bootstrap, topic, q)[1] for q in range(partitions)] == [
+        len(produced[q]) for q in range(partitions)], "the broker refused records"
     s = settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=32 * 1024)
     summary = tier_once(s)
     assert summary.failed == 0 and summary.segments > 0
@@ -56,11 +60,16 @@ def make_tiered_topic(kafka: KafkaCluster, tmp: Path, topic: str, partitions: in
         got = {q: watermarks(kafka.bootstrap, topic, q)[0] for q in range(partitions)}
         return got if all(got.values()) else None
 
-    set_retention(kafka.bootstrap, topic, 1000)  # every record is older: the closed segments go at the next check
+    set_retention(kafka.bootstrap, topic, 1000)  # every record is older: all of it goes at the next check
     try:
         starts = wait_until(log_starts, "the broker deletes the early segments", timeout=60, interval=0.2)
     finally:
         set_retention(kafka.bootstrap, topic, 3_600_000)
+    for q in range(partitions):  # what only the broker holds
+        for i in range(5):
+            p.produce(topic, f"tail-{i}".encode(), b"tail", partition=q)
+            produced[q].append((b"tail", f"tail-{i}".encode(), -1))
+    p.flush(30)
     return TieredTopic(topic, partitions, produced, tmp, starts)
 
 
