@@ -1,4 +1,6 @@
 # make test  = install everything (venv, pip, Kafka jars, kcat, haproxy, chromium) and run the whole suite
+#              (WORKERS xdist workers; the image is built beside the first tests, its tests wait for it)
+# make test-fast = the in-process lane (codec, core harness, properties, units: no broker, S3, Spark or image)
 # make check = ruff + mypy strict + the suite (what CI runs)
 # make demo  = a real local Kafka (and tierproxy) with a kcat walk-through
 # make image = the container image the Helm chart deploys
@@ -6,10 +8,13 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+WORKERS ?= 3
+# the real parts a test may need (markers); the fast lane runs the tests needing none of them
+PARTS := kafka or cluster or s3 or spark or image or registry or kcat
 export TIERPROXY_CACHE ?= $(HOME)/.cache/tierproxy
 DEBIAN_PACKAGES := kcat haproxy chromium
 
-.PHONY: install tools image test check lint typecheck demo bench clean
+.PHONY: install tools image test test-fast check lint typecheck demo bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -38,8 +43,14 @@ tools:
 image: | $(BIN)/python
 	PY=$(BIN)/python bash .ci/image/build.sh
 
-test: install tools image
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: install tools
+	@mkdir -p .pytest-artifacts
+	@{ $(MAKE) --no-print-directory image >.pytest-artifacts/image.log 2>&1 \
+	   || echo "make image failed (the image tests say why)" >>.pytest-artifacts/image.log; } &
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -n $(WORKERS) -m "not ($(PARTS) or bench)" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check protocol tierproxy tests

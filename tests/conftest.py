@@ -46,17 +46,26 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         stop_worker_session()
 
 
+PART_MARKERS = {"kafka": "kafka", "proxy": "kafka", "kafka_cluster": "cluster", "s3": "s3", "moto_s3": "s3",
+                "spark": "spark", "schema_registry": "registry", "kcat": "kcat", "secured": "kafka",
+                "fleet_kafka": "kafka"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook is registered after this file)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (`--dist loadgroup`), tests sharing a fixture broader than a test and narrower than the session
     (a module's tiered history, a package's secured broker) run on one worker, so that part starts once; tests
     sharing only session parts (the broker, Spark) spread over all workers. A test may name its group itself with
     `@pytest.mark.xdist_group(name)`. The schema registry, a session part that is slow to start and used by a few
-    modules, is one group too."""
+    modules, is one group too. A test asking for a real part's fixture gets that part's marker, so the fast lane
+    (`make test-fast`: no marker of a real part) holds no such test."""
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
         info = getattr(item, "_fixtureinfo", None)
         if info is None:
+            continue
+        for name in sorted(set(info.names_closure) & PART_MARKERS.keys()):
+            item.add_marker(PART_MARKERS[name])
+        if item.get_closest_marker("xdist_group") is not None:
             continue
         if "schema_registry" in info.names_closure:
             item.add_marker(pytest.mark.xdist_group("schema_registry"))
@@ -68,6 +77,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 group = f"{Path(where).relative_to(config.rootpath)}::{scopes[scope].argname}"
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker with `--dist loadgroup`, every grouped test's id must carry its group (`@name`): xdist
+    groups by that suffix, and a pytest whose ids it cannot change (9.2: pytest-xdist#1386) would spread a module's
+    shared parts over every worker without a word."""
+    if getattr(session.config, "workerinput", None) is None or not session.config.getvalue("loadgroup"):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(f"xdist did not group {len(lost)} tests (e.g. {lost[0]}): this pytest's test ids "
+                                "cannot carry xdist's group (pytest-xdist#1386); install pytest<9.2")
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ class WireClient:
             if identity is not None and identity.sasl:
                 self._authenticate(identity)
         except BaseException:
-            sock.close()
+            getattr(self, "sock", sock).close()  # the TLS socket once it wraps (it took the descriptor over)
             raise
 
     def _connect(self, bootstrap: str, timeout: float) -> tuple[socket.socket, str]:

@@ -17,6 +17,9 @@ SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 PACKAGES="python3 python3-venv openjdk-17-jre-headless tini ca-certificates procps"
 export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs} BUILDAH_ISOLATION=${BUILDAH_ISOLATION:-chroot}
 mkdir -p "$CACHE"
+# one build at a time (make test starts one in the background; the image tests wait for it here)
+exec 9>"$CACHE/.build.lock"
+flock 9
 
 if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
   echo "installing buildah and debootstrap (Debian packages)"
@@ -26,6 +29,14 @@ fi
 version=$(cd "$repo" && "$PY" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
 revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
 image=localhost/tierproxy
+# what goes into the image: an image built from the same files is not built again
+source_key=$(cd "$repo" && find tierproxy protocol pyproject.toml README.md .ci/image -type f ! -name '*.pyc' -print0 \
+  | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+if [ "$(buildah inspect --type image --format '{{index .ImageAnnotations "tierproxy.source"}}' "$image:$version" \
+        2>/dev/null)" = "$source_key" ]; then
+  echo "$image:$version is up to date (sources $source_key)"
+  exit 0
+fi
 
 # --- 1. base ------------------------------------------------------------------------------------------------------
 key=$(printf '%s\n' "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$PACKAGES" "$(sha256sum "$0" | cut -c1-16)" | sha256sum | cut -c1-12)
@@ -67,7 +78,8 @@ cp "$repo/.ci/image/Containerfile" "$ctx/Containerfile"
 
 # --- 3. image -----------------------------------------------------------------------------------------------------
 echo "building $image:$version"
-buildah bud --quiet --isolation chroot --network host --build-arg "BASE=$base" --build-arg "VERSION=$version" \
+buildah bud --quiet --isolation chroot --network host --annotation "tierproxy.source=$source_key" \
+  --build-arg "BASE=$base" --build-arg "VERSION=$version" \
   --build-arg "REVISION=$revision" --build-arg "SOURCE=${TIERPROXY_SOURCE:-https://github.com/tierproxy/tierproxy}" \
   -f "$ctx/Containerfile" -t "$image:$version" -t "$image:latest" "$ctx" >/dev/null
 buildah rmi --prune >/dev/null 2>&1 || true  # the build stage

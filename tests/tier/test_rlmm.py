@@ -35,7 +35,7 @@ S = SegmentState
 P = PartitionDeleteState
 
 
-@pytest.fixture(params=["file", "topic"])
+@pytest.fixture(params=["file", pytest.param("topic", marks=pytest.mark.kafka)])
 def make(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., RemoteLogMetadataManager]:
     if request.param == "file":
         return lambda **kw: FileRLMM(tmp_path / "rlmm")

@@ -24,7 +24,7 @@ def _records(n: int = 200) -> bytes:
                                 base_offset=i * 10) for i in range(n // 10))
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", pytest.param("s3", marks=pytest.mark.s3)])
 def rsm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RemoteStorageManager]:
     if request.param == "file":
         r = RemoteStorageManager.from_uri(f"file://{tmp_path}/tier")

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.support.fetchraw import fetch_raw
-from tests.support.kafka import broker_forgets, create_topic, set_retention
+from tests.support.kafka import broker_forgets, create_topic, set_retention, small_segments, watermarks
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
 def _fill(bootstrap: str, topic: str, n: int, partitions: int = 1, size: int = 200) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16 * 1024})  # fits a small segment
     for i in range(n):
         p.produce(topic, os.urandom(size), f"k{i}".encode(), partition=i % partitions)
     p.flush(60)
@@ -71,10 +71,8 @@ def test_kill_9_mid_upload_then_rerun(kafka: KafkaCluster, tmp_path: Path, topic
 def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
     import asyncio
 
-    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "200"})
-    for _ in range(3):
-        _fill(kafka.bootstrap, topic_name, 1000)
-        time.sleep(0.3)
+    create_topic(kafka.bootstrap, topic_name, config=small_segments(64 * 1024))
+    _fill(kafka.bootstrap, topic_name, 3000)
     s = settings(kafka.bootstrap, tmp_path, topic_name)
     first = tier_once(s)
     assert first.segments >= 2 and _objects(tmp_path / "tier")
@@ -83,6 +81,9 @@ def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: 
                     confirm_retention=True)
     assert tier_once(keep).expired == 0  # the broker still has it all: nothing is removed from the tier
     broker_forgets(kafka.bootstrap, topic_name, above=segs[-1].end_offset, retention_ms=500, restore_ms=None)
+    # and the ticks it appended too (retention stays at 500 ms): the passes below have nothing new to copy
+    wait_until(lambda: (w := watermarks(kafka.bootstrap, topic_name))[0] == w[1], "the broker to hold nothing",
+               timeout=60, interval=0.2)
     sized = settings(kafka.bootstrap, tmp_path, topic_name,
                      tier_topic_overrides={topic_name: {"retention.bytes": segs[-1].segment_size_in_bytes,
                                                         "retention.ms": -1}}, confirm_retention=True)
@@ -116,14 +117,12 @@ def test_retention_and_topic_deletion_lifecycles(kafka: KafkaCluster, tmp_path: 
 
 
 def test_gap_alarm_when_retention_outruns_tiering(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
-    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "200"})
+    create_topic(kafka.bootstrap, topic_name, config=small_segments(64 * 1024))
     _fill(kafka.bootstrap, topic_name, 500)
     s = settings(kafka.bootstrap, tmp_path, topic_name)
     assert tier_once(s).segments >= 1
     tiered_end = tiered(s, topic_name)[0][-1].end_offset
-    for _ in range(5):  # more data, in several broker segments
-        _fill(kafka.bootstrap, topic_name, 200)
-        time.sleep(0.3)
+    _fill(kafka.bootstrap, topic_name, 1000)  # more data, in several broker segments
     log_start = broker_forgets(kafka.bootstrap, topic_name, above=tiered_end + 1, retention_ms=500)
     assert log_start > tiered_end + 1
     s = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_overrides={topic_name: {"retention.ms": -1}})
@@ -135,7 +134,7 @@ def test_gap_alarm_when_retention_outruns_tiering(kafka: KafkaCluster, tmp_path:
     assert gaps == summary.gaps
     segs, _, _ = tiered(s, topic_name)
     # the gap stays visible: nothing tiered between the first pass's end and the broker's new log start (the first
-    # pass may have tiered one segment or more: segment.ms 200 can roll while the 500 records are produced)
+    # pass may have tiered one segment or more)
     below = [m for m in segs if m.start_offset <= tiered_end]
     above = [m for m in segs if m.start_offset > tiered_end]
     assert max(m.end_offset for m in below) == tiered_end
