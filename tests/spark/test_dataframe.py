@@ -63,7 +63,7 @@ def history(kafka: KafkaCluster, spark: Any, tmp_path_factory: pytest.TempPathFa
                 for level in ("read_uncommitted", "read_committed")}
     ends = [watermarks(kafka.bootstrap, topic, i)[1] for i in range(2)]
     tier_once(kafka.bootstrap, topic, h.storage, h.metadata, tmp)
-    delete_on_broker(kafka.bootstrap, topic, 2)
+    delete_on_broker(kafka.bootstrap, topic, 2, above=ends)  # and ticks after the tier's end: a hole
     return {"h": h, "expected": expected, "ends": ends}
 
 

@@ -141,12 +141,14 @@ def kafka_source(spark: Any, bootstrap: str, topic: str, **opts: str) -> list[tu
     return read(spark, "kafka", {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **opts})
 
 
-def delete_on_broker(bootstrap: str, topic: str, partitions: int) -> None:
-    """Shorten retention and roll segments until the broker's log start moved on every partition."""
+def delete_on_broker(bootstrap: str, topic: str, partitions: int, above: list[int] | None = None) -> None:
+    """Shorten retention and roll segments until the broker's log start moved on every partition (past
+    `above[partition]` when given: ticks appended here after that offset are deleted too)."""
+    past = above or [0] * partitions
     set_retention(bootstrap, topic, 1000)
     p = Producer({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + 90
-    while any(watermarks(bootstrap, topic, i)[0] == 0 for i in range(partitions)):
+    while any(watermarks(bootstrap, topic, i)[0] <= past[i] for i in range(partitions)):
         assert time.monotonic() < deadline, "the broker did not delete"
         for i in range(partitions):
             p.produce(topic, b"tick", partition=i)
