@@ -15,11 +15,13 @@ from tierproxy.config.values import (
     SPARK_MASTER,
     check_writable_dir,
     file_uri,
+    hide_url_password,
     hide_url_passwords,
     parse_duration_ms,
+    redact,
 )
 from tierproxy.propfile import ConfigError
 
 __all__ = ["ENV_PREFIX", "OVERRIDE_KEYS", "SPARK_MASTER", "CommonSettings", "ConfigError", "ProxySettings",
-           "TierSettings", "check_writable_dir", "dotted", "file_uri", "hide_url_passwords", "load_settings",
-           "parse_duration_ms"]
+           "TierSettings", "check_writable_dir", "dotted", "file_uri", "hide_url_password", "hide_url_passwords",
+           "load_settings", "parse_duration_ms", "redact"]

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from tierproxy.config.common import CommonSettings
 from tierproxy.config.proxy import ProxySettings
+from tierproxy.config.values import redact, url_password
 from tierproxy.propfile import ConfigError, read_properties
 
 ENV_PREFIX = "TIERPROXY_"
@@ -57,5 +58,7 @@ def load_settings(model: type[S] = ProxySettings, *, config_file: str | Path | N
             loc = ".".join(str(p) for p in err["loc"])
             key = dotted(loc) if loc else "config"
             src = f" (from {sources[loc]})" if loc in sources else ""
-            problems.append(f"{key}: {err['msg'].removeprefix('Value error, ')}{src}")
+            # a validator's message may quote the value: never the password of a URL in it
+            msg = redact(err["msg"].removeprefix("Value error, "), url_password(str(err.get("input", ""))))
+            problems.append(f"{key}: {msg}{src}")
         raise ConfigError("; ".join(problems)) from None

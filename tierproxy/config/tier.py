@@ -9,7 +9,13 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from tierproxy.config.common import CommonSettings
-from tierproxy.config.values import SPARK_MASTER, check_writable_dir, parse_duration_ms, partition_by_fields
+from tierproxy.config.values import (
+    SPARK_MASTER,
+    check_writable_dir,
+    hide_url_password,
+    parse_duration_ms,
+    partition_by_fields,
+)
 
 
 class TierSettings(CommonSettings):
@@ -38,8 +44,8 @@ class TierSettings(CommonSettings):
     @classmethod
     def _master(cls, v: str) -> str:
         if not SPARK_MASTER.fullmatch(v.strip()):
-            raise ValueError(f"{v!r} is not a Spark master URL (local, local[N], local[*], local[N,F], "
-                             "spark://HOST:PORT, k8s://https://HOST:PORT, yarn)")
+            raise ValueError(f"{hide_url_password(v)!r} is not a Spark master URL (local, local[N], local[*], "
+                             "local[N,F], spark://HOST:PORT, k8s://https://HOST:PORT, yarn)")
         return v.strip()
     iceberg_topics: str | None = Field(None, description="regex of topics in the table (default: tier.topics)")
     iceberg_warehouse: str | None = Field(None, description="where data files go (default: iceberg/ under "

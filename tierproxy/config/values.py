@@ -76,13 +76,54 @@ def _writable_dir(p: Path) -> Path:
     return p
 
 
-URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):[^@\s/]*@")
+SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SECRET_KEYS = ("password", "secret", "token", "credential", "user_info", "user.info")
 
 
+def url_password_span(url: str) -> tuple[int, int] | None:
+    """Where the password of `url` is (start, end), or None: the user info runs from `://` to the last `@` before
+    the host, the password from its first `:` on. SQLAlchemy (`postgresql+psycopg2://u:ab/cd@host/db`) and HTTP
+    clients take `/`, `:`, `?` and more in a password (base64 passwords hold `/` and `+`), so neither `/` nor any
+    other character ends it early; an `@` in a path makes the span too long, never too short."""
+    scheme = SCHEME.search(url)  # `rest:https://…` and `k8s://https://…` too: the first scheme's `://`
+    if scheme is None:
+        return None
+    at = url.rfind("@", scheme.end())
+    colon = url.find(":", scheme.end(), at) if at > 0 else -1
+    return (colon + 1, at) if colon >= 0 else None
+
+
+def url_password(url: str) -> str | None:
+    """The password in `url`'s user info (`url_password_span`), None when it has none."""
+    span = url_password_span(url)
+    return None if span is None else url[span[0]:span[1]]
+
+
+def hide_url_password(url: str) -> str:
+    """`url` (one setting's whole value) with its password as ***."""
+    span = url_password_span(url)
+    return url if span is None else f"{url[:span[0]]}***{url[span[1]:]}"
+
+
 def hide_url_passwords(text: str) -> str:
-    """Every `scheme://user:password@` in `text` with its password as ***."""
-    return URL_PASSWORD.sub(r"\g<head>:***@", text)
+    """Every URL's password in `text` (a message, a log line) as ***: each URL runs from its scheme to the next
+    whitespace. A password holding whitespace is found only in a whole value (`hide_url_password`) or by
+    `redact`, which knows it."""
+    out, pos = [], 0
+    for m in SCHEME.finditer(text):
+        if m.start() < pos:
+            continue
+        end = next((i for i in range(m.end(), len(text)) if text[i].isspace()), len(text))
+        out += [text[pos:m.start()], hide_url_password(text[m.start():end])]
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """`text` with each of `secrets` (a configured password, token, credential) and every URL password as ***."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return hide_url_passwords(text)
 
 
 def _hidden(key: str, value: Any) -> Any:
@@ -91,7 +132,7 @@ def _hidden(key: str, value: Any) -> Any:
     if any(s in key for s in SECRET_KEYS):
         return "***"
     if isinstance(value, str):
-        return hide_url_passwords(value)
+        return hide_url_password(value)  # one setting, one URL: its password may hold anything, whitespace too
     if isinstance(value, dict):
         return {k: _hidden(str(k), v) for k, v in value.items()}
     if isinstance(value, list):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tierproxy.config import hide_url_passwords
+from tierproxy.config import hide_url_password, redact
 from tierproxy.iceberg.schema import iceberg_schema, partition_spec, same_columns, sort_order
 
 
@@ -35,7 +35,14 @@ class CatalogConfig:
     embedded: bool = False  # the default SQLite catalog next to the tier: its namespace is created on first use
 
     def __repr__(self) -> str:  # secrets stay out of logs and tracebacks
-        return f"CatalogConfig(uri={self.uri!r}, warehouse={self.warehouse!r})"
+        return f"CatalogConfig(uri={safe_uri(self.uri)!r}, warehouse={self.warehouse!r})"
+
+    def redact(self, text: str) -> str:
+        """`text` (an error from the catalog's client, which may quote the URI) without this catalog's secrets."""
+        from tierproxy.config.values import url_password
+
+        return redact(text, url_password(self.uri), self.credential, self.token,
+                      self.io.get("s3.secret-access-key"))
 
 
 def warehouse_for(storage: str) -> tuple[str, dict[str, str]]:
@@ -82,7 +89,7 @@ def open_catalog(cfg: CatalogConfig) -> Any:
 
         return SqlCatalog("tierproxy", uri=cfg.uri, **props)
     except Exception as exc:
-        raise CatalogError(f"catalog {safe_uri(cfg.uri)} cannot be used: {_reason(exc)}") from None
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)} cannot be used: {_reason(exc, cfg)}") from None
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +152,7 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
     except NoSuchNamespaceError:
         raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)}") from None
     except Exception as exc:
-        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc)}") from None
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc, cfg)}") from None
 
 
 def _evolve_spec(table: Any, name: str, wanted: Any) -> Any:
@@ -173,7 +180,7 @@ def load_existing(catalog: Any, cfg: CatalogConfig, name: str) -> Any | None:
     except (NoSuchTableError, NoSuchNamespaceError):
         return None
     except Exception as exc:
-        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc)}") from None
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc, cfg)}") from None
 
 
 def _namespace_exists(catalog: Any, namespace: str) -> bool:
@@ -195,9 +202,10 @@ def _columns(schema: Any) -> str:
 
 def safe_uri(uri: str) -> str:
     """A catalog URI without its password."""
-    return hide_url_passwords(uri)
+    return hide_url_password(uri)
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+def _reason(exc: BaseException, cfg: CatalogConfig) -> str:
+    """An exception's first line, without the catalog's secrets (a client's error may quote its URI whole)."""
+    text = cfg.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else "")
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from tierproxy.config import hide_url_passwords
+from tierproxy.config import hide_url_password, redact
 
 ATTEMPTS = 3
 BACKOFF_S = 0.5
@@ -37,7 +37,14 @@ class RegistryConfig:
     timeout_s: float = 30.0
 
     def __repr__(self) -> str:  # the password stays out of logs and tracebacks
-        return f"RegistryConfig(url={hide_url_passwords(self.url)!r})"
+        return f"RegistryConfig(url={hide_url_password(self.url)!r})"
+
+    def redact(self, text: str) -> str:
+        """`text` (an HTTP client's error, a registry's answer) without the registry's URL password or basic auth."""
+        from tierproxy.config.values import url_password
+
+        secret = self.basic_auth.partition(":")[2] if self.basic_auth else None
+        return redact(text, url_password(self.url), secret, self.basic_auth)
 
 
 @dataclass(frozen=True)
@@ -137,7 +144,7 @@ class RegistryClient:
         or a dropped connection is not worth failing a pass for), then RegistryUnavailable."""
         import httpx
 
-        where = hide_url_passwords(self.config.url)
+        where = hide_url_password(self.config.url)
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 r = self._http.get(path)
@@ -146,7 +153,7 @@ class RegistryClient:
                     time.sleep(BACKOFF_S * attempt)
                     continue
                 raise RegistryUnavailable(f"schema registry {where} unreachable ({what}, {ATTEMPTS} attempts): "
-                                          f"{type(exc).__name__}: {hide_url_passwords(str(exc))[:200]}") from None
+                                          f"{type(exc).__name__}: {self.config.redact(str(exc))[:200]}") from None
             if r.status_code >= 500 and attempt < ATTEMPTS:
                 time.sleep(BACKOFF_S * attempt)
                 continue
@@ -158,7 +165,7 @@ class RegistryClient:
                                       "iceberg.schema.registry.basic.auth.user.info)")
         if r.status_code != 200:
             raise RegistryUnavailable(f"schema registry {where} answered HTTP {r.status_code} for {what}: "
-                                      f"{hide_url_passwords(r.text)[:200]}")
+                                      f"{self.config.redact(r.text)[:200]}")
         return r.json()
 
 

@@ -37,7 +37,8 @@ def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int],
     except CatalogError:
         raise
     except Exception as exc:
-        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {type(exc).__name__}: {exc}") from None
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {type(exc).__name__}: "
+                           f"{cfg.redact(str(exc))}") from None
     snap = table.current_snapshot()
     props = dict(snap.summary.additional_properties) if snap is not None and snap.summary is not None else {}
     ledger = current_ledger(table)
