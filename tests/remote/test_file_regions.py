@@ -6,6 +6,7 @@ socket a region goes out after what the transport holds, in order, however slowl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import socket
@@ -338,6 +339,76 @@ def test_a_send_waiting_on_a_client_that_does_not_read_ends_when_the_connection_
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run())
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_connection_closed_after_its_socket_turned_writable_is_never_written_to(
+        tmp_path: Path, loop_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The socket turns writable (the send's waiter resolves) and the connection closes before the send task runs
+    again, while new connections are accepted: the send ends with ConnectionError and never calls sendfile after
+    the close, and its descriptor stays its own until it has stopped (no other connection can get its number and
+    segment bytes). The order is forced: writable, close, new sockets, then the task."""
+    path = tmp_path / "file"
+    path.write_bytes(os.urandom(64 << 20))
+    calls: list[tuple[int, bool]] = []  # (descriptor, closed already) of every sendfile call
+    senders: list[FileSender] = []
+    real_sendfile = os.sendfile
+
+    def recording(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        calls.append((out_fd, any(s.closed for s in senders if s.fd == out_fd)))
+        return real_sendfile(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", recording)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[BaseException | None] = loop.create_future()
+
+        tasks: list[asyncio.Task[None]] = []
+
+        class Server(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                tasks.append(loop.create_task(self.serve(transport)))  # type: ignore[arg-type]
+
+            async def serve(self, transport: asyncio.WriteTransport) -> None:
+                sender = FileSender(transport, loop)
+                senders.append(sender)
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    await sender.send(FileRegion(fd, 0, 64 << 20))
+                    outcome.set_result(None)
+                except ConnectionError as exc:
+                    outcome.set_result(exc)
+                finally:
+                    os.close(fd)
+
+        server = await loop.create_server(Server, "127.0.0.1", 0)
+        client = socket.create_connection(("127.0.0.1", server.sockets[0].getsockname()[1]))
+        for _ in range(200):  # until the send waits on a full socket
+            await asyncio.sleep(0.01)
+            if senders and senders[0].waiter is not None:
+                break
+        sender = senders[0]
+        assert sender.waiter is not None
+        number, inode = sender.fd, os.fstat(sender.fd).st_ino
+        sender.waiter.set_result(None)  # the socket turned writable ...
+        sender.close()  # ... and the connection closed before the send ran again
+        newcomers = [socket.socket() for _ in range(8)]  # a new socket takes the lowest free number
+        assert os.fstat(number).st_ino == inode, "the descriptor was closed while its send still held it"
+        before = len(calls)
+        assert isinstance(await asyncio.wait_for(outcome, 5), ConnectionError)
+        assert calls[before:] == [] and not any(closed for _, closed in calls)
+        with contextlib.suppress(OSError):  # OSError: closed, and nobody took the number
+            assert os.fstat(number).st_ino != inode, "the send stopped and left its descriptor open"
+        for s in newcomers:
+            s.close()
+        client.close()
+        server.close()
+
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if loop_kind == "uvloop" else None) as runner:
         runner.run(run())
 
 

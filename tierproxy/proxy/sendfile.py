@@ -44,11 +44,24 @@ class FileSender:
         self.watching = False
         self.waiter: asyncio.Future[None] | None = None
         self.closed = False
+        self.sending = False  # a send owns the descriptor: `close` leaves closing it to that send
         self.sent = 0  # bytes sent from files
 
     async def send(self, region: FileRegion) -> None:
         """Everything the transport holds, then the region. OSError when the socket or the file fails, EOFError
-        when the file is shorter than the region (nothing else may fill the answer's announced length)."""
+        when the file is shorter than the region (nothing else may fill the answer's announced length),
+        ConnectionError when the connection closed meanwhile."""
+        if self.closed:
+            raise ConnectionError("connection closed")
+        self.sending = True
+        try:
+            await self._send(region)
+        finally:
+            self.sending = False
+            if self.closed:  # closed while this send waited: its descriptor is closed now, never before
+                os.close(self.fd)
+
+    async def _send(self, region: FileRegion) -> None:
         for _ in range(MAX_DRAIN_WAITS):
             if not self.transport.get_write_buffer_size():
                 break
@@ -81,16 +94,22 @@ class FileSender:
             await waiter
         finally:
             self.waiter = None
-            if not self.closed:  # after close the number may already be another socket's
+            if self.watching:
                 self.loop.remove_writer(self.fd)
                 self.watching = False
+        if self.closed:  # the socket turned writable, then the connection closed before this task ran again
+            raise ConnectionError("connection closed")
 
     def close(self) -> None:
+        """No write after this; the descriptor is closed now, or by the send that owns it when it stops (until
+        then its number cannot be another socket's)."""
         if self.closed:
             return
+        self.closed = True
         if self.watching:
             self.loop.remove_writer(self.fd)
+            self.watching = False
         if self.waiter is not None and not self.waiter.done():  # the send waiting on it ends now
             self.waiter.set_exception(ConnectionError("connection closed"))
-        self.closed = True
-        os.close(self.fd)
+        if not self.sending:
+            os.close(self.fd)
