@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509 import load_pem_x509_certificate
 
 from tests.support.certs import client_cert, make_certs
+from tests.support.waiting import wait_until
 from tierproxy.config import ConfigError, TierSettings, load_settings
 from tierproxy.identity import IdentityError, load_command_config
 from tierproxy.identity.clients import aiokafka_options
@@ -144,10 +145,13 @@ def test_oauth_tokens_are_renewed_before_they_expire() -> None:
 
     with oauth_server({"tp": "s3cret"}, lifetime_s=2) as srv:
         src = TokenSource(OAuthClient(srv.token_url, "tp", SecretStr("s3cret"), "kafka"))
+        asked = time.monotonic()
         first = src.token()
         assert src.token() == first and src.fetched == 1
-        time.sleep(1.7)
-        assert src.token() != first and src.fetched == 2 and srv.issued == ["tp", "tp"]
+        renewed = wait_until(lambda: src.token() != first and time.monotonic(), "a renewed token", timeout=10,
+                             interval=0.02)
+        assert renewed - asked >= 0.8 * 2, "renewed before 0.8 of the token's life"
+        assert src.fetched == 2 and srv.issued == ["tp", "tp"]
         bad = TokenSource(OAuthClient(srv.token_url, "tp", SecretStr("wrong"), None))
         with pytest.raises(ConnectionError) as err:
             bad.token()

@@ -70,11 +70,11 @@ def test_broker_deletes_old_segments_within_60s(kafka: KafkaCluster, topic_name:
     create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "100", "retention.ms": "1000",
                                                       "file.delete.delay.ms": "0"})
     p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
+    ts0 = int(time.time() * 1000) - 60_000  # each burst stamped a second later: its first record rolls the segment
     for burst in range(6):
         for i in range(20):
-            p.produce(topic_name, f"b{burst}-{i}".encode())
+            p.produce(topic_name, f"b{burst}-{i}".encode(), timestamp=ts0 + burst * 1000)
         p.flush(10)
-        time.sleep(0.3)
     deadline = time.monotonic() + 60
     start, end = watermarks(kafka.bootstrap, topic_name)
     while start == 0 and time.monotonic() < deadline:

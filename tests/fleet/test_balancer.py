@@ -16,6 +16,7 @@ from tests.fleet.conftest import metadata_topic
 from tests.support.balancer import Fleet
 from tests.support.kafka import create_topic, delete_records
 from tests.support.tiering import settings, tier_once, tiered
+from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -134,7 +135,7 @@ def test_a_rolling_restart_under_a_producer_and_a_consumer(fleet_kafka: KafkaClu
         workers = [threading.Thread(target=produce), threading.Thread(target=consume)]
         for w in workers:
             w.start()
-        time.sleep(3)
+        wait_until(lambda: len(consumed) >= 500, "records flowing through the fleet", timeout=60)
         for r in fleet.replicas:
             assert r.stop() == 0  # SIGTERM: drains, exits 0
             r.start()
@@ -142,7 +143,8 @@ def test_a_rolling_restart_under_a_producer_and_a_consumer(fleet_kafka: KafkaClu
             while not r.ready():
                 assert time.monotonic() - started < 60, r.log.read_text(errors="replace")[-2000:]
                 time.sleep(0.2)
-            time.sleep(2)
+            seen = len(times)
+            wait_until(lambda s=seen: len(times) >= s + 500, "records flowing after the restart", timeout=60)  # type: ignore[misc]
         stop.set()
         for w in workers:
             w.join(180)

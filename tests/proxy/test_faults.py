@@ -126,12 +126,12 @@ def test_idle_connections_are_closed(kafka: KafkaCluster, tmp_path: Path) -> Non
 
 def test_sigterm_drains_in_flight_requests(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
     create_topic(kafka.bootstrap, topic_name)
-    p = _proxy(kafka, tmp_path)
+    p = _proxy(kafka, tmp_path, **_admin())
     try:
         w = WireClient(f"127.0.0.1:{p.base + 1}")
         body = fetch_request({topic_name: {0: 0}}, max_bytes=1 << 20, max_wait_ms=1500, min_bytes=1)
         w.sock.sendall(b"".join(bytes(c) for c in w.client.send(ApiKey.FETCH, 12, body)))
-        time.sleep(0.3)
+        wait_until(lambda: p.metric("tierproxy_requests_in_flight") >= 1, "the Fetch read by the proxy", timeout=15)
         start = time.monotonic()
         p.proc.send_signal(signal.SIGTERM)
         while (ev := w.client.next_event()) is None:
@@ -164,7 +164,8 @@ def test_broker_restart_clients_recover(tmp_path: Path, topic_name: str) -> None
             if m is not None and m.error() is None:
                 got.append(m.value().decode())
         cluster.stop_node(1)
-        time.sleep(1)
+        wait_until(lambda: "closed the connection of client" in p.log_text(), "the proxy seeing the broker gone",
+                   timeout=30)
         cluster.start_node(1)
         for i in range(100):
             prod.produce(topic_name, f"after-{i}".encode())
@@ -212,6 +213,24 @@ def _rss_mib(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+def _settled_rss_mib(pid: int, timeout: float = 20) -> float:
+    """The process's RSS once it stops moving (two readings 0.25 s apart within 1 MiB): it has taken what it
+    is going to take of what it was sent."""
+    last = _rss_mib(pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = _rss_mib(pid)
+        if abs(now - last) < 1:
+            return now
+        last = now
+    raise AssertionError(f"RSS still moving after {timeout} s ({last:.0f} MiB)")
+
+
+def _admin(**env: str) -> dict[str, str]:
+    return {**env, "admin_listen": f"127.0.0.1:{free_port()}"}
+
+
 def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
     create_topic(kafka.bootstrap, topic_name)
     prod = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 50, "batch.size": 1 << 20})
@@ -219,7 +238,7 @@ def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path,
     for _ in range(6000):  # 60 MB
         prod.produce(topic_name, value)
     prod.flush(60)
-    p = _proxy(kafka, tmp_path)
+    p = _proxy(kafka, tmp_path, **_admin())
     try:
         s = socket.create_connection(("127.0.0.1", p.base + 1))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
@@ -229,8 +248,8 @@ def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path,
             header = RequestHeader(1, 12, cid, "slow", 2, 0)
             body = fetch_request({topic_name: {0: 0}}, max_bytes=64 << 20, min_bytes=1)
             s.sendall(b"".join(bytes(c) for c in registry.encode_request(header, body)))
-        time.sleep(3)
-        held = _rss_mib(p.proc.pid) - base_rss
+        wait_until(lambda: p.metric("tierproxy_requests_in_flight") == requests, "every Fetch read", timeout=30)
+        held = _settled_rss_mib(p.proc.pid) - base_rss
         assert held < 300, f"proxy buffered {held:.0f} MiB for a client that reads nothing"
         conn = ClientConnection()
         for cid in range(requests):
@@ -284,7 +303,7 @@ def test_queued_max_request_bytes_bounds_what_clients_make_the_proxy_hold(kafka:
     error), its RSS stays within the bound (plus 64 KiB per connection), and a normal client keeps producing and
     consuming meanwhile."""
     create_topic(kafka.bootstrap, topic_name)
-    p = _proxy(kafka, tmp_path, queued_max_request_bytes=str(32 << 20))
+    p = _proxy(kafka, tmp_path, **_admin(queued_max_request_bytes=str(32 << 20)))
     stalled: list[socket.socket] = []
     try:
         wait_until(lambda: _can_request(p.bootstrap), "the proxy", timeout=30)
@@ -296,15 +315,15 @@ def test_queued_max_request_bytes_bounds_what_clients_make_the_proxy_hold(kafka:
             s.setblocking(False)
             s.send(struct.pack(">i", 90 << 20) + header)
             stalled.append(s)
-        time.sleep(1)
-        connected = _rss_mib(p.proc.pid)  # 400 relayed connections, each with its buffers, holding no request
+        wait_until(lambda: p.metric("tierproxy_client_connections") == len(stalled), "every connection accepted",
+                   timeout=30)
+        connected = _settled_rss_mib(p.proc.pid)  # 400 relayed connections, each with its buffers, holding no request
         sent = 0
         for _ in range(16):  # 16 x 64 KiB per connection, as far as the proxy keeps reading
             for s in stalled:
                 with contextlib.suppress(BlockingIOError):
                     sent += s.send(chunk)
-        time.sleep(1)
-        held = _rss_mib(p.proc.pid) - connected
+        held = _settled_rss_mib(p.proc.pid) - connected
         assert sent > 64 << 20  # the clients pushed far more than the bound
         assert held < 32 + 400 * 64 / 1024 + 16, f"requests hold {held:.0f} MiB (bound: 32 MiB + 400 x 64 KiB)"
         assert connected - base_rss < 400 * 0.5, "a relayed connection costs more than 512 KiB"
@@ -347,13 +366,15 @@ def test_sigterm_stops_the_proxy_in_time_when_the_broker_is_dead(tmp_path: Path,
     try:
         create_topic(kafka.bootstrap, "doomed")
         proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_METADATA": "topic:",
-                                                               "TIERPROXY_SHUTDOWN_DRAIN_MS": "2000"})
+                                                               "TIERPROXY_SHUTDOWN_DRAIN_MS": "2000",
+                                                               "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}"})
         wait_until(lambda: _can_request(proxy.bootstrap), "the proxy", timeout=30)
         consumer = subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", "doomed", "-o", "beginning", "-q"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(3)  # the consumer is fetching through the proxy; the metadata consumer runs
-        kafka.stop_node(1, kill=True)
-        time.sleep(2)
+        live = proxy
+        wait_until(lambda: live.metric("tierproxy_requests_in_flight") >= 1, "the consumer fetching through the proxy",
+                   timeout=30)
+        kafka.stop_node(1, kill=True)  # returns once the broker process is gone
         started = time.monotonic()
         proxy.proc.send_signal(signal.SIGTERM)
         proxy.proc.wait(2 + 20)  # raises TimeoutExpired if it hangs (the watchdog exits at 2 + 5 + 5 s, rc 1)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -30,9 +29,8 @@ def test_a_client_metadata_answer_makes_the_id_fresh_and_nothing_else_does(tmp_p
             assert tier.current_ids == {"orders": tid}
             with pytest.raises((OSError, ConnectionError)):  # refused for the client: still asked of the cluster
                 await asyncio.wait_for(tier.refresh_topic_ids({"orders", "secret"}), 10)
-            time.sleep(0.3)
-            with pytest.raises((OSError, ConnectionError)):  # named longer ago than max_age: asked again
-                await asyncio.wait_for(tier.refresh_topic_ids({"orders"}, max_age=0.2), 10)
+            with pytest.raises((OSError, ConnectionError)):  # named longer ago than max_age (0: any age): asked again
+                await asyncio.wait_for(tier.refresh_topic_ids({"orders"}, max_age=0.0), 10)
         finally:
             await tier.close()
 

@@ -19,11 +19,11 @@ from protocol.constants import ApiKey
 from protocol.headers import RequestHeader
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
-from tests.support.kafka import create_topic, set_retention, watermarks
+from tests.support.kafka import create_topic, set_retention, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
-from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka]
@@ -43,14 +43,11 @@ def _rss(pid: int) -> int:
 
 def _history(kafka: KafkaCluster, tmp: Path, topic: str) -> None:
     """PARTITIONS x PER_PARTITION records (incompressible 1 KiB values) tiered, then deleted by the broker."""
-    create_topic(kafka.bootstrap, topic, partitions=PARTITIONS, config={"segment.ms": "300"})
+    create_topic(kafka.bootstrap, topic, partitions=PARTITIONS, config=small_segments(512 * 1024))
     p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 20, "batch.size": 256 * 1024})
     for i in range(PER_PARTITION):
         for q in range(PARTITIONS):
             p.produce(topic, os.urandom(1000), f"{q}-{i}".encode(), partition=q)
-        if i % 500 == 499:
-            p.flush(30)
-            time.sleep(0.35)
     p.flush(30)
     assert tier_once(settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=512 * 1024)).failed == 0
     set_retention(kafka.bootstrap, topic, 1000)
@@ -77,6 +74,7 @@ def history(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> tu
 def _proxy(kafka: KafkaCluster, tier: Path, workdir: Path, bounds: dict[str, int]) -> ProxyProcess:
     proxy = ProxyProcess(kafka.bootstrap, workdir, extra={
         "TIERPROXY_STORAGE": f"file://{tier}/tier", "TIERPROXY_METADATA": f"file://{tier}/meta",
+        "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}",
         **{k: str(v) for k, v in bounds.items()}})
     wait_until(lambda: _ready(proxy), "the proxy's tier", timeout=60)
     return proxy
@@ -106,15 +104,15 @@ def test_100_remote_and_100_tail_consumers_stay_within_the_memory_bound(kafka: K
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         tail_records = 200
-        for i in range(CONSUMERS):  # tail consumers wait at the end for records not yet written
+        for i in range(CONSUMERS):  # tail consumers wait at the end (offset 0: the topic is empty, so one that
+            # starts after the first records misses none) for records not yet written
             procs.append(subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", tail, "-p", str(i % PARTITIONS),
-                                           "-o", "end", "-c", str(tail_records), "-q", "-f", "%o\n"],
+                                           "-o", "0", "-c", str(tail_records), "-q", "-f", "%o\n"],
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for i in range(CONSUMERS):  # catch-up consumers read their partition's whole history from offset 0
             procs.append(subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", history_topic, "-p",
                                            str(i % PARTITIONS), "-o", "0", "-c", str(PER_PARTITION), "-q",
                                            "-f", "%o\n"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        time.sleep(3)  # the tail consumers are at the end
         p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
         for i in range(tail_records):
             for q in range(PARTITIONS):
@@ -128,7 +126,7 @@ def test_100_remote_and_100_tail_consumers_stay_within_the_memory_bound(kafka: K
         sampler.join(5)
         grown = peak[0] - base
         for (out, err), proc in zip(outputs, procs, strict=True):
-            wanted = tail_records if "end" in proc.args else PER_PARTITION  # type: ignore[operator]
+            wanted = tail_records if tail in proc.args else PER_PARTITION  # type: ignore[operator]
             got = [int(x) for x in out.split()]
             assert len(got) == wanted and got == sorted(got), err[-500:]
             if wanted == PER_PARTITION:
@@ -194,10 +192,18 @@ def test_remote_responses_to_clients_that_do_not_read_are_held_within_queued_max
             s.sendall(frame)
             stalled.append(s)
         peak = base
-        deadline = time.monotonic() + 6  # every purgatory has expired and every read finished by then
-        while time.monotonic() < deadline:
-            peak = max(peak, _rss(proxy.proc.pid))
-            time.sleep(0.02)
+        started = time.monotonic()
+        deadline = started + 60
+        while time.monotonic() < deadline:  # until every purgatory has expired and every read has finished
+            for _ in range(25):
+                peak = max(peak, _rss(proxy.proc.pid))
+                time.sleep(0.02)
+            if time.monotonic() - started > 1 and not any(proxy.metric(m) for m in (
+                    "tierproxy_remote_fetch_purgatory", "tierproxy_remote_log_reader_busy",
+                    "tierproxy_remote_log_reader_task_queue_size")):
+                break
+        else:
+            raise AssertionError("remote reads still running after 60 s")
         grown = peak - base
         print(f"proxy RSS {base / MIB:.0f} MiB idle, peak {peak / MIB:.0f} MiB (+{grown / MIB:.0f} MiB) with 20 "
               "stalled remote responses")

@@ -75,13 +75,14 @@ def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Pa
     plain = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
     tx.init_transactions(30)
     committed = []
+    ts0 = int(time.time() * 1000) - 600_000  # each transaction a second later: its first record rolls the segment
     for n, outcome in enumerate(["commit", "abort"] * 4):
         tx.begin_transaction()
         for i in range(30):
-            tx.produce(topic_name, f"{outcome}-{n}-{i}".encode() * 20)
+            tx.produce(topic_name, f"{outcome}-{n}-{i}".encode() * 20, timestamp=ts0 + n * 1000)
             tx.flush(10)
             if i % 10 == 0:
-                plain.produce(topic_name, f"plain-{n}-{i}".encode())
+                plain.produce(topic_name, f"plain-{n}-{i}".encode(), timestamp=ts0 + n * 1000)
                 plain.flush(10)
                 committed.append(f"plain-{n}-{i}")
         if outcome == "commit":
@@ -89,7 +90,6 @@ def test_read_committed_sees_no_aborted_record(kafka: KafkaCluster, tmp_path: Pa
             committed += [f"commit-{n}-{i}" * 20 for i in range(30)]
         else:
             tx.abort_transaction(30)
-        time.sleep(0.35)
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=8 * 1024)).segments > 3
     got = _forgotten_then_read_committed(kafka, tmp_path, topic_name)
     assert not [v for v in got if v.startswith("abort")]

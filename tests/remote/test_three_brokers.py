@@ -57,11 +57,12 @@ def _produce(bootstrap: str, topic: str, first: int, n: int, size: int = 200, ro
     # is at offset i (a CI run once found keys 0..4654 written after 4655..5999 by a non-idempotent producer)
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "compression.type": "lz4",
                   "enable.idempotence": True})
+    # several broker segments without waiting: a record stamped segment.ms past its segment's first one rolls it
+    # (Kafka rolls on the records' timestamps), so each run of `roll_every` records is a second later, all in the past
+    ts0 = int(time.time() * 1000) - 600_000
     for i in range(first, first + n):
-        p.produce(topic, f"v{i}-".encode().ljust(size, b"x"), f"k{i}".encode())
-        if roll_every and i % roll_every == roll_every - 1:
-            p.flush(30)
-            time.sleep(0.35)  # segment.ms: several broker segments
+        stamp = {"timestamp": ts0 + (i // roll_every) * 1000} if roll_every else {}
+        p.produce(topic, f"v{i}-".encode().ljust(size, b"x"), f"k{i}".encode(), **stamp)
     assert p.flush(60) == 0
 
 

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tests.support.kafka import broker_forgets, create_topic
+from tests.support.kafka import broker_forgets, create_topic, small_segments
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -24,12 +24,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]
 
 
 def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i, v in enumerate(values):
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 8 * 1024, "enable.idempotence": True})
+    for v in values:
         p.produce(topic, v.encode())
-        if i % 500 == 499:
-            p.flush(10)
-            time.sleep(0.35)
     assert p.flush(30) == 0
 
 
@@ -55,7 +52,7 @@ def _recreate(bootstrap: str, topic: str) -> None:
 
 def test_a_recreated_topic_never_serves_the_old_topics_history(kafka: KafkaCluster, tmp_path: Path,
                                                                topic_name: str, kcat: str) -> None:
-    create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "300"})
+    create_topic(kafka.bootstrap, topic_name, config={**small_segments(16 * 1024), "segment.ms": "300"})
     _produce(kafka.bootstrap, topic_name, [f"old-{i}" for i in range(2000)])
     s = settings(kafka.bootstrap, tmp_path, topic_name)
     assert tier_once(s).failed == 0

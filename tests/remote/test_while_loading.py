@@ -23,7 +23,7 @@ from protocol.requests import fetch_request, list_offsets_request
 from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
-from tests.support.waiting import wait_until
+from tests.support.waiting import connected_ports, wait_until
 from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.wireclient import WireClient
@@ -126,7 +126,10 @@ def test_readers_from_zero_wait_for_the_tier_instead_of_resetting(kafka: KafkaCl
             c.assign([TopicPartition(topic_name, 0, 0)])
             got: list[int] = [m.offset() for m in c.consume(100, 3.0) if m.error() is None]
             assert got == []  # nothing yet: neither records nor a reset to the end
-            time.sleep(2)
+            brokers = range(proxy.base, proxy.base + 100)  # the proxy's per-broker listeners
+            for name in ("kcat", "java"):  # each reader is past bootstrap, fetching from a broker while it loads
+                wait_until(lambda r=readers[name]: any(p in brokers for p in connected_ports(r.pid)),  # type: ignore[misc]
+                           f"{name} fetching through the proxy", timeout=60)
             opened.set()  # the metadata can load now
             deadline = time.monotonic() + 120
             while len(got) < RECORDS and time.monotonic() < deadline:

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from protocol.constants import ApiKey
 from protocol.requests import fetch_request
-from tests.support.kafka import broker_forgets, create_topic
+from tests.support.kafka import broker_forgets, create_topic, small_segments
 from tests.support.s3 import S3Server
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -30,14 +30,13 @@ def timed_fetch(address: str, topic: str, offset: int) -> tuple[float, dict[str,
 def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic: str, n: int = 3000) -> None:
     """A topic tiered to `s3://tier/p` whose broker has since deleted the early segments."""
     s3.create_bucket("tier")
-    create_topic(kafka.bootstrap, topic, config={"segment.ms": "300"})
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    # broker segments of 16 KiB (a batch must fit in one); segment.ms lets broker_forgets' ticks roll the last one
+    create_topic(kafka.bootstrap, topic, config={**small_segments(16 * 1024), "segment.ms": "300"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "batch.size": 8 * 1024,
+                  "enable.idempotence": True})
     for i in range(n):
         p.produce(topic, f"v{i}".encode() * 30)
-        if i % 500 == 0:
-            p.flush(10)
-            time.sleep(0.35)
-    p.flush(30)
+    assert p.flush(30) == 0
     storage = f"s3://tier/p?endpoint={s3.endpoint}&region={s3.region}"
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=storage,
                               tier_segment_bytes=16 * 1024)).segments > 1

@@ -40,3 +40,26 @@ def proxy_serves_tier(address: str, topic: str, partitions: int = 1) -> bool:
             {topic: dict.fromkeys(range(partitions), OffsetSpec.LATEST_TIERED)}))
     parts = resp["topics"][0]["partitions"]
     return len(parts) == partitions and all(p["error_code"] == ErrorCode.NONE and p["offset"] >= 0 for p in parts)
+
+
+def connected_ports(pid: int) -> set[int]:
+    """Remote loopback ports of the process's established TCP connections (its socket descriptors matched with
+    the kernel's table): shows that a client process has reached a server, with no log line to wait for."""
+    import os
+
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "01" and cols[9] in inodes:  # 01: ESTABLISHED
+                    ports.add(int(cols[2].rsplit(":", 1)[1], 16))
+    return ports

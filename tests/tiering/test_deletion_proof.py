@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.support.kafka import broker_forgets, create_topic, watermarks
+from tests.support.kafka import broker_forgets, create_topic, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tests.support.waiting import wait_until
@@ -33,14 +33,14 @@ RECORDS = 3000
 
 
 def _produce(bootstrap: str, topic: str) -> None:
-    create_topic(bootstrap, topic, config={"segment.ms": "300"})
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # several broker segments; segment.ms lets the ticks of `broker_forgets` roll the last one
+    create_topic(bootstrap, topic, config={**small_segments(16 * 1024), "segment.ms": "300"})
+    # a batch must fit in a segment (the broker refuses a bigger one); idempotence keeps a retried batch in order
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 8 * 1024, "enable.idempotence": True})
     for i in range(RECORDS):
         p.produce(topic, f"v{i}".encode() * 10, f"k{i}".encode())
-        if i % 1000 == 999:
-            p.flush(10)
-            time.sleep(0.35)  # several broker segments
-    p.flush(30)
+    assert p.flush(30) == 0
+    assert watermarks(bootstrap, topic)[1] == RECORDS, "the broker refused records"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -115,15 +115,17 @@ def test_a_deleted_topic_leaves_the_tier_after_the_delay_and_within_the_guard(ka
     admin.delete_topics([topic_name])[topic_name].result(30)
     wait_until(lambda: topic_name not in admin.list_topics(timeout=5).topics, "the topic to be gone")
 
-    delayed = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_delete_delay_ms=4000,
+    delayed = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_delete_delay_ms=2000,
                        confirm_retention=True)
+    first_seen = time.time()
     first = tier_once(delayed)  # proven gone, first seen now: kept for the delay
     assert first.partitions_deleted == 0 and len(first.topics_pending_deletion) == 1, first
     assert topic_name in first.topics_pending_deletion[0]
     assert offsets_of(tiered(s, topic_name)[1]) == list(range(RECORDS))
 
-    time.sleep(4.5)
-    guarded = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_delete_delay_ms=4000)
+    wait_until(lambda: time.time() > first_seen + 2.0, "tier.topic.delete.delay.ms since the pass that first "
+               "saw the topic gone", timeout=10)
+    guarded = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_delete_delay_ms=2000)
     refused = tier_once(guarded)  # due, but it is the whole tier: refused without --confirm-retention
     assert refused.partitions_deleted == 0 and len(refused.retention_refused) == 1, refused
     assert "deleted topics" in refused.retention_refused[0]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import subprocess
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
-from tests.support.kafka import broker_forgets, create_topic, set_retention, watermarks
+from tests.support.kafka import broker_forgets, create_topic, set_retention, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.spark import worker_session
 from tests.support.tiering import offsets_of, settings, tiered
@@ -58,16 +57,15 @@ class _OneCopyRefused(TieringJob):
 
 
 def _topic(kafka: KafkaCluster, tmp: Path, topic: str) -> TierSettings:
-    create_topic(kafka.bootstrap, topic, config={"segment.ms": "300"})
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
+    # broker segments of 16 KiB (a batch must fit in one); segment.ms lets broker_forgets' ticks roll the last one
+    create_topic(kafka.bootstrap, topic, config={**small_segments(16 * 1024), "segment.ms": "300"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "batch.size": 8 * 1024,
+                  "enable.idempotence": True})
     for i in range(RECORDS):
         p.produce(topic, f"v{i}".encode() * 20, f"k{i}".encode())
         if i % 20 == 19:
             p.flush(10)  # small batches: every planned range holds some
-        if i % 1000 == 999:
-            p.flush(10)
-            time.sleep(0.35)
-    p.flush(30)
+    assert p.flush(30) == 0
     return settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=16 * 1024, tier_task_max_attempts=2)
 
 

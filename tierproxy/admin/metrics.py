@@ -82,6 +82,9 @@ class ProxyCollector(Collector):
         up = GaugeMetricFamily("tierproxy_upstream_connections", "Broker connections open")
         up.add_metric([], sum(1 for s in p.sessions if s.upstream is not None and not s.upstream.is_closing()))
         yield up
+        in_flight = GaugeMetricFamily("tierproxy_requests_in_flight", "Client requests read and not yet answered")
+        in_flight.add_metric([], sum(len(s.slots) for s in p.sessions))
+        yield in_flight
         budget = p.request_budget  # queued.max.request.bytes: the bound, what is drawn on it, how often it paused
         for name, help_, value in (
                 ("tierproxy_queued_max_request_bytes", "Bound on request bytes being received and remote "
