@@ -50,7 +50,7 @@ test: install tools
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: install
-	$(BIN)/python -m pytest -n $(WORKERS) -m "not ($(PARTS) or bench)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) -m "not ($(PARTS) or process or bench)" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check protocol tierproxy tests

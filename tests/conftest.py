@@ -3,6 +3,9 @@ contrast), kcat."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import itertools
 import os
 import sys
@@ -51,6 +54,36 @@ PART_MARKERS = {"kafka": "kafka", "proxy": "kafka", "kafka_cluster": "cluster", 
                 "fleet_kafka": "kafka"}
 
 
+PROCESS_FIXTURES = {"proxy", "tiered_proxy", "served", "fleet"}  # each starts `tierproxy serve` as a process
+PROCESS_CALLS = ("ProxyProcess(", "tierproxy.cli", "Fleet(")
+
+
+def _starts_tierproxy(item: pytest.Item, info: Any) -> bool:
+    """The test starts tierproxy as a process (through a fixture, itself, or a helper of its module): marked
+    `process`, so a run can leave them out and each is a known candidate for the in-process proxy."""
+    fixtures = {name for name, defs in info.name2fixturedefs.items() if defs and defs[-1].func.__name__ == name}
+    if PROCESS_FIXTURES & fixtures:
+        return True
+    function = getattr(item, "function", None)
+    module = getattr(item, "module", None)
+    if function is None or module is None:
+        return False
+    calls = PROCESS_CALLS + _starters(module)
+    return any(call in inspect.getsource(function) for call in calls)
+
+
+@functools.cache
+def _starters(module: Any) -> tuple[str, ...]:
+    """`name(` of each function of the module that starts tierproxy as a process."""
+    found = []
+    for name, obj in vars(module).items():
+        if inspect.isfunction(obj) and obj.__module__ == module.__name__ and not name.startswith("test_"):
+            with contextlib.suppress(OSError, TypeError):
+                if any(call in inspect.getsource(obj) for call in PROCESS_CALLS):
+                    found.append(f"{name}(")
+    return tuple(found)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook is registered after this file)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (`--dist loadgroup`), tests sharing a fixture broader than a test and narrower than the session
@@ -65,6 +98,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         for name in sorted(set(info.names_closure) & PART_MARKERS.keys()):
             item.add_marker(PART_MARKERS[name])
+        if _starts_tierproxy(item, info):
+            item.add_marker("process")
         if item.get_closest_marker("xdist_group") is not None:
             continue
         if "schema_registry" in info.names_closure:
