@@ -285,6 +285,27 @@ def test_a_gap_whose_leader_cannot_be_asked_is_retriable() -> None:
     scene_run(go, tier)
 
 
+def test_a_stale_log_start_never_says_ahead_of_the_log() -> None:
+    """The leader last answered log start 200; it has since deleted 200..499 (never tiered) and cannot be asked
+    now. A fetch at 250 the broker answers OFFSET_OUT_OF_RANGE: by the old answer 250 is "ahead of the log", but
+    only a fresh answer may say so (the client would reset): retriable until the leader answers again."""
+    tier = tiered()
+    tier.leader(TOPIC, 0, log_start=200, high_watermark=1000)
+
+    async def go(s: Scene) -> None:
+        p = parts(await s.fetch({0: 30}, {0: broker_entry(0, OOR, log_start=200)}))[0]
+        assert p["error_code"] == NONE  # served from the tier; the leader's answer is remembered
+        tier.leaders[(TOPIC, 0)] = None
+        p = parts(await s.fetch({0: 250}, {0: broker_entry(0, OOR, log_start=500)}))[0]
+        assert p["error_code"] == ErrorCode.REPLICA_NOT_AVAILABLE and len(p["records"] or b"") == 0
+        assert s.proxy.fetch_stats.offsets_unknown == 1
+        tier.leader(TOPIC, 0, log_start=500, high_watermark=1000)  # answers again: the gap is skipped
+        p = parts(await s.fetch({0: 250}, {0: broker_entry(0, OOR, log_start=500)}))[0]
+        assert p["error_code"] == NONE and s.proxy.fetch_stats.gap_skips == 1
+
+    scene_run(go, tier)
+
+
 def test_records_without_the_leaders_offsets_are_never_served() -> None:
     tier = tiered()
     tier.leaders[(TOPIC, 0)] = None

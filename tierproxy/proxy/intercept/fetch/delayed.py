@@ -252,7 +252,8 @@ class DelayedRemoteFetch:
         (`rules.resume_offset`: the broker's log start, or the next tiered segment), as over a batch the log
         cleaner emptied: the client moves there and its next fetch is answered by whichever holds it. Never
         records from above a hole while the broker still holds part of it, nor the broker's records below its log
-        start. None: the offset is ahead of the log, the broker's OFFSET_OUT_OF_RANGE stands. Reads nothing."""
+        start. None: the offset is ahead of the log by the leader's answer to this fetch, the broker's
+        OFFSET_OUT_OF_RANGE stands (never on an older answer: retriable instead). Reads nothing."""
         pc = self.partition(key)
         if pc is None:
             return None
@@ -263,7 +264,11 @@ class DelayedRemoteFetch:
         broker = self.last_known([key], fresh).get(key)
         offset = self.plan.fetch_offset(key)
         if broker is not None and broker.log_start <= offset:
-            return None
+            if key in fresh:
+                return None
+            # an older answer's log start may have moved past the offset since: only a fresh one may say "ahead
+            # of the log" (the client would reset); a log start only grows, so an older one may still show a gap
+            broker = None
         entry = partition_entry(key[1], None, broker, pc.earliest_offset())
         if broker is None:  # cannot tell ahead-of-log from gap: retriable, never a reset
             entry["error_code"] = OFFSETS_UNKNOWN
