@@ -91,6 +91,19 @@ def retention_guard(expiring: list[RemoteLogSegmentMetadata], served: list[Remot
                           sum(md.segment_size_in_bytes for md in served), max_fraction)
 
 
+def tier_retention_guard(expiring: Iterable[RemoteLogSegmentMetadata], tier: Iterable[RemoteLogSegmentMetadata],
+                         max_fraction: float) -> str | None:
+    """Why one pass must not delete `expiring` (every partition's, small ones included) of the whole tier's
+    `tier` segments, or None. A mistyped retention dooms most of every partition at once; a partition of one or
+    two segments escapes `retention_guard` but not this. A tier of one or two segments is not guarded (any
+    deletion there is most of it)."""
+    tier = list(tier)
+    if len(tier) <= 2:
+        return None
+    return deletion_guard("tier retention over the whole tier", sum(md.segment_size_in_bytes for md in expiring),
+                          sum(md.segment_size_in_bytes for md in tier), max_fraction)
+
+
 def deletion_guard(what: str, doomed: int, total: int, max_fraction: float) -> str | None:
     """Why a pass must not delete `doomed` of `total` tiered bytes at once (more than `max_fraction`), or None."""
     if not total or doomed <= max_fraction * total:

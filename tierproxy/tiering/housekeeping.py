@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
@@ -21,7 +22,7 @@ from tierproxy.tier.model import (
 )
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms, transition
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.tier.rules import deletion_guard, expired_segments, retention_guard
+from tierproxy.tier.rules import deletion_guard, expired_segments, retention_guard, tier_retention_guard
 
 log = logging.getLogger("tierproxy.tier")
 S = SegmentState
@@ -72,9 +73,12 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
     """Delete what the rules of `tier.rules` say goes: segments wholly below a recorded purge, then, per topic
     (tier retention.ms, retention.bytes; -1 = unlimited), the oldest segments beyond them that lie wholly below
     the broker's log start (`log_starts`; a partition the broker did not answer for deletes nothing by
-    retention). More than `max_delete_fraction` of a partition's bytes at once is refused unless `confirmed`."""
+    retention). More than `max_delete_fraction` of a partition's bytes at once (a partition of three or more
+    segments), or of the whole tier's bytes (every partition's deletions together), is refused unless `confirmed`:
+    refused over the whole tier, nothing is deleted by retention in this pass."""
     out = RetentionResult()
     now = int(time.time() * 1000)
+    plan: list[tuple[PartitionCache, list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]] = []
     for pc in list(rlmm.cache.partitions.values()):
         if rlmm.cache.is_deleted(pc.tp.topic_id, pc.tp.partition):
             continue
@@ -83,12 +87,22 @@ async def enforce_retention(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMa
                      md.end_offset, pc.log_start_offset)
             await delete_segment(rlmm, rsm, md)
             out.purged += 1
+        served = list(pc.finished())
         ms, max_bytes = retention.get(pc.tp.topic, (-1, -1))
         broker_start = log_starts.get((pc.tp.topic, pc.tp.partition))
-        if (ms < 0 and max_bytes < 0) or broker_start is None:
+        expiring = [] if (ms < 0 and max_bytes < 0) or broker_start is None else expired_segments(
+            served, ms, max_bytes, now, broker_start)
+        plan.append((pc, served, expiring))
+    whole = None if confirmed else tier_retention_guard(
+        [md for _, _, expiring in plan for md in expiring], [md for _, served, _ in plan for md in served],
+        max_delete_fraction)
+    if whole is not None:
+        log.error("%s", whole)
+        out.refused.append(f"the whole tier: {whole}")
+        return out
+    for pc, served, expiring in plan:
+        if not expiring:
             continue
-        served = list(pc.finished())
-        expiring = expired_segments(served, ms, max_bytes, now, broker_start)
         refusal = retention_guard(expiring, served, max_delete_fraction) if not confirmed else None
         if refusal is not None:
             log.error("%s-%d: %s", pc.tp.topic, pc.tp.partition, refusal)
