@@ -109,15 +109,31 @@ class FileStore:
         await asyncio.to_thread(self._put, key, parts)
 
     def _put(self, key: str, parts: list[memoryview]) -> None:
+        """Durable when it returns: the file's bytes and its name (and any directory made for it) are fsynced, so
+        metadata written afterwards (COPY_SEGMENT_FINISHED) never outlives the data in a power loss."""
         path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            made = self._mkdirs(path.parent)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
                 f.writelines(parts)
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
+            for directory in [path.parent, *made]:  # the new name, then each new directory's entry in its parent
+                _fsync_dir(directory)
         except OSError as exc:
             raise StorageUnavailable(f"writing {key}: {exc}") from exc
+
+    def _mkdirs(self, directory: Path) -> list[Path]:
+        """Make `directory` and its missing parents; → the parents whose entries changed, deepest first."""
+        missing = []
+        while not directory.exists() and directory != self.root:
+            missing.append(directory)
+            directory = directory.parent
+        for d in reversed(missing):
+            d.mkdir(exist_ok=True)
+        return [d.parent for d in missing]
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         return await asyncio.to_thread(self.get_blocking, key, start, end)
@@ -439,3 +455,11 @@ def open_store(uri: str) -> tuple[ObjectStore, str]:
                         checksums=q.get("checksums", "when_supported"))
         return store, u.path.strip("/")
     raise ValueError(f"unsupported storage URI {uri!r}: use file:///path or s3://bucket/prefix")
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

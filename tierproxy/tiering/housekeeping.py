@@ -9,6 +9,7 @@ every segment deleted → FINISHED.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -147,3 +148,44 @@ async def delete_gone_topics(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageM
                                                                       broker_id))
         n += 1
     return n, None
+
+
+@dataclass
+class ShortFiles:
+    recopied: int = 0  # segments whose file was short while the broker held them: deleted, copied again this pass
+    lost: list[str] = field(default_factory=list)  # short, and the broker no longer holds them
+
+
+async def recopy_short_files(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                             log_starts: dict[tuple[str, int], int]) -> ShortFiles:
+    """A `file://` tier after a crash (power loss before the data reached the disk, on a system without the
+    fsync `FileStore.put` now does): a finished segment whose log file is missing or shorter than its metadata
+    says is deleted from the tier (metadata and objects) when the broker still holds every offset of it
+    (`log_starts`), so this pass copies it again; when it does not, it is kept and reported lost. Objects on S3 are
+    durable once written: nothing to check there."""
+    out = ShortFiles()
+    for pc in list(rlmm.cache.partitions.values()):
+        if rlmm.cache.is_deleted(pc.tp.topic_id, pc.tp.partition):
+            continue
+        for md in list(pc.finished()):
+            path = rsm.log_file(md)
+            if path is None:
+                return out  # not a file tier
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                size = -1
+            if size >= md.segment_size_in_bytes:
+                continue
+            broker_start = log_starts.get((pc.tp.topic, pc.tp.partition))
+            if broker_start is not None and broker_start <= md.start_offset:
+                log.error("%s: its file holds %d of %d bytes (written before a crash?): the broker still holds "
+                          "offsets %d..%d, copying them again", md.segment_id, max(size, 0),
+                          md.segment_size_in_bytes, md.start_offset, md.end_offset)
+                await delete_segment(rlmm, rsm, md)
+                out.recopied += 1
+            else:
+                out.lost.append(f"{pc.tp.topic}-{pc.tp.partition} offsets {md.start_offset}..{md.end_offset}: "
+                                f"file holds {max(size, 0)} of {md.segment_size_in_bytes} bytes")
+                log.error("LOST %s", out.lost[-1])
+    return out

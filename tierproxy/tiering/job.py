@@ -65,6 +65,7 @@ class RunSummary:
     gaps: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
     errors: list[str] = field(default_factory=list)
+    recopied: int = 0  # segments whose file:// tier file was short, copied again (once per job, at its first pass)
 
     @property
     def exit_code(self) -> int:
@@ -163,6 +164,7 @@ class TieringJob:
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self.spark = JobSpark("tierproxy-tier", settings.spark_master, self.spark_conf, spark)
         self._started = False
+        self._files_checked = False
         self._view: ClusterView | None = None  # the cluster as last described: where copies fetch from
         self.serving: TierPass | None = None  # the requested pass the current one serves
 
@@ -199,6 +201,12 @@ class TieringJob:
         summary.partitions_deleted = self._delete_gone_topics(view, summary)
 
         offsets = list_offsets(view, parts)
+        if not self._files_checked:  # after a crash: a file tier's segment recorded finished but short on disk
+            short = self.run(housekeeping.recopy_short_files(
+                self.rlmm, self.rsm, {k: o.log_start for k, o in offsets.items()}))
+            summary.recopied = short.recopied
+            summary.errors += [f"LOST {lost}" for lost in short.lost]
+            self._files_checked = True
         ranges: list[Range] = []
         for p in parts:
             o = offsets.get((p.topic, p.partition))
