@@ -121,10 +121,11 @@ def _run_job(name: str, settings: TierSettings, work: Callable[[], int]) -> int:
 
 def _job_error(exc: Exception, settings: TierSettings) -> int | None:
     """A Spark job's (`tier`, `iceberg`) failures as one line and an exit code: 3 authentication or TLS refused,
-    4 fenced by a newer writer, 2 another cluster's tier, 7 the Iceberg catalog (unreachable, refusing, no
-    namespace, a table that is not ours) or the schema registry (unreachable, refusing), 8 a segment whose bytes
-    cannot become rows, 6 brokers unreachable.
+    4 fenced by a newer writer, 2 another cluster's tier or two topics mapping to one typed table, 7 the Iceberg
+    catalog (unreachable, refusing, no namespace, a table that is not ours) or the schema registry (unreachable,
+    refusing), 8 a segment whose bytes cannot become rows, 6 brokers unreachable.
     None: not one of them."""
+    from tierproxy.config.values import TableCollision
     from tierproxy.iceberg.catalog import CatalogError
     from tierproxy.iceberg.registry import RegistryUnavailable
     from tierproxy.iceberg.run import SegmentDataError
@@ -141,7 +142,8 @@ def _job_error(exc: Exception, settings: TierSettings) -> int | None:
         return 3
     kinds: list[tuple[type[Exception], str, int]] = [
         (WriterFenced, "stopped: ", 4), (WrongCluster, "", 2), (CatalogError, "iceberg: ", 7),
-        (RegistryUnavailable, "iceberg: ", 7), (SegmentDataError, "iceberg: ", 8)]
+        (RegistryUnavailable, "iceberg: ", 7), (SegmentDataError, "iceberg: ", 8),
+        (TableCollision, "config error: ", 2)]
     for kind, prefix, code in kinds:
         if isinstance(exc, kind):
             print(f"tierproxy: {prefix}{exc}", file=sys.stderr)

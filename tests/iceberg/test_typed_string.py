@@ -4,6 +4,7 @@ a `value` column, every other value (not UTF-8, a tombstone) a dead letter; rows
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,19 @@ def test_string_values_are_one_column_and_the_rest_are_dead_letters(kafka: Kafka
     assert dead[200]["error"] == "no value (a tombstone)"
     again = iceberg_cli(tmp_path, *args, env=env)
     assert " 0 rows added" in again.stdout and " 0 dead letters" in again.stdout, again.stdout
+
+
+def test_two_topics_mapping_to_one_typed_table_are_refused_naming_both(kafka: KafkaCluster, tmp_path: Path) -> None:
+    """`a-b` and `a.b` are both legal, side by side, and both become table `a_b`: in one table (upsert mode) one
+    topic's keys would delete the other's rows. Refused before anything is written: exit 2 naming both topics."""
+    stem = f"collide-{os.getpid()}"
+    for topic in (f"{stem}-a-b", f"{stem}-a.b"):
+        create_topic(kafka.bootstrap, topic)
+    env = {"TIERPROXY_ICEBERG_TABLES": f"{re.escape(stem)}-a.b=logs.{{topic}}",  # the regex's . matches - and .
+           "TIERPROXY_ICEBERG_VALUE_FORMAT": "string"}
+    out = iceberg_cli(tmp_path, "--once", "--bootstrap-server", kafka.bootstrap, "--storage",
+                      f"file://{tmp_path}/tier", "--metadata", f"file://{tmp_path}/meta", env=env, check=False)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    line = [ln for ln in out.stderr.splitlines() if ln.startswith("tierproxy:")][-1]
+    assert f"'{stem}-a-b'" in line and f"'{stem}-a.b'" in line and f"logs.{stem.replace('-', '_')}_a_b" in line
+    assert "Traceback" not in out.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,27 @@ def typed_table_for(rules: list[tuple[re.Pattern[str], str]], topic: str) -> str
         return None
     pattern = next((p for r, p in rules if r.fullmatch(topic)), None)
     return None if pattern is None else typed_table_name(pattern, topic)
+
+
+class TableCollision(ValueError):
+    """Two topics map to one typed table (`iceberg.tables`)."""
+
+
+def typed_tables(rules: list[tuple[re.Pattern[str], str]], topics: Iterable[str]) -> dict[str, str]:
+    """Each topic's typed table (`typed_table_for`); TableCollision naming both topics when two map to one table
+    (`a-b` and `a.b`, both legal side by side, both become `a_b`): one table holds one topic's rows, or one
+    topic's keys would delete the other's rows in upsert mode."""
+    out: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for topic in sorted(set(topics)):
+        table = typed_table_for(rules, topic)
+        if table is None:
+            continue
+        if (other := owner.setdefault(table, topic)) != topic:
+            raise TableCollision(f"iceberg.tables: topics {other!r} and {topic!r} both map to table {table}; a "
+                                 "typed table holds one topic (give one of them a rule of its own)")
+        out[topic] = table
+    return out
 
 
 PARTITION_BY = ("partition", "hour(timestamp)", "day(timestamp)")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tierproxy.config import TierSettings
-from tierproxy.config.values import partition_by_fields, typed_table_for, typed_table_rules
+from tierproxy.config.values import partition_by_fields, typed_table_rules, typed_tables
 from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, open_table
 from tierproxy.iceberg.compaction import CompactionOptions
 from tierproxy.iceberg.ledger import snapshot_at
@@ -51,14 +51,10 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
         s.iceberg_schema_registry_ssl_ca_location)  # the settings refuse the registry format without one
     raw = options_of(s)
     out = []
-    rules = typed_table_rules(s.iceberg_tables)
-    for topic in sorted(set(topics)):
-        table = typed_table_for(rules, topic)
-        if table is not None:
-            out.append(dataclasses.replace(raw, table=table, topics=f"^{re.escape(topic)}$",
-                                           typed=TypedOptions(registry, f"{topic}-value",
-                                                              upsert=s.iceberg_mode == "upsert",
-                                                              value_format=s.iceberg_value_format)))
+    for topic, table in typed_tables(typed_table_rules(s.iceberg_tables), topics).items():
+        out.append(dataclasses.replace(raw, table=table, topics=f"^{re.escape(topic)}$",
+                                       typed=TypedOptions(registry, f"{topic}-value", upsert=s.iceberg_mode == "upsert",
+                                                          value_format=s.iceberg_value_format)))
     return out
 
 
