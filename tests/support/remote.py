@@ -28,7 +28,8 @@ def timed_fetch(address: str, topic: str, offset: int) -> tuple[float, dict[str,
 
 
 def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic: str, n: int = 3000) -> None:
-    """A topic tiered to `s3://tier/p` whose broker has since deleted the early segments."""
+    """A topic tiered to `s3://tier/p` whose broker has since deleted the early segments, then five records only
+    the broker holds."""
     s3.create_bucket("tier")
     # broker segments of 16 KiB (a batch must fit in one); segment.ms lets broker_forgets' ticks roll the last one
     create_topic(kafka.bootstrap, topic, config={**small_segments(16 * 1024), "segment.ms": "300"})
@@ -41,3 +42,6 @@ def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, top
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=storage,
                               tier_segment_bytes=16 * 1024)).segments > 1
     broker_forgets(kafka.bootstrap, topic, interval=0.4)
+    for i in range(5):  # what only the broker holds (its retention may have taken every record before them)
+        p.produce(topic, f"tail-{i}".encode())
+    assert p.flush(30) == 0
