@@ -109,7 +109,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for scope in ("package", "module", "class"):
             if scope in scopes:
                 where = str(item.path.parent if scope == "package" else item.path)
-                group = f"{Path(where).relative_to(config.rootpath)}::{scopes[scope].argname}"
+                # one group per module (package): its fixtures of that scope may be set up once only on one worker
+                # (two groups of one module could share a worker and set a module fixture up twice)
+                group = f"{Path(where).relative_to(config.rootpath)}::{'package' if scope == 'package' else 'module'}"
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
 

@@ -57,6 +57,9 @@ class TierSettings(CommonSettings):
                                    "keep: the table keeps them")
     iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="data files no snapshot references are "
                                            "deleted once this old (a killed pass's)")
+    iceberg_writer_lease_ms: int = Field(30_000, ge=1000, description="a pass writing a table holds it while it "
+                                         "renews its lease (every third of this); a lease not renewed this long, "
+                                         "or of a process gone on this host, is taken over")
     iceberg_mode: str = Field("append", pattern="^(append|upsert)$",
                               description="typed tables: append (every record a row) or upsert (the latest value "
                               "per Kafka key; a tombstone deletes the key's row)")
@@ -86,7 +89,7 @@ class TierSettings(CommonSettings):
         return check_writable_dir(v)
 
     @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", "iceberg_orphan_min_age_ms",
-                     "tier_topic_delete_delay_ms", mode="before")
+                     "iceberg_writer_lease_ms", "tier_topic_delete_delay_ms", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> int:
         return parse_duration_ms(v)

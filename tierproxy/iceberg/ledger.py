@@ -25,7 +25,7 @@ from typing import Any
 ENDS, STARTS, TOPICS, SEGMENTS, PASS = ("tierproxy.ends", "tierproxy.starts", "tierproxy.topics",
                                         "tierproxy.segments", "tierproxy.pass")
 LEDGER = "tierproxy.ledger"  # the table property holding the current ledger
-WRITER = "tierproxy.writer"  # "<pass id> <started ms>": a pass writing data files now (released by its commit)
+WRITER = "tierproxy.writer"  # the lease of the pass writing data files now (`writer`; released by its commit)
 
 
 @dataclass

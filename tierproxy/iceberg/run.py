@@ -35,7 +35,7 @@ def catalog_of(s: TierSettings) -> CatalogConfig:
 def options_of(s: TierSettings) -> IcebergOptions:
     return IcebergOptions(catalog_of(s), s.iceberg_table, s.own_bootstrap, s.storage, s.metadata,
                           s.iceberg_topics or s.tier_topics, s.iceberg_isolation_level == "read_committed",
-                          s.iceberg_retention == "keep", s.iceberg_orphan_min_age_ms,
+                          s.iceberg_retention == "keep", s.iceberg_orphan_min_age_ms, s.iceberg_writer_lease_ms,
                           compaction=CompactionOptions(s.iceberg_target_file_bytes,
                                                        s.iceberg_compaction_min_input_files),
                           partition_by=partition_by_fields(s.iceberg_partition_by))

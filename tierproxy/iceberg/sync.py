@@ -3,13 +3,16 @@ the table follow the tier, clean up.
 
 1. The ledger (`ledger`) says where the table ends per partition; the DataFrame reader's planner slices the tier
    from there (a slice per segment or byte range, aborted transactions from the tier's transaction indexes).
-2. Executors write one Parquet file per slice (`files`). Under read_committed, a partition's segments from the
-   first transaction whose marker is not tiered yet are held back (their files removed) until a later pass.
-3. One catalog commit: rows below the tier's start removed (tier retention, DeleteRecords purges: whole files
-   dropped, a boundary file rewritten), a deleted topic's rows removed, the new files added, the new ledger in the
-   snapshot summary. Killed before it: nothing changed; after it: the ledger has it all.
+2. The pass takes the table (`writer`: a lease it renews, taken by a compare-and-swap from the snapshot it planned
+   from), then executors write one Parquet file per slice (`files`). Under read_committed, a partition's segments
+   from the first transaction whose marker is not tiered yet are held back (their files removed) until later.
+3. One catalog commit, again only from that snapshot: rows below the tier's start removed (tier retention,
+   DeleteRecords purges: whole files dropped, a boundary file rewritten), a deleted topic's rows removed, the new
+   files added, the new ledger in the snapshot summary. Killed before it: nothing changed; after it: the ledger has
+   it all; another pass committed meanwhile: refused, nothing of this pass in the table.
 4. Cleanup: after rows were removed, older snapshots are expired so removed rows are gone for good; data files no
-   snapshot references (a killed pass's, expired ones') are deleted once older than `iceberg.orphan.min.age.ms`.
+   snapshot references (a killed pass's, expired ones') are deleted once older than `iceberg.orphan.min.age.ms`
+   and than a commit of this pass (`orphans`).
 
 `iceberg.retention=keep` skips 3's removals and 4's expiry: the table keeps what the tier deletes.
 """
@@ -17,10 +20,10 @@ the table follow the tier, clean up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
-import os
 import time
 import uuid
 import warnings
@@ -33,12 +36,15 @@ from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog,
 from tierproxy.iceberg.compaction import Compacted, CompactionOptions, candidates, compact, plan_groups
 from tierproxy.iceberg.files import SliceWritten, write_slice
 from tierproxy.iceberg.ledger import LEDGER, PASS, WRITER, Ledger, current_ledger
+from tierproxy.iceberg.orphans import orphans
+from tierproxy.iceberg.pauses import pause_point
 from tierproxy.iceberg.registry import RegistryUnavailable
 from tierproxy.iceberg.schema import iceberg_schema, time_bucket
 from tierproxy.iceberg.typed import PREFIX
 from tierproxy.iceberg.typed_files import write_typed_slice
 from tierproxy.iceberg.typed_tables import SCHEMAS, TypedOptions, TypedTable, dlq_name, open_typed
 from tierproxy.iceberg.upsert import key_filter, plan_upsert
+from tierproxy.iceberg.writer import Lease, Renewal, commit_empty, live_lease, require_at, take
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
 from tierproxy.tier.model import uuid_bytes, uuid_str
@@ -61,6 +67,7 @@ class IcebergOptions:
     read_committed: bool = True
     keep: bool = False  # iceberg.retention=keep
     orphan_min_age_ms: int = 3_600_000
+    writer_lease_ms: int = 30_000  # iceberg.writer.lease.ms
     typed: TypedOptions | None = None  # a typed table of one topic (`topics` then names just it)
     compaction: CompactionOptions = field(default_factory=CompactionOptions)
     partition_by: tuple[str, ...] = ("partition",)  # iceberg.partition.by
@@ -138,25 +145,21 @@ class _Target:
     new: Ledger | None = None
     accepted: _Accepted = field(default_factory=_Accepted)
     deletes: list[str] = field(default_factory=list)
+    at: int | None = None  # the snapshot this pass writes from: every commit of it requires the branch still there
+    lease: Lease | None = None
+    fence_ms: int | None = None  # when this pass last committed (compare-and-swap): no pass planned before can now
 
     @classmethod
     def of(cls, name: str, table: Any, columns: tuple[str, str, str],
            pick: Callable[[SliceWritten], tuple[tuple[str, ...], int]], typed: TypedTable | None = None) -> _Target:
-        return cls(name, table, columns, pick, typed, current_ledger(table))
+        ledger = current_ledger(table)
+        current = table.current_snapshot()
+        return cls(name, table, columns, pick, typed, ledger, at=current.snapshot_id if current else None)
 
 
 class TableBusy(CatalogError):
-    """Another pass holds the table (its single-writer lease): this pass changes nothing."""
-
-
-def writer_of(table: Any, max_age_ms: int) -> str | None:
-    """The pass holding the table's writer lease, None when none does (or its lease is older than `max_age_ms`:
-    that pass died, and its files are orphans)."""
-    raw = table.properties.get(WRITER, "")
-    pass_id, _, started = raw.partition(" ")
-    if not pass_id or not started.isdigit():
-        return None
-    return pass_id if time.time() * 1000 - int(started) < max_age_ms else None
+    """Another pass holds the table (its live writer lease), or committed since this pass planned: this pass
+    changes nothing."""
 
 
 class SegmentDataError(RuntimeError):
@@ -182,15 +185,6 @@ class TablePlanner(Planner):
             # merely missing from one Metadata answer keeps its rows
             if topic in ids or rlmm.cache.is_deleted(uuid_bytes(tid), 0):
                 self.gone.add(topic)
-
-
-def _pause_point(name: str) -> None:
-    """Where a test kills the step with SIGKILL (TIERPROXY_ICEBERG_PAUSE_AT=name:marker-file)."""
-    spec = os.environ.get("TIERPROXY_ICEBERG_PAUSE_AT", "")
-    if spec.split(":", 1)[0] == name:
-        with open(spec.split(":", 1)[1], "a"):
-            pass
-        time.sleep(3600)
 
 
 def held_back_from(results: Sequence[SliceWritten]) -> int | None:
@@ -248,15 +242,44 @@ class IcebergSync:
                                            include_headers=True, read_committed=o.read_committed,
                                            fail_on_data_loss=False), recorded)
         slices = [s for s in planner.plan() if s.segment is not None]
+        pause_point("planned")
         for t in targets:
-            holder = writer_of(t.table, self.o.orphan_min_age_ms)
+            holder = live_lease(t.table, o.writer_lease_ms)
             if holder is not None:
-                raise TableBusy(f"table {t.name} is being written by pass {holder} (a pass's lease lasts at most "
-                                f"iceberg.orphan.min.age.ms={o.orphan_min_age_ms}): this pass changed nothing; "
+                raise TableBusy(f"table {t.name} is being written by pass {holder.pass_id} (its lease renewed "
+                                f"within iceberg.writer.lease.ms={o.writer_lease_ms}): this pass changed nothing; "
                                 "the next one goes on")
+        renewals = contextlib.ExitStack()
         if slices:  # data files about to be written: no other pass may commit, nor clean them up as orphans
             for t in targets:
-                t.table = self._lease(t.table, t.name, summary.pass_id)
+                self._lease(t, summary.pass_id)
+                renewals.enter_context(self._renewal(t))
+        with renewals:
+            try:
+                self._write_and_commit(o, summary, planner, targets, slices, typed, renewals.close)
+            except BaseException:
+                for t in targets:  # failed before its commit: the next pass need not wait for the lease
+                    if t.lease is not None:
+                        self._release(t)
+                raise
+        pause_point("commit")
+        for t in targets:
+            done = self._compact(t, summary.pass_id)
+            summary.files_compacted += done.files_in
+            summary.compacted_into += done.files_out
+        snap = main.table.current_snapshot()
+        summary.snapshot_id = snap.snapshot_id if snap else None
+        for t in targets:
+            if t.deletes and not o.keep:
+                summary.snapshots_expired += self._expire(t.table)
+            summary.files_deleted += self._clean_orphans(t, summary.pass_id)
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def _write_and_commit(self, o: IcebergOptions, summary: IcebergSummary, planner: TablePlanner,
+                          targets: list[_Target], slices: list[Slice], typed: TypedTable | None,
+                          stop_renewals: Callable[[], None]) -> None:
+        main = targets[-1]
         results = self._write(main.table, slices, summary.pass_id, typed)
 
         # the ledger never moves past a hole the tier job may still fill: its rows come when it is filled
@@ -280,7 +303,8 @@ class IcebergSync:
             table_end = main.new.ends.get(key, 0) if main.new is not None else 0
             summary.lag[f"{pp.info.topic}-{pp.info.partition}"] = max(
                 0, pp.tier_end + 1 - table_end) if pp.segments else 0
-        _pause_point("files")
+        pause_point("files")
+        stop_renewals()  # a renewal is a metadata commit too: the catalog would refuse ours for it
         for t in targets:
             if t.accepted.paths or t.deletes or t.new != Ledger(t.ledger.ends, t.ledger.starts, t.ledger.topics) \
                     or (t.typed is not None and t.typed.evolved is not None):
@@ -288,23 +312,12 @@ class IcebergSync:
                 summary.rows_deleted += removed if t is main else 0
                 summary.committed = True
                 t.table = t.table.refresh()
+                snap = t.table.current_snapshot()
+                t.at, t.fence_ms = snap.snapshot_id, snap.timestamp_ms  # a pass that planned before it cannot commit
                 if t is not main:
-                    _pause_point("between")  # the dead letters committed, the typed rows not yet
-            elif WRITER in t.table.properties:
-                t.table = self._release(t.table)
-        _pause_point("commit")
-        for t in targets:
-            done = self._compact(t, summary.pass_id)
-            summary.files_compacted += done.files_in
-            summary.compacted_into += done.files_out
-        snap = main.table.current_snapshot()
-        summary.snapshot_id = snap.snapshot_id if snap else None
-        for t in targets:
-            if t.deletes and not o.keep:
-                summary.snapshots_expired += self._expire(t.table)
-            summary.files_deleted += self._clean_orphans(t.table, summary.pass_id)
-        summary.seconds = time.monotonic() - started
-        return summary
+                    pause_point("between")  # the dead letters committed, the typed rows not yet
+            elif t.lease is not None:
+                self._release(t)
 
     async def _check_owner(self, cluster_id: str | None) -> None:
         """WrongCluster when the tier belongs to another cluster than the brokers' (`tier.ownership`)."""
@@ -314,22 +327,34 @@ class IcebergSync:
         finally:
             await rsm.close()
 
-    # --- the single-writer lease ---------------------------------------------------------------------------------
-    def _lease(self, table: Any, name: str, pass_id: str) -> Any:
-        """Take the table for this pass (a property commit: the catalog's compare-and-swap lets one of two passes
-        starting together have it; the other fails cleanly)."""
+    # --- the single-writer lease (`writer`) -----------------------------------------------------------------------
+    def _lease(self, t: _Target, pass_id: str) -> None:
+        """Take the table for this pass if it is still at the snapshot the pass planned from (`writer.take`: of
+        two passes planning together one has it; the other changes nothing)."""
+        lease = Lease.new(pass_id)
+        summary = {k: v for k, v in t.ledger.summary(pass_id, []).items() if k != PASS}
         try:
-            with table.transaction() as tx:
-                tx.set_properties({WRITER: f"{pass_id} {int(time.time() * 1000)}"})
+            t.table, t.at = take(t.table, lease, t.at, summary)
         except Exception as exc:
-            raise TableBusy(f"table {name}: another pass took it first ({type(exc).__name__}): this pass "
-                            "changed nothing; the next one goes on") from None
-        return table.refresh()
+            raise TableBusy(f"table {t.name}: another pass committed or took it since this one planned "
+                            f"({type(exc).__name__}): this pass changed nothing; the next one goes on") from None
+        t.lease = lease
 
-    def _release(self, table: Any) -> Any:
-        with table.transaction() as tx:
-            tx.remove_properties(WRITER)
-        return table.refresh()
+    def _renewal(self, t: _Target) -> Renewal:
+        assert t.lease is not None and t.at is not None
+        catalog = self.o.catalog
+        return Renewal(lambda: open_catalog(catalog).load_table(t.name), t.lease, t.at,
+                       self.o.writer_lease_ms / 3000)
+
+    def _release(self, t: _Target) -> None:
+        """Give the lease up (nothing committed); left to expire when the table moved on meanwhile."""
+        try:
+            with t.table.transaction() as tx:
+                require_at(tx, t.at)
+                tx.remove_properties(WRITER)
+        except Exception as exc:
+            log.warning("iceberg: table %s: lease not released (%s): it expires", t.name, type(exc).__name__)
+        t.table, t.lease = t.table.refresh(), None
 
     # --- write --------------------------------------------------------------------------------------------------
     def _write(self, table: Any, slices: list[Slice], pass_id: str, typed: TypedTable | None) -> list[SliceWritten]:
@@ -437,12 +462,16 @@ class IcebergSync:
 
             upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema))
             paths = upsert.files
-        held = writer_of(table.refresh(), self.o.orphan_min_age_ms)
-        if held is not None and held != pass_id:  # our lease expired and another pass took the table
-            raise TableBusy(f"table {t.name} was taken by pass {held} while this one wrote: nothing of this "
-                            "pass is in it; the next pass writes it again")
+        from pyiceberg.exceptions import CommitFailedException
+
+        moved = TableBusy(f"table {t.name} moved on since this pass planned (another pass committed): nothing of "
+                          "this pass is in it; its files are left to the orphan rule")
+        current = table.refresh().current_snapshot()
+        if (current.snapshot_id if current else None) != t.at:  # seen early; the catalog checks it in the commit
+            raise moved
         try:
             with table.transaction() as tx:
+                require_at(tx, t.at)  # the compare-and-swap: first, so it is the commit's one snapshot requirement
                 if t.typed is not None:
                     if t.typed.evolved is not None:
                         with tx.update_schema() as update:
@@ -459,9 +488,12 @@ class IcebergSync:
                 tx.set_properties({LEDGER: t.new.property()})  # in the same commit: expiry cannot lose it
                 if WRITER in table.properties:
                     tx.remove_properties(WRITER)
+        except CommitFailedException:
+            raise moved from None
         except Exception as exc:
             raise CatalogError(f"commit to table {t.name} failed, nothing of this pass is in it: "
                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
+        t.lease = None
         if upsert is not None:
             self._delete_files(table, upsert.intermediate)
             log.info("iceberg: table %s (upsert): %d keys touched, %d latest values added, %d deleted by tombstones",
@@ -483,15 +515,18 @@ class IcebergSync:
         a compaction that loses a race, is left for a later pass."""
         options = self.o.compaction
         table = t.table.refresh()
-        if options.target_bytes <= 0 or writer_of(table, self.o.orphan_min_age_ms) is not None:
+        if options.target_bytes <= 0 or live_lease(table, self.o.writer_lease_ms) is not None:
             return Compacted()
         groups = plan_groups(candidates(table, t.columns[2]), options)
         if not groups:
             return Compacted()
+        current = table.current_snapshot()
+        t.table, t.at = table, current.snapshot_id if current else None
         try:
-            table = self._lease(table, t.name, pass_id)
+            self._lease(t, pass_id)  # compaction plans from the table as it is now
         except TableBusy as exc:
             return Compacted(skipped=str(exc))
+        table = t.table
         sc = self._spark().sparkContext
 
         def run(fn: Any, jobs: list[Any]) -> list[Any]:
@@ -500,12 +535,15 @@ class IcebergSync:
         props = {k: v for k, v in current_ledger(table).summary(pass_id, []).items() if k != PASS}
         try:
             done = compact(table, t.columns[2], options, pass_id, self.o.catalog.io, run, props,
-                           before_commit=lambda: _pause_point("compaction"), groups=groups)
+                           before_commit=lambda: pause_point("compaction"), groups=groups)
         finally:
-            table = table.refresh()
-            if writer_of(table, self.o.orphan_min_age_ms) == pass_id:  # nothing committed: the lease is ours
-                table = self._release(table)
-        t.table = table
+            t.table = table.refresh()
+            snap = t.table.current_snapshot()
+            if snap is not None and snap.snapshot_id != t.at:  # committed (its overwrite released the lease)
+                t.at, t.fence_ms, t.lease = snap.snapshot_id, snap.timestamp_ms, None
+            elif t.lease is not None:  # nothing committed: the lease is still ours
+                self._release(t)
+        table = t.table
         if done.files_in:
             log.info("iceberg: table %s: %d small files compacted into %d (%d rows)", t.name, done.files_in,
                      done.files_out, done.rows)
@@ -525,43 +563,31 @@ class IcebergSync:
         for p in paths:
             table.io.delete(p)
 
-    def _clean_orphans(self, table: Any, pass_id: str) -> int:
-        """Delete data files under the table's data/ that no snapshot references and that are older than the
-        orphan age (a killed pass's, and those of expired snapshots)."""
-        table = table.refresh()
-        if writer_of(table, self.o.orphan_min_age_ms) is not None:
-            return 0  # another pass is writing: its files are referenced by no snapshot yet
-        referenced: set[str] = set()
-        for snap in table.metadata.snapshots:
-            for manifest in snap.manifests(table.io):
-                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                    referenced.add(entry.data_file.file_path)
-        cutoff = time.time() - self.o.orphan_min_age_ms / 1000
+    def _clean_orphans(self, t: _Target, pass_id: str) -> int:
+        """Delete data files no snapshot references, older than the orphan age and than this pass's last commit
+        (a killed pass's, and those of expired snapshots). Only behind a commit of this pass (its compare-and-swap
+        fences every pass that planned before it: none of those can reference its files any more; an empty commit
+        is made when this pass committed nothing), and never while another pass holds a live lease (its files are
+        referenced by no snapshot yet)."""
+        table = t.table = t.table.refresh()
+        if live_lease(table, self.o.writer_lease_ms) is not None:
+            return 0
+        found = orphans(table, pass_id, self.o.orphan_min_age_ms)
+        if found and t.fence_ms is None:
+            summary = {k: v for k, v in current_ledger(table).summary(pass_id, []).items() if k != PASS}
+            current = table.current_snapshot()
+            try:
+                t.table, t.at = commit_empty(table, current.snapshot_id if current else None, summary)
+            except Exception as exc:  # another commit came first: a later pass cleans up
+                log.info("iceberg: table %s: no orphan cleanup this pass (%s)", t.name, type(exc).__name__)
+                return 0
+            t.fence_ms = t.table.current_snapshot().timestamp_ms
         n = 0
-        for path, mtime in _list_data_files(table):
-            if path in referenced or f"-{pass_id}.parquet" in path or mtime > cutoff:
+        for path, mtime in found:
+            if mtime * 1000 >= (t.fence_ms or 0):  # written by a pass that planned after the fence
                 continue
-            table.io.delete(path)
+            t.table.io.delete(path)
             n += 1
             if n == 1:
-                _pause_point("cleanup")
+                pause_point("cleanup")
         return n
-
-
-def _list_data_files(table: Any) -> list[tuple[str, float]]:
-    """(URI, modification time) of every Parquet file under the table's data/ directory."""
-    from urllib.parse import urlparse
-
-    from pyarrow.fs import FileSelector, FileType
-
-    location = table.location().rstrip("/") + "/data"
-    u = urlparse(location)
-    fs = table.io.fs_by_scheme(u.scheme, u.netloc)
-    base = u.path if u.scheme == "file" else f"{u.netloc}{u.path}"
-    prefix = f"{u.scheme}://" if u.scheme != "file" else "file://"
-    try:
-        infos = fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True))
-    except FileNotFoundError:
-        return []
-    return [(prefix + i.path, i.mtime.timestamp() if i.mtime else 0.0) for i in infos
-            if i.type == FileType.File and i.path.endswith(".parquet")]
