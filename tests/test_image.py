@@ -36,7 +36,8 @@ def buildah(*args: str, timeout: float = 120) -> str:
 @pytest.fixture(scope="module")
 def image() -> str:
     """The image of these sources: `make image`'s build script, which waits for a build already running (`make
-    test` starts one beside the first tests) and builds only when the sources changed since the last image."""
+    test` starts one beside the first tests) and builds only when the sources changed since the last image. Slow
+    (~3 min when it builds): buildah builds the image from Debian packages."""
     if os.geteuid() != 0:
         unavailable("buildah", "the image tests need root (buildah, chroot isolation)")
     proc = subprocess.run(["bash", str(ROOT / ".ci/image/build.sh")], capture_output=True, text=True,

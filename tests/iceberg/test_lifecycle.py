@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.fleet.conftest import replica
 from tests.support.cli import run_cli
-from tests.support.iceberg import killed_at, pyiceberg_rows, pyiceberg_table
+from tests.support.iceberg import Step, pyiceberg_rows, referenced, tier_offsets
 from tests.support.kafka import create_topic, delete_records, fill_topic
 from tests.support.tiering import settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -25,53 +24,9 @@ from tierproxy.dev.kafkadist import KafkaCluster
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-class Step:
-    """`tierproxy iceberg` on one topic's file:// tier and metadata, the embedded catalog beside the tier."""
-
-    def __init__(self, bootstrap: str, tmp: Path, topic: str) -> None:
-        self.bootstrap, self.tmp, self.topic = bootstrap, tmp, topic
-        self.storage, self.metadata = f"file://{tmp}/tier", f"file://{tmp}/meta"
-        self.uri, self.warehouse = f"sqlite:///{tmp}/tier/iceberg/catalog.db", f"file://{tmp}/tier/iceberg"
-
-    def cmd(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "tierproxy.cli", "iceberg", "--once", "--bootstrap-server", self.bootstrap,
-                "--storage", self.storage, "--metadata", self.metadata, "--topics", re.escape(self.topic),
-                "--master", "local[2]", *extra]
-
-    def env(self, **extra: str) -> dict[str, str]:
-        # these tests count a pass's files: compaction (its own test below) off unless a test turns it on
-        return {"TIERPROXY_TIER_STATE_DIR": str(self.tmp / "state"), "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0",
-                "TIERPROXY_ICEBERG_TARGET_FILE_BYTES": "0", **extra}
-
-    def run(self, *extra: str, **env: str) -> str:
-        """One pass in this process: what it printed."""
-        return run_cli(*self.cmd(*extra)[3:], env=self.env(**env), cwd=self.tmp, check=True).stdout
-
-    def killed_at(self, point: str, **env: str) -> None:
-        """Run in a process of its own until the step reaches `point`, then SIGKILL it (and its Spark JVM: the
-        whole process group)."""
-        killed_at(self.cmd(), self.tmp, {**os.environ, **self.env(**env)}, point)
-
-    def table(self, name: str = "kafka.history") -> Any:
-        return pyiceberg_table(self.uri, self.warehouse, name)
-
-    def data_files_on_disk(self, name: str = "kafka.history") -> set[str]:
-        location = Path(self.table(name).location().removeprefix("file://"))
-        return {f"file://{p}" for p in (location / "data").rglob("*.parquet")}
-
-
-def referenced(table: Any) -> list[str]:
-    """Data files of the current snapshot (a list: a file referenced twice shows twice)."""
-    return [f.file.file_path for f in table.scan().plan_files()]
-
-
-def tier_offsets(s: Any, topic: str) -> list[int]:
-    segments = tiered(s, topic)[0]
-    return list(range(segments[0].start_offset, segments[-1].end_offset + 1)) if segments else []
-
-
 def test_kill_9_at_each_point_then_a_rerun_leaves_the_table_as_if_never_killed(kafka: KafkaCluster,
                                                                              tmp_path: Path) -> None:
+    """Slow (~60 s): three passes run as processes of their own (a JVM each) to be killed -9, then a rerun."""
     topic = f"ice-kill-{os.getpid()}"
     create_topic(kafka.bootstrap, topic)
     fill_topic(kafka.bootstrap, topic, 2000)
@@ -195,6 +150,8 @@ def test_snapshot_at_names_the_first_snapshot_holding_the_offsets(kafka: KafkaCl
 
 def test_200_small_segments_are_compacted_into_one_file_with_the_same_rows(kafka: KafkaCluster,
                                                                           tmp_path: Path) -> None:
+    """Slow (~60-100 s): 200 segments become 200 files, then one compaction (a Spark task per segment, ~90 ms
+    each)."""
     from confluent_kafka import Producer
 
     topic = f"ice-compact-{os.getpid()}"

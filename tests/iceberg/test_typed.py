@@ -143,6 +143,8 @@ def _duckdb(metadata: str, columns: list[str]) -> list[dict[str, Any]]:
 
 
 def test_the_typed_table_equals_the_avro_deserializer_and_every_other_record_is_a_dead_letter(typed: Typed) -> None:
+    """Slow (~60-90 s): the pass decodes every record of four schema versions on Spark, and the
+    table is read three ways (pyiceberg, DuckDB, Spark) against the AvroDeserializer."""
     t = typed
     assert all(watermarks(t.kafka.bootstrap, t.topic, p)[0] > 0 for p in (0, 1))  # only the tier has the start
     out = iceberg_cli(t.tmp, *t.args("--once"), env=t.env())

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.iceberg.test_lifecycle import Step, referenced, tier_offsets
 from tests.support.cli import run_cli
-from tests.support.iceberg import pyiceberg_rows
+from tests.support.iceberg import Step, pyiceberg_rows, referenced, tier_offsets
 from tests.support.kafka import create_topic, fill_topic
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until

@@ -211,6 +211,7 @@ def test_s3_outage_and_latency_hit_only_remote_readers(kafka: KafkaCluster, s3: 
 @pytest.mark.s3
 def test_five_second_s3_latency_expires_remote_reads_not_tail_reads(kafka: KafkaCluster, s3: S3Server,
                                                                     tmp_path: Path, topic_name: str) -> None:
+    """Slow (~35-70 s): every S3 request takes 5 s more, on purpose, while remote reads expire and tail reads go on."""
     tier_to_s3_and_forget(kafka, s3, tmp_path, topic_name)
     port = int(s3.endpoint.rsplit(":", 1)[1])
     slow = DelayRelay(port, delay=5.0)  # every request to S3 now takes 5 s more

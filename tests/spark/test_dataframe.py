@@ -232,6 +232,8 @@ def test_a_narrow_range_reads_only_the_segments_that_hold_it(kafka: KafkaCluster
 
 
 def test_it_runs_on_a_spark_standalone_cluster(history: dict[str, Any], spark: Any, tmp_path: Path) -> None:
+    """Slow (~60-100 s): a Spark standalone master and worker start, and spark-submit runs the read on them (JVM
+    starts dominate)."""
     h = history["h"]
     local = read(spark, "tierproxy", h.tier(includeHeaders="true"))
     out = tmp_path / "result.json"

@@ -38,6 +38,7 @@ def _run(worker_python: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_workers_without_tierproxy_fail_with_the_fix(tmp_path: Path) -> None:
+    """Slow (~50-80 s): a second virtualenv and a Spark application of its own whose workers must fail."""
     bare = tmp_path / "bare"  # a second venv, without tierproxy or its dependencies
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
     out = _run(str(bare / "bin" / "python"))

@@ -5,13 +5,16 @@ of Spark's Kafka source, so they compare row for row with what Spark read from t
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from tests.support.cli import run_cli
+from tests.support.tiering import tiered
 
 COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
 
@@ -168,3 +171,48 @@ class RestCatalogServer:
         from tests.support.parts import stop_process
 
         stop_process(self.proc, 20)
+
+
+class Step:
+    """`tierproxy iceberg` on one topic's file:// tier and metadata, the embedded catalog beside the tier."""
+
+    def __init__(self, bootstrap: str, tmp: Path, topic: str) -> None:
+        self.bootstrap, self.tmp, self.topic = bootstrap, tmp, topic
+        self.storage, self.metadata = f"file://{tmp}/tier", f"file://{tmp}/meta"
+        self.uri, self.warehouse = f"sqlite:///{tmp}/tier/iceberg/catalog.db", f"file://{tmp}/tier/iceberg"
+
+    def cmd(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "tierproxy.cli", "iceberg", "--once", "--bootstrap-server", self.bootstrap,
+                "--storage", self.storage, "--metadata", self.metadata, "--topics", re.escape(self.topic),
+                "--master", "local[2]", *extra]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        # these tests count a pass's files: compaction (its own test below) off unless a test turns it on
+        return {"TIERPROXY_TIER_STATE_DIR": str(self.tmp / "state"), "TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "0",
+                "TIERPROXY_ICEBERG_TARGET_FILE_BYTES": "0", **extra}
+
+    def run(self, *extra: str, **env: str) -> str:
+        """One pass in this process: what it printed."""
+        return run_cli(*self.cmd(*extra)[3:], env=self.env(**env), cwd=self.tmp, check=True).stdout
+
+    def killed_at(self, point: str, **env: str) -> None:
+        """Run in a process of its own until the step reaches `point`, then SIGKILL it (and its Spark JVM: the
+        whole process group)."""
+        killed_at(self.cmd(), self.tmp, {**os.environ, **self.env(**env)}, point)
+
+    def table(self, name: str = "kafka.history") -> Any:
+        return pyiceberg_table(self.uri, self.warehouse, name)
+
+    def data_files_on_disk(self, name: str = "kafka.history") -> set[str]:
+        location = Path(self.table(name).location().removeprefix("file://"))
+        return {f"file://{p}" for p in (location / "data").rglob("*.parquet")}
+
+
+def referenced(table: Any) -> list[str]:
+    """Data files of the current snapshot (a list: a file referenced twice shows twice)."""
+    return [f.file.file_path for f in table.scan().plan_files()]
+
+
+def tier_offsets(s: Any, topic: str) -> list[int]:
+    segments = tiered(s, topic)[0]
+    return list(range(segments[0].start_offset, segments[-1].end_offset + 1)) if segments else []
