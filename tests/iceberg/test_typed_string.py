@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,39 @@ def test_two_topics_mapping_to_one_typed_table_are_refused_naming_both(kafka: Ka
     line = [ln for ln in out.stderr.splitlines() if ln.startswith("tierproxy:")][-1]
     assert f"'{stem}-a-b'" in line and f"'{stem}-a.b'" in line and f"logs.{stem.replace('-', '_')}_a_b" in line
     assert "Traceback" not in out.stderr
+
+
+def test_upsert_keeps_the_latest_record_per_key_wherever_passes_cut(kafka: KafkaCluster, tmp_path: Path) -> None:
+    """Key k written at timestamp 2000 to partition 1 (A) and at 1000 to partition 0 (B): the latest is A (across
+    partitions the later timestamp). Four topics: A then B and B then A, each in one pass and cut between two
+    passes. Every table holds A for k. Before: a pass compared only its own records, so when B came in a pass after
+    A's, it replaced A."""
+    from confluent_kafka import Producer
+
+    stem = f"upsert-cut-{os.getpid()}"
+    t0 = int(time.time() * 1000) - 600_000
+    a, b = (1, t0 + 2000, "A"), (0, t0 + 1000, "B")  # (partition, timestamp, value)
+    topics = {f"{stem}-ab-cut": [[a], [b]], f"{stem}-ab-one": [[a, b], []],
+              f"{stem}-ba-cut": [[b], [a]], f"{stem}-ba-one": [[b, a], []]}
+    for topic in topics:  # a record stamped segment.ms past its segment's first one rolls it (then tiered)
+        create_topic(kafka.bootstrap, topic, partitions=2, config={"segment.ms": "1000"})
+    storage, metadata = f"file://{tmp_path}/tier", f"file://{tmp_path}/meta"
+    env = {"TIERPROXY_ICEBERG_TABLES": f"{re.escape(stem)}-.*=kv.{{topic}}", "TIERPROXY_ICEBERG_VALUE_FORMAT": "string",
+           "TIERPROXY_ICEBERG_MODE": "upsert"}
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0, "enable.idempotence": True})
+    for step in range(2):
+        for topic, steps in topics.items():
+            for partition, ts, value in steps[step]:
+                p.produce(topic, value.encode(), b"k", partition=partition, timestamp=ts)
+                p.produce(topic, b"filler", f"filler-{step}-{partition}".encode(), partition=partition,
+                          timestamp=t0 + 60_000 * (step + 1))  # closes the segment holding the record
+            assert p.flush(30) == 0
+            tier_once(kafka.bootstrap, topic, storage, metadata, tmp_path)
+        iceberg_cli(tmp_path, "--once", "--bootstrap-server", kafka.bootstrap, "--storage", storage, "--metadata",
+                    metadata, "--master", "local[2]", env=env)
+    uri, wh = f"sqlite:///{tmp_path}/tier/iceberg/catalog.db", f"file://{tmp_path}/tier/iceberg"
+    got = {}
+    for topic in topics:
+        rows = pyiceberg_table(uri, wh, "kv." + topic.replace("-", "_")).scan().to_arrow().to_pylist()
+        got[topic] = [(r["value"], r["_kafka_partition"]) for r in rows if r["_kafka_key"] == b"k"]
+    assert got == {topic: [("A", 1)] for topic in topics}, got

@@ -43,7 +43,7 @@ from tierproxy.iceberg.schema import iceberg_schema, time_bucket
 from tierproxy.iceberg.typed import PREFIX
 from tierproxy.iceberg.typed_files import write_typed_slice
 from tierproxy.iceberg.typed_tables import SCHEMAS, TypedOptions, TypedTable, dlq_name, open_typed
-from tierproxy.iceberg.upsert import key_filter, plan_upsert
+from tierproxy.iceberg.upsert import KEY, OFFSET, PARTITION, TIMESTAMP, key_filter, plan_upsert
 from tierproxy.iceberg.writer import Lease, Renewal, commit_empty, live_lease, require_at, take
 from tierproxy.spark.options import EARLIEST, ReadOptions
 from tierproxy.spark.plan import PartitionPlan, Planner, Slice
@@ -460,7 +460,12 @@ class IcebergSync:
         if t.typed is not None and self.o.typed is not None and self.o.typed.upsert:
             from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-            upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema))
+            def rows_of(keys: list[bytes]) -> Any:  # the table's rows of the keys, as the pass planned from it
+                return table.scan(row_filter=key_filter(keys), selected_fields=(KEY, PARTITION, OFFSET, TIMESTAMP),
+                                  snapshot_id=t.at).to_arrow()
+
+            upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema),
+                                 rows_of if t.at is not None else None)
             paths = upsert.files
         from pyiceberg.exceptions import CommitFailedException
 

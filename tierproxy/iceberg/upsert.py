@@ -2,8 +2,11 @@
 
 A record's key is its Kafka key's bytes (what log compaction compares). Per key the latest record is the one with
 the highest offset in its partition (Kafka's rule); a key met in several partitions (a producer that changed its
-partitioner) keeps the one with the latest timestamp, then the higher partition. A tombstone (a null value) as the
-latest record deletes the key's row; a record without a key cannot be upserted and is a dead letter.
+partitioner) keeps the one with the latest timestamp, then the higher partition. The table's row of a key competes
+with a pass's records by the same rule, so where passes cut does not change the result. A tombstone (a null value)
+as the latest record deletes the key's row; a record without a key cannot be upserted and is a dead letter. (A
+key deleted by a tombstone has no row left to compete: a later pass's record of that key from another partition
+with an older timestamp then makes a row again, where one pass holding both would not.)
 
 The executors write a pass's typed rows as in append mode, and each slice's tombstones (key, partition, offset,
 timestamp) to a file under `data/_tombstones/`. The driver reads only those four columns of every new file, picks
@@ -16,12 +19,14 @@ orphans).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tierproxy.iceberg.typed import PREFIX
 
 TOMBSTONES_DIR = "/data/_tombstones/"
+CURRENT = -1  # a position of a row already in the table (not of one of the pass's files)
 KEY, PARTITION, OFFSET, TIMESTAMP = (f"{PREFIX}key", f"{PREFIX}partition", f"{PREFIX}offset", f"{PREFIX}timestamp")
 
 
@@ -75,8 +80,12 @@ def latest(positions: Any) -> Any:
     return _last_of_groups(_last_of_groups(positions, [KEY, PARTITION], [OFFSET]), [KEY], [TIMESTAMP, PARTITION])
 
 
-def plan_upsert(io: Any, paths: list[str], arrow_schema: Any) -> UpsertPlan:
-    """The pass's new files (typed rows and tombstones) → what the commit deletes and adds."""
+def plan_upsert(io: Any, paths: list[str], arrow_schema: Any,
+                current: Callable[[list[bytes]], Any] | None = None) -> UpsertPlan:
+    """The pass's new files (typed rows and tombstones) → what the commit deletes and adds. `current(keys)`: the
+    table's rows of those keys (key, partition, offset, timestamp), which compete by the same rule: a key whose
+    row in the table is later than every candidate of this pass keeps it (where passes cut never changes which
+    record a key ends with)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -96,10 +105,22 @@ def plan_upsert(io: Any, paths: list[str], arrow_schema: Any) -> UpsertPlan:
     if not parts:
         return plan
     positions = pa.concat_tables(parts)
-    plan.keys = sorted(set(positions.column(KEY).to_pylist()))
+    touched = sorted(set(positions.column(KEY).to_pylist()))
+    if current is not None and touched:
+        rows = current(touched)
+        positions = pa.concat_tables([positions, pa.table(
+            [rows.column(KEY).cast(pa.large_binary()), rows.column(PARTITION).cast(pa.int32()),
+             rows.column(OFFSET).cast(pa.int64()), rows.column(TIMESTAMP).cast(pa.timestamp("us", "UTC")),
+             pa.array(np.full(rows.num_rows, CURRENT, np.int32)), pa.array(np.full(rows.num_rows, -1, np.int64))],
+            names=[KEY, PARTITION, OFFSET, TIMESTAMP, "file", "row"])])
     winners = latest(positions)
+    standing = {k for k, f in zip(winners.column(KEY).to_pylist(), winners.column("file").to_pylist(), strict=True)
+                if f == CURRENT}
+    plan.keys = [k for k in touched if k not in standing]  # their rows in the table go
     kept: dict[int, list[int]] = {}
     for f, r in zip(winners.column("file").to_pylist(), winners.column("row").to_pylist(), strict=True):
+        if f == CURRENT:
+            continue
         if is_tombstones(paths[f]):
             plan.deletes += 1
         else:
