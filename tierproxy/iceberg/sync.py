@@ -169,11 +169,13 @@ class SegmentDataError(RuntimeError):
 class TablePlanner(Planner):
     """The reader's planner, keeping its partition plans and which recorded topic ids the tier has deleted."""
 
-    def __init__(self, options: ReadOptions, recorded: dict[str, str]) -> None:
+    def __init__(self, options: ReadOptions, recorded: dict[str, str], partitions: dict[str, set[int]]) -> None:
         super().__init__(options)
         self.recorded = recorded
+        self.partitions = partitions  # per recorded topic id, the partitions the table holds rows of
         self.plans: list[PartitionPlan] = []
-        self.gone: set[str] = set()  # topics whose recorded incarnation is deleted (their rows go)
+        self.gone: set[str] = set()  # topics whose recorded incarnation the tier has deleted (their rows go)
+        self.waiting: set[str] = set()  # created again while the tier still holds the recorded incarnation
 
     def _planned(self, view: ClusterView, plans: list[PartitionPlan], rlmm: Any) -> None:
         self.plans = plans
@@ -181,10 +183,16 @@ class TablePlanner(Planner):
         for topic, tid in self.recorded.items():
             if ids.get(topic) == tid:
                 continue
-            # re-created (a new id), or gone from the cluster and its partitions deleted from the tier too; a topic
-            # merely missing from one Metadata answer keeps its rows
-            if topic in ids or rlmm.cache.is_deleted(uuid_bytes(tid), 0):
+            # the table follows the tier's deletions, never its own inference: the recorded incarnation's rows go
+            # once the tier has deleted every partition of it (a topic missing from one Metadata answer, or created
+            # again, keeps them until then)
+            if all(rlmm.cache.is_deleted(uuid_bytes(tid), p) for p in self.partitions.get(tid) or {0}):
                 self.gone.add(topic)
+            elif topic in ids:  # its new incarnation's rows would collide with the old ones (topic, partition,
+                self.waiting.add(topic)  # offset): they wait for the tier to delete the old one
+                log.warning("iceberg: topic %s was created again (id %s); its rows of id %s stay while the tier "
+                            "holds that incarnation, and the new one's wait for the tier to delete it", topic,
+                            ids[topic], tid)
 
 
 def held_back_from(results: Sequence[SliceWritten]) -> int | None:
@@ -230,8 +238,12 @@ class IcebergSync:
                                                       evolve_spec=True), RAW_COLUMNS, _rows)]
         main = targets[-1]
         recorded: dict[str, str] = {}
+        partitions: dict[str, set[int]] = defaultdict(set)
         for t in targets:
             recorded.update(t.ledger.topics)
+            for key in t.ledger.ends:
+                tid, _, partition = key.rpartition(":")
+                partitions[tid].add(int(partition))
         starting: dict[tuple[str, int], int] = {}
         for p in view.partitions:
             key, tid = f"{uuid_str(p.topic_id)}:{p.partition}", uuid_str(p.topic_id)
@@ -240,8 +252,9 @@ class IcebergSync:
                 e for e in ends if e is not None)
         planner = TablePlanner(ReadOptions(o.bootstrap, o.storage, o.metadata, pattern=o.topics, starting=starting,
                                            include_headers=True, read_committed=o.read_committed,
-                                           fail_on_data_loss=False), recorded)
+                                           fail_on_data_loss=False), recorded, partitions)
         slices = [s for s in planner.plan() if s.segment is not None]
+        slices = [s for s in slices if s.topic not in planner.waiting]
         pause_point("planned")
         for t in targets:
             holder = live_lease(t.table, o.writer_lease_ms)
@@ -293,7 +306,8 @@ class IcebergSync:
             t.accepted = self._accept(results, t, stops)
             t.deletes = [] if o.keep else self._follow(planner, t.ledger, t.new, t.columns)
             for pp in planner.plans:
-                t.new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)
+                if pp.info.topic not in planner.waiting:
+                    t.new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)
             self._delete_files(t.table, t.accepted.rejected)
         summary.files_added, summary.rows_added = len(main.accepted.paths), main.accepted.rows
         summary.files_held_back, summary.segments_added = main.accepted.held_back, len(main.accepted.segments)
