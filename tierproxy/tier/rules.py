@@ -7,10 +7,14 @@ history from the tier, and nothing else ever does:
 1. a **purge**: DeleteRecords through a proxy, recorded before its answer goes back (`delete_records_outcome`);
 2. the **tier's own retention** (`tier.retention.ms` / `tier.retention.bytes`, per topic in
    `tier.topic.overrides`; default -1, keep forever), and only of segments wholly below the broker's log start
-   (`expired_segments`), with a guard against a mistyped value (`retention_guard`);
+   (`expired_segments`), with guards against a mistyped value per partition (`retention_guard`) and over the
+   whole tier (`tier_retention_guard`);
 3. the deletion of the topic, proven: the cluster (the one the tier belongs to, `tier.ownership`) answered
    UNKNOWN_TOPIC_ID for the topic's id in passes at least `tier.topic.delete.delay.ms` apart
    (`topic_deletions_due`); a topic missing from a Metadata answer, or one the principal may not describe, stays.
+(Besides these, a `file://` tier's segment whose file is found shorter than its metadata says — a crash before the
+data reached the disk — is deleted from the tier to be copied again, only while the broker still holds every
+offset of it: `tiering.housekeeping.recopy_short_files`.)
 The broker's own retention (its topic `retention.*`, Kafka's `local.retention.*`) moves the *broker's* log start
 only: a move that no recorded purge explains is never taken for a purge, and the tier keeps serving below it.
 
