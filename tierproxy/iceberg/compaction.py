@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tierproxy.config.values import hide_url_passwords
+
 log = logging.getLogger(__name__)
 COMPACTION = "tierproxy.compaction"  # snapshot summary key: the pass whose compaction made the snapshot
 
@@ -207,7 +209,7 @@ def compact(table: Any, offset_column: str, options: CompactionOptions, pass_id:
     except Exception as exc:
         for _, path in keep:
             table.io.delete(path)
-        result.skipped = f"commit failed: {type(exc).__name__}: {str(exc)[:300]}"
+        result.skipped = f"commit failed: {type(exc).__name__}: {hide_url_passwords(str(exc))[:300]}"
         log.warning("iceberg: compaction not committed (the table is as it was; the next pass tries again): %s",
                     result.skipped)
         return result

@@ -358,7 +358,7 @@ class IcebergSync:
         assert t.lease is not None and t.at is not None
         catalog = self.o.catalog
         return Renewal(lambda: open_catalog(catalog).load_table(t.name), t.lease, t.at,
-                       self.o.writer_lease_ms / 3000)
+                       self.o.writer_lease_ms / 3000, catalog.redact)
 
     def _release(self, t: _Target) -> None:
         """Give the lease up (nothing committed); left to expire when the table moved on meanwhile."""
@@ -511,7 +511,7 @@ class IcebergSync:
             raise moved from None
         except Exception as exc:
             raise CatalogError(f"commit to table {t.name} failed, nothing of this pass is in it: "
-                               f"{type(exc).__name__}: {str(exc)[:300]}") from None
+                               f"{type(exc).__name__}: {self.o.catalog.redact(str(exc))[:300]}") from None
         t.lease = None
         if upsert is not None:
             self._delete_files(table, upsert.intermediate)

@@ -117,8 +117,10 @@ class Renewal:
     at snapshot `at`; `lost` says why it stopped (another commit came first). The pass's commits are checked by
     their own compare-and-swap either way."""
 
-    def __init__(self, load: Callable[[], Any], lease: Lease, at: int, every_s: float) -> None:
+    def __init__(self, load: Callable[[], Any], lease: Lease, at: int, every_s: float,
+                 redact: Callable[[str], str]) -> None:
         self.load, self.lease, self.at, self.every_s = load, lease, at, every_s
+        self.redact = redact  # the catalog's errors may quote its URI with a password
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{lease.pass_id}", daemon=True)
@@ -143,9 +145,9 @@ class Renewal:
                     require_at(tx, self.at)
                     tx.set_properties({WRITER: renewed.value()})
             except CommitFailedException as exc:  # the table moved on: another pass took it
-                self.lost = str(exc)[:200]
+                self.lost = self.redact(str(exc))[:200]
                 log.warning("iceberg: pass %s lost its lease: %s", self.lease.pass_id, self.lost)
                 return
             except Exception as exc:  # the catalog did not answer: tried again at the next tick
                 log.warning("iceberg: lease of pass %s not renewed yet: %s: %s", self.lease.pass_id,
-                            type(exc).__name__, str(exc)[:200])
+                            type(exc).__name__, self.redact(str(exc))[:200])
