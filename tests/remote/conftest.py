@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from tests.support.kafka import create_topic, set_retention, small_segments, watermarks
+from tests.support.kafka import create_topic, set_retention, small_segment_producer, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
@@ -40,9 +39,7 @@ def make_tiered_topic(kafka: KafkaCluster, tmp: Path, topic: str, partitions: in
     retention, then five more per partition: the tier holds the start of each partition, the broker the rest."""
     create_topic(kafka.bootstrap, topic, partitions=partitions, config=small_segments(16 * 1024))
     produced: dict[int, list[tuple[bytes | None, bytes | None, int]]] = {p: [] for p in range(partitions)}
-    # a batch must fit in a segment (the broker refuses a bigger one); idempotence keeps a retried batch in order
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "compression.type": "lz4",
-                  "batch.size": 8 * 1024, "enable.idempotence": True})
+    p = small_segment_producer(kafka.bootstrap, **{"compression.type": "lz4"})
     ts0 = int(time.time() * 1000) - 600_000
     for i in range(n):
         part = i % partitions

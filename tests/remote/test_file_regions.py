@@ -10,6 +10,8 @@ import contextlib
 import itertools
 import os
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -299,6 +301,45 @@ def test_a_region_goes_out_after_what_the_transport_holds(tmp_path: Path, loop_k
         runner.run(run())
 
 
+@asynccontextmanager
+async def _a_send_waiting_on_a_full_socket(path: Path, senders: list[FileSender]
+                                           ) -> AsyncIterator[tuple[FileSender, asyncio.Future[BaseException | None]]]:
+    """A loopback connection whose client reads nothing, and the server's send of a 64 MiB region from `path`
+    waiting for the socket: (its sender, the send's outcome: None or the ConnectionError it ended with)."""
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[BaseException | None] = loop.create_future()
+    tasks: list[asyncio.Task[None]] = []
+
+    class Server(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            tasks.append(loop.create_task(self.serve(transport)))  # type: ignore[arg-type]
+
+        async def serve(self, transport: asyncio.WriteTransport) -> None:
+            sender = FileSender(transport, loop)
+            senders.append(sender)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                await sender.send(FileRegion(fd, 0, 64 << 20))
+                outcome.set_result(None)
+            except ConnectionError as exc:
+                outcome.set_result(exc)
+            finally:
+                os.close(fd)
+
+    server = await loop.create_server(Server, "127.0.0.1", 0)
+    client = socket.create_connection(("127.0.0.1", server.sockets[0].getsockname()[1]))
+    try:
+        for _ in range(200):  # until the send waits on a full socket
+            await asyncio.sleep(0.01)
+            if senders and senders[0].waiter is not None:
+                break
+        assert senders and senders[0].waiter is not None and 0 < senders[0].sent < 64 << 20
+        yield senders[0], outcome
+    finally:
+        client.close()
+        server.close()
+
+
 def test_a_send_waiting_on_a_client_that_does_not_read_ends_when_the_connection_closes(tmp_path: Path) -> None:
     """The client takes nothing: the region's send waits for the socket; closing the sender ends it at once with
     ConnectionError (no task left waiting forever)."""
@@ -306,38 +347,9 @@ def test_a_send_waiting_on_a_client_that_does_not_read_ends_when_the_connection_
     path.write_bytes(os.urandom(64 << 20))
 
     async def run() -> None:
-        loop = asyncio.get_running_loop()
-        outcome: asyncio.Future[BaseException | None] = loop.create_future()
-        senders: list[FileSender] = []
-        tasks: list[asyncio.Task[None]] = []
-
-        class Server(asyncio.Protocol):
-            def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                tasks.append(loop.create_task(self.serve(transport)))  # type: ignore[arg-type]
-
-            async def serve(self, transport: asyncio.WriteTransport) -> None:
-                sender = FileSender(transport, loop)
-                senders.append(sender)
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    await sender.send(FileRegion(fd, 0, 64 << 20))
-                    outcome.set_result(None)
-                except ConnectionError as exc:
-                    outcome.set_result(exc)
-                finally:
-                    os.close(fd)
-
-        server = await loop.create_server(Server, "127.0.0.1", 0)
-        client = socket.create_connection(("127.0.0.1", server.sockets[0].getsockname()[1]))
-        for _ in range(200):  # until the send waits on a full socket
-            await asyncio.sleep(0.01)
-            if senders and senders[0].waiter is not None:
-                break
-        assert senders and senders[0].waiter is not None and 0 < senders[0].sent < 64 << 20
-        senders[0].close()
-        assert isinstance(await asyncio.wait_for(outcome, 5), ConnectionError)
-        client.close()
-        server.close()
+        async with _a_send_waiting_on_a_full_socket(path, []) as (sender, outcome):
+            sender.close()
+            assert isinstance(await asyncio.wait_for(outcome, 5), ConnectionError)
 
     import uvloop
 
@@ -365,49 +377,20 @@ def test_a_connection_closed_after_its_socket_turned_writable_is_never_written_t
     monkeypatch.setattr(os, "sendfile", recording)
 
     async def run() -> None:
-        loop = asyncio.get_running_loop()
-        outcome: asyncio.Future[BaseException | None] = loop.create_future()
-
-        tasks: list[asyncio.Task[None]] = []
-
-        class Server(asyncio.Protocol):
-            def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                tasks.append(loop.create_task(self.serve(transport)))  # type: ignore[arg-type]
-
-            async def serve(self, transport: asyncio.WriteTransport) -> None:
-                sender = FileSender(transport, loop)
-                senders.append(sender)
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    await sender.send(FileRegion(fd, 0, 64 << 20))
-                    outcome.set_result(None)
-                except ConnectionError as exc:
-                    outcome.set_result(exc)
-                finally:
-                    os.close(fd)
-
-        server = await loop.create_server(Server, "127.0.0.1", 0)
-        client = socket.create_connection(("127.0.0.1", server.sockets[0].getsockname()[1]))
-        for _ in range(200):  # until the send waits on a full socket
-            await asyncio.sleep(0.01)
-            if senders and senders[0].waiter is not None:
-                break
-        sender = senders[0]
-        assert sender.waiter is not None
-        number, inode = sender.fd, os.fstat(sender.fd).st_ino
-        sender.waiter.set_result(None)  # the socket turned writable ...
-        sender.close()  # ... and the connection closed before the send ran again
-        newcomers = [socket.socket() for _ in range(8)]  # a new socket takes the lowest free number
-        assert os.fstat(number).st_ino == inode, "the descriptor was closed while its send still held it"
-        before = len(calls)
-        assert isinstance(await asyncio.wait_for(outcome, 5), ConnectionError)
-        assert calls[before:] == [] and not any(closed for _, closed in calls)
-        with contextlib.suppress(OSError):  # OSError: closed, and nobody took the number
-            assert os.fstat(number).st_ino != inode, "the send stopped and left its descriptor open"
-        for s in newcomers:
-            s.close()
-        client.close()
-        server.close()
+        async with _a_send_waiting_on_a_full_socket(path, senders) as (sender, outcome):
+            assert sender.waiter is not None
+            number, inode = sender.fd, os.fstat(sender.fd).st_ino
+            sender.waiter.set_result(None)  # the socket turned writable ...
+            sender.close()  # ... and the connection closed before the send ran again
+            newcomers = [socket.socket() for _ in range(8)]  # a new socket takes the lowest free number
+            assert os.fstat(number).st_ino == inode, "the descriptor was closed while its send still held it"
+            before = len(calls)
+            assert isinstance(await asyncio.wait_for(outcome, 5), ConnectionError)
+            assert calls[before:] == [] and not any(closed for _, closed in calls)
+            with contextlib.suppress(OSError):  # OSError: closed, and nobody took the number
+                assert os.fstat(number).st_ino != inode, "the send stopped and left its descriptor open"
+            for s in newcomers:
+                s.close()
 
     import uvloop
 

@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tests.support.kafka import broker_forgets, create_topic, small_segments
+from tests.support.kafka import broker_forgets, create_topic, small_segment_producer, small_segments
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -24,7 +23,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]
 
 
 def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 8 * 1024, "enable.idempotence": True})
+    p = small_segment_producer(bootstrap)
     for v in values:
         p.produce(topic, v.encode())
     assert p.flush(30) == 0

@@ -19,6 +19,14 @@ def small_segments(segment_bytes: int = 16 * 1024) -> dict[str, str]:
     return {"internal.segment.bytes": str(segment_bytes)}
 
 
+def small_segment_producer(bootstrap: str, **config: object) -> Producer:
+    """A producer for topics of `small_segments`: batches of at most 8 KiB (a batch must fit in a segment, the
+    broker refuses a bigger one), idempotent (a retried batch never lands after later ones: offsets stay in the
+    order produced)."""
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 8 * 1024,
+                     "enable.idempotence": True, **config})
+
+
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
                  config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
     """Create a topic with overrides (e.g. small segment.bytes, short retention.ms) and wait for leaders."""

@@ -7,11 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-
 from protocol.constants import ApiKey
 from protocol.requests import fetch_request
-from tests.support.kafka import broker_forgets, create_topic, small_segments
+from tests.support.kafka import broker_forgets, create_topic, small_segment_producer, small_segments
 from tests.support.s3 import S3Server
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -33,8 +31,7 @@ def tier_to_s3_and_forget(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, top
     s3.create_bucket("tier")
     # broker segments of 16 KiB (a batch must fit in one); segment.ms lets broker_forgets' ticks roll the last one
     create_topic(kafka.bootstrap, topic, config={**small_segments(16 * 1024), "segment.ms": "300"})
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "batch.size": 8 * 1024,
-                  "enable.idempotence": True})
+    p = small_segment_producer(kafka.bootstrap)
     for i in range(n):
         p.produce(topic, f"v{i}".encode() * 30)
     assert p.flush(30) == 0

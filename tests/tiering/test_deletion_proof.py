@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.support.kafka import broker_forgets, create_topic, small_segments, watermarks
+from tests.support.kafka import broker_forgets, create_topic, small_segment_producer, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tests.support.waiting import wait_until
@@ -35,8 +34,7 @@ RECORDS = 3000
 def _produce(bootstrap: str, topic: str) -> None:
     # several broker segments; segment.ms lets the ticks of `broker_forgets` roll the last one
     create_topic(bootstrap, topic, config={**small_segments(16 * 1024), "segment.ms": "300"})
-    # a batch must fit in a segment (the broker refuses a bigger one); idempotence keeps a retried batch in order
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 8 * 1024, "enable.idempotence": True})
+    p = small_segment_producer(bootstrap)
     for i in range(RECORDS):
         p.produce(topic, f"v{i}".encode() * 10, f"k{i}".encode())
     assert p.flush(30) == 0

@@ -9,9 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from tests.support.kafka import broker_forgets, create_topic, small_segments, watermarks
+from tests.support.kafka import broker_forgets, create_topic, small_segment_producer, small_segments, watermarks
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.tier.rsm import RemoteStorageManager
@@ -42,8 +41,7 @@ def test_a_put_returns_once_the_file_and_every_new_directory_entry_are_fsynced(t
 
 def _produce(kafka: KafkaCluster, topic: str) -> None:
     create_topic(kafka.bootstrap, topic, config={**small_segments(16 * 1024), "segment.ms": "300"})
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "batch.size": 8 * 1024,
-                  "enable.idempotence": True})
+    p = small_segment_producer(kafka.bootstrap)
     for i in range(RECORDS):
         p.produce(topic, f"value-{i}".encode() * 5)
     assert p.flush(30) == 0

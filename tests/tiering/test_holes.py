@@ -19,7 +19,14 @@ from confluent_kafka.admin import AdminClient
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
-from tests.support.kafka import broker_forgets, create_topic, set_retention, small_segments, watermarks
+from tests.support.kafka import (
+    broker_forgets,
+    create_topic,
+    set_retention,
+    small_segment_producer,
+    small_segments,
+    watermarks,
+)
 from tests.support.proxy import ProxyProcess
 from tests.support.spark import worker_session
 from tests.support.tiering import offsets_of, settings, tiered
@@ -59,8 +66,7 @@ class _OneCopyRefused(TieringJob):
 def _topic(kafka: KafkaCluster, tmp: Path, topic: str) -> TierSettings:
     # broker segments of 16 KiB (a batch must fit in one); segment.ms lets broker_forgets' ticks roll the last one
     create_topic(kafka.bootstrap, topic, config={**small_segments(16 * 1024), "segment.ms": "300"})
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "batch.size": 8 * 1024,
-                  "enable.idempotence": True})
+    p = small_segment_producer(kafka.bootstrap)
     for i in range(RECORDS):
         p.produce(topic, f"v{i}".encode() * 20, f"k{i}".encode())
         if i % 20 == 19:
