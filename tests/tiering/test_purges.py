@@ -146,8 +146,8 @@ def _same_dataframes(bootstrap: str, topic: str, storage: str, metadata: str, lo
 
 def test_records_purged_by_a_kafka_streams_app_never_come_back_through_the_proxy(
         kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
-    """Slow (~60 s): a real Kafka Streams application (a JVM) runs until it has purged its repartition topic
-    through the proxy, then the tier and the proxy are checked."""
+    """Slow (~60 s): a real Kafka Streams application (a JVM, started twice) counts through the proxy and purges
+    its repartition topic; two proxies, three tier passes and a DataFrame comparison check what comes back."""
     app_id = f"purge-{os.getpid()}"
     source, sink, repartition = f"{topic_name}-in", f"{topic_name}-out", f"{app_id}-rekeyed-repartition"
     create_topic(kafka.bootstrap, source)

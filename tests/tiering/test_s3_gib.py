@@ -48,8 +48,8 @@ def _tier(kafka: KafkaCluster, topic: str, storage: str, metadata: str, state: P
 
 def test_a_gib_to_seaweedfs_and_back_with_fenced_concurrent_passes(kafka: KafkaCluster, s3: S3Server, kcat: str,
                                                                     tmp_path: Path, topic_name: str) -> None:
-    """Slow (~55-80 s): a GiB is produced, tiered to SeaweedFS by two passes at once, then read back whole with kcat
-    through the proxy and compared by digest: the volume is the point."""
+    """Slow (~55-80 s): a GiB is produced, tiered to SeaweedFS by two concurrent tier processes (one fenced) and a
+    rerun, then compared by digest: the volume is the point."""
     create_topic(kafka.bootstrap, topic_name, config={"segment.bytes": str(64 << 20)})
     produce(kafka, topic_name, RECORDS)
     expected = _kcat_digest(kcat, kafka.bootstrap, topic_name)
