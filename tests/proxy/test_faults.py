@@ -22,6 +22,7 @@ from protocol.constants import ApiKey
 from protocol.headers import RequestHeader, request_header_version
 from protocol.requests import fetch_request
 from tests.support.kafka import create_topic
+from tests.support.parts import free_port_block
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
@@ -228,7 +229,8 @@ def _settled_rss_mib(pid: int, timeout: float = 20) -> float:
 
 
 def _admin(**env: str) -> dict[str, str]:
-    return {**env, "admin_listen": f"127.0.0.1:{free_port()}"}
+    return {**env, "admin_listen": f"127.0.0.1:{free_port_block(1)}"}  # below the ephemeral range: no client
+    # socket can take it before the proxy binds it
 
 
 def test_slow_client_pauses_the_broker_side(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
@@ -365,9 +367,9 @@ def test_sigterm_stops_the_proxy_in_time_when_the_broker_is_dead(tmp_path: Path,
     consumer = None
     try:
         create_topic(kafka.bootstrap, "doomed")
-        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_METADATA": "topic:",
-                                                               "TIERPROXY_SHUTDOWN_DRAIN_MS": "2000",
-                                                               "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}"})
+        proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
+            "TIERPROXY_METADATA": "topic:", "TIERPROXY_SHUTDOWN_DRAIN_MS": "2000",
+            "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port_block(1)}"})
         wait_until(lambda: _can_request(proxy.bootstrap), "the proxy", timeout=30)
         consumer = subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", "doomed", "-o", "beginning", "-q"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -20,10 +20,11 @@ from protocol.headers import RequestHeader
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tests.support.kafka import create_topic, set_retention, small_segments, watermarks
+from tests.support.parts import free_port_block
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka]
@@ -74,7 +75,7 @@ def history(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> tu
 def _proxy(kafka: KafkaCluster, tier: Path, workdir: Path, bounds: dict[str, int]) -> ProxyProcess:
     proxy = ProxyProcess(kafka.bootstrap, workdir, extra={
         "TIERPROXY_STORAGE": f"file://{tier}/tier", "TIERPROXY_METADATA": f"file://{tier}/meta",
-        "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}",
+        "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port_block(1)}",
         **{k: str(v) for k, v in bounds.items()}})
     wait_until(lambda: _ready(proxy), "the proxy's tier", timeout=60)
     return proxy

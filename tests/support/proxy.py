@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from tests.support.parts import free_port_block, stop_process, unavailable, wait_port
-from tierproxy.dev.kafkadist import free_port
 
 
 class ProxyProcess:
@@ -16,7 +15,7 @@ class ProxyProcess:
 
     def __init__(self, bootstrap: str, workdir: Path, extra: dict[str, str] | None = None,
                  args: list[str] | None = None) -> None:
-        self.port = free_port()
+        self.port = free_port_block(1)  # below the ephemeral range: no client socket takes it before the bind
         self.base = free_port_block(100)
         self.log = workdir / f"tierproxy-{self.port}.log"
         env = dict(os.environ)

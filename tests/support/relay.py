@@ -57,6 +57,10 @@ class TcpRelay:
                 client.close()
                 continue
             with self._lock:
+                if self._stop.is_set():  # closed while connecting: `close` has closed the others already
+                    client.close()
+                    upstream.close()
+                    return
                 self._sockets += [client, upstream]
                 state = self._connection()
             for src, dst, toward_server in ((client, upstream, True), (upstream, client, False)):
@@ -79,7 +83,8 @@ class TcpRelay:
                     s.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
-        self._stop.set()
+        with self._lock:  # a connection accepted from now on is closed by the accepting thread itself
+            self._stop.set()
         self.sock.close()
         self._thread.join(2)
         with self._lock:
