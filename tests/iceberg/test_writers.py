@@ -131,7 +131,8 @@ def test_a_live_writer_is_waited_for_and_a_frozen_one_loses_its_commit(tiered: t
 def test_a_pass_killed_mid_way_costs_one_rerun_with_the_default_settings(tiered: tuple[Step, Any]) -> None:
     """kill -9 after the files are written (the lease left behind) and after the commit, then a rerun at once with
     the default lease and orphan age: it takes the dead pass's lease over (its process is gone) and completes.
-    Before: every pass for the next hour said the table was being written by the dead one."""
+    Before: every pass for the next hour said the table was being written by the dead one. Slow (~50-65 s): three
+    passes run as processes of their own (a JVM each) to be killed, each followed by a tier pass and a rerun."""
     step, s = tiered
     defaults = {"TIERPROXY_ICEBERG_ORPHAN_MIN_AGE_MS": "3600000"}
     for point in ("files", "planned", "commit"):
