@@ -15,8 +15,10 @@ class ProxyProcess:
 
     def __init__(self, bootstrap: str, workdir: Path, extra: dict[str, str] | None = None,
                  args: list[str] | None = None) -> None:
-        self.port = free_port_block(1)  # below the ephemeral range: no client socket takes it before the bind
-        self.base = free_port_block(100)
+        # one block below the ephemeral range (no client socket takes a port before the proxy binds it): the
+        # listener, then the 100 broker ports (two blocks picked apart could overlap)
+        self.port = free_port_block(101)
+        self.base = self.port + 1
         self.log = workdir / f"tierproxy-{self.port}.log"
         env = dict(os.environ)
         env.update({"TIERPROXY_BROKER_PORT_BASE": str(self.base), "TIERPROXY_BROKER_PORT_RANGE": "100",
