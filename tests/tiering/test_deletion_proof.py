@@ -115,8 +115,8 @@ def test_a_deleted_topic_leaves_the_tier_after_the_delay_and_within_the_guard(ka
 
     delayed = settings(kafka.bootstrap, tmp_path, topic_name, tier_topic_delete_delay_ms=2000,
                        confirm_retention=True)
-    first_seen = time.time()
     first = tier_once(delayed)  # proven gone, first seen now: kept for the delay
+    first_seen = time.time()  # after the pass: its own "first seen" stamp is no later than this
     assert first.partitions_deleted == 0 and len(first.topics_pending_deletion) == 1, first
     assert topic_name in first.topics_pending_deletion[0]
     assert offsets_of(tiered(s, topic_name)[1]) == list(range(RECORDS))
