@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.apis import discovery, fetch, offsets, produce, sasl
+from protocol.apis import admin, discovery, fetch, offsets, produce, sasl
 from protocol.constants import ApiKey
 from protocol.errors import ProtocolError
 from protocol.framing import frame_header
@@ -52,6 +52,25 @@ SUPPORTED: dict[int, ApiSchema] = {s.api_key: s for s in (
 )}
 
 
+# APIs only tierproxy's own clients send (restore, the tier job): the proxy carries them opaque, so they cap no
+# client's versions; Produce's request is declared here for the same reason.
+OWN: dict[int, ApiSchema] = {s.api_key: s for s in (
+    ApiSchema(0, "Produce", admin.PRODUCE_REQUEST, produce.PRODUCE_RESPONSE),
+    ApiSchema(8, "OffsetCommit", admin.OFFSET_COMMIT_REQUEST, admin.OFFSET_COMMIT_RESPONSE),
+    ApiSchema(9, "OffsetFetch", admin.OFFSET_FETCH_REQUEST, admin.OFFSET_FETCH_RESPONSE),
+    ApiSchema(16, "ListGroups", admin.LIST_GROUPS_REQUEST, admin.LIST_GROUPS_RESPONSE),
+    ApiSchema(43, "ElectLeaders", admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE),
+    ApiSchema(45, "AlterPartitionReassignments", admin.ALTER_PARTITION_REASSIGNMENTS_REQUEST,
+              admin.ALTER_PARTITION_REASSIGNMENTS_RESPONSE),
+)}
+
+
+def own_schema(api_key: int) -> ApiSchema:
+    """The schema tierproxy's own clients use for `api_key`: their own declaration first, else the proxy's."""
+    s = OWN.get(api_key)
+    return s if s is not None else schema(api_key)
+
+
 def schema(api_key: int) -> ApiSchema:
     s = SUPPORTED.get(api_key)
     if s is None:
@@ -75,7 +94,7 @@ def decode_request(header: RequestHeader, frame: memoryview) -> Data:
 def decode_response(api_key: int, api_version: int, frame: memoryview, body_offset: int) -> Data:
     """Decode a response body. An ApiVersions response that does not parse at the request's version is read
     as v0, as the Java client does: a broker answers a version it does not know with a v0 UNSUPPORTED_VERSION."""
-    response = schema(api_key).response
+    response = own_schema(api_key).response
     try:
         return response.decode(frame, api_version, body_offset)
     except ProtocolError:
@@ -86,7 +105,7 @@ def decode_response(api_key: int, api_version: int, frame: memoryview, body_offs
 
 def encode_request(header: RequestHeader, data: MessageIn) -> list[Buffer]:
     """A whole request frame (size prefix, header, body) as chunks; record sets are not copied."""
-    req = schema(header.api_key).request
+    req = own_schema(header.api_key).request
     if req is None:
         raise ProtocolError("request body is opaque", api_key=header.api_key)
     w = Writer()

@@ -22,7 +22,8 @@ EXAMPLES = int(os.environ.get("TIERPROXY_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 MESSAGES: list[tuple[Message, int]] = [
-    (msg, v) for s in registry.SUPPORTED.values() for msg in (s.request, s.response) if msg is not None
+    (msg, v) for msg in {id(m): m for s in (*registry.SUPPORTED.values(), *registry.OWN.values())
+                         for m in (s.request, s.response) if m is not None}.values()
     for v in range(msg.min_version, msg.max_version + 1)]
 VALID = {(m.name, v): m.encode(sample(m, v, seed=3), v) for m, v in MESSAGES}
 
@@ -84,7 +85,8 @@ def test_arbitrary_request_streams(data: bytes, step: int) -> None:
 
 
 @FUZZ
-@given(st.sampled_from([m for m in MESSAGES if m[0].name.endswith("Response")]),
+@given(st.sampled_from([m for m in MESSAGES if m[0].name.endswith("Response") and any(
+    m[0] is s.response for s in registry.SUPPORTED.values())]),
        st.lists(mutation, min_size=1, max_size=4))
 def test_mutated_response_frames(case: tuple[Message, int], ops: list[tuple[str, int, int]]) -> None:
     msg, version = case
