@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.support.segments import Partition, one_pass, tp
 from tierproxy.tier.model import SegmentState, TopicIdPartition
-from tierproxy.tier.rlmm import RemoteLogMetadataManager
+from tierproxy.tier.rlmm import RemoteLogMetadataManager, ReplayedMetadata
 from tierproxy.tier.rlmm_topic import TopicRLMM
 from tierproxy.tier.serde import metadata_partition
 
@@ -110,6 +110,7 @@ def test_compaction_and_checkpoint_describe_the_same_tier_as_a_full_replay(
         assert view(ReplayRLMM(compacted(r.log))) == live, "compacted"
         assert view(ReplayRLMM(compacted(r.log[:cut]) + r.log[cut:])) == live, "compacted, then the tail"
         assert view(restarted(r.log, t, tmp_path / "cp")) == live, "checkpoint restart"
+        assert view(ReplayedMetadata.of(r.live_records())) == live, "a tier snapshot's records"
 
     asyncio.run(go())
 

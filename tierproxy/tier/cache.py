@@ -20,6 +20,7 @@ from tierproxy.tier.model import (
     SegmentState,
     TierPass,
     TopicIdPartition,
+    TopicMount,
     check_partition_transition,
     check_segment_transition,
 )
@@ -226,6 +227,16 @@ class MetadataCache:
         self.pass_requested: TierPass | None = None  # the latest tiering pass asked for (admin API)
         self.pass_done: TierPass | None = None  # the latest pass that served a request
         self.events_applied = 0
+        self.mounts: dict[bytes, TopicMount] = {}  # origin topic id → its mount (a restore's hand-over)
+        self.aliases: dict[bytes, bytes] = {}  # a restored topic's id in the owning cluster → the history's id
+
+    def origin(self, topic_id: bytes) -> bytes:
+        """The id the tier keeps `topic_id`'s history under: the origin id when it is a restored topic's alias."""
+        return self.aliases.get(topic_id, topic_id)
+
+    def inherited(self, topic_id: bytes) -> bool:
+        """An id the tier holds from a cluster that is gone: only its alias (if any) can be proven deleted."""
+        return topic_id in self.mounts
 
     def partition(self, tp: TopicIdPartition) -> PartitionCache:
         key = (tp.topic_id, tp.partition)
@@ -235,7 +246,8 @@ class MetadataCache:
         return pc
 
     def get(self, topic_id: bytes, partition: int) -> PartitionCache | None:
-        return self.partitions.get((topic_id, partition))
+        """By id: the cluster's id of a restored topic finds the history it continues."""
+        return self.partitions.get((self.aliases.get(topic_id, topic_id), partition))
 
     def apply_record(self, md: RemoteLogSegmentMetadata) -> None:
         """A full segment record carrying any state, as the metadata topic stores each event.
@@ -262,8 +274,15 @@ class MetadataCache:
         self.events_applied += 1
 
     def apply(self, event: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
-              | RemotePartitionDeleteMetadata | RemoteLogStartOffset | TierPass) -> None:
-        if isinstance(event, TierPass):
+              | RemotePartitionDeleteMetadata | RemoteLogStartOffset | TierPass | TopicMount) -> None:
+        if isinstance(event, TopicMount):
+            old = self.mounts.get(event.origin_id)
+            if old is not None:
+                self.aliases.pop(old.alias_id, None)
+            self.mounts[event.origin_id] = event
+            if event.mounted:
+                self.aliases[event.alias_id] = event.origin_id
+        elif isinstance(event, TierPass):
             if event.requested:
                 self.pass_requested = event
             else:
@@ -291,7 +310,7 @@ class MetadataCache:
         return found[-1] if found else None
 
     def is_deleted(self, topic_id: bytes, partition: int) -> bool:
-        return (topic_id, partition) in self.deletions
+        return (self.aliases.get(topic_id, topic_id), partition) in self.deletions
 
     def pass_pending(self) -> TierPass | None:
         """The tiering pass asked for that no pass has served yet (None: none)."""

@@ -182,3 +182,24 @@ class TierPass:
     event_timestamp_ms: int
     summary: str | None = None
     returncode: int = 0
+
+
+NO_ALIAS = bytes(16)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMount:
+    """A topic id the tier holds from a cluster that is gone (`origin_cluster`), as a restore handed it to the
+    cluster that now owns the tier (`owner_cluster`). `alias_id` is the restored topic's id there: its history
+    continues as one log under `origin_id`. NO_ALIAS: the topic was not restored; its history is kept, and the new
+    owner can never prove it deleted (it never had that id)."""
+    topic: str
+    origin_id: bytes
+    alias_id: bytes
+    origin_cluster: str
+    owner_cluster: str
+    event_timestamp_ms: int
+
+    @property
+    def mounted(self) -> bool:
+        return self.alias_id != NO_ALIAS

@@ -29,6 +29,7 @@ from tierproxy.tier.model import (
     SegmentState,
     TierPass,
     TopicIdPartition,
+    TopicMount,
     check_partition_transition,
     check_segment_transition,
 )
@@ -52,6 +53,7 @@ class RemoteLogMetadataManager(abc.ABC):
     def __init__(self) -> None:
         self.cache = MetadataCache()
         self.keys: dict[tuple[bytes, int], set[bytes]] = {}  # live (not tombstoned) record keys per partition
+        self.values: dict[bytes, bytes] = {}  # every live record, latest write last: what compaction keeps
         self.records_skipped = 0  # malformed or inapplicable records, logged and skipped
         self.consumer_restarts = 0  # the metadata consumer failed and was restarted (with backoff)
         self.failure: BaseException | None = None  # why the view is not moving right now (None: it is)
@@ -81,12 +83,17 @@ class RemoteLogMetadataManager(abc.ABC):
         if value is None:
             if pk is not None:
                 self.keys.get(pk, set()).discard(key)
+            if key:
+                self.values.pop(key, None)
             return
         event = decode_value(value)
         if isinstance(event, RemoteLogSegmentMetadata):
             self.cache.apply_record(event)
         else:
             self.cache.apply(event)
+        if key and not key.startswith(b"tierproxy:tierPass:"):  # a pass request is this cluster's, not history
+            self.values.pop(key, None)
+            self.values[key] = bytes(value)
         if pk is not None and key is not None:
             self.keys.setdefault(pk, set()).add(key)
 
@@ -191,6 +198,21 @@ class RemoteLogMetadataManager(abc.ABC):
         await self.publish([(key, encode_value(event)), *((k, None) for k in lower)])
         return True
 
+    async def put_mounts(self, mounts: list[TopicMount]) -> None:
+        """A restore's hand-over of topic ids from a lost cluster (`TopicMount`)."""
+        await self.publish([(record_key(m), encode_value(m)) for m in mounts])
+
+    async def put_records(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Records as another metadata topic held them (a tier snapshot's, replayed by a restore): stored unchanged,
+        each standing on its own as in a compacted topic; malformed ones raise before anything is written."""
+        for _, value in records:
+            decode_value(value)
+        await self.publish(list(records))
+
+    def live_records(self) -> list[tuple[bytes, bytes]]:
+        """Every live record (latest write per key, in write order): replayed, they give this view."""
+        return list(self.values.items())
+
     # --- queries -----------------------------------------------------------------------------------------------
     def partition(self, tp: TopicIdPartition) -> PartitionCache | None:
         return self.cache.get(tp.topic_id, tp.partition)
@@ -202,6 +224,29 @@ class RemoteLogMetadataManager(abc.ABC):
     def segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         pc = self.partition(tp)
         return pc.all_segments() if pc else []
+
+
+class ReplayedMetadata(RemoteLogMetadataManager):
+    """A read-only view built from stored records (a tier snapshot's): what they say, with nothing published."""
+
+    @classmethod
+    def of(cls, records: list[tuple[bytes, bytes]]) -> ReplayedMetadata:
+        view = cls()
+        for key, value in records:
+            view.apply_record(key, value)
+        return view
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def publish(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        raise RuntimeError("a replayed metadata view is read-only")
+
+    async def catch_up(self) -> None:
+        return None
 
 
 def _offset_of(log_start_key: bytes) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer
 from tierproxy.tier.cache import MetadataCache
-from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate, TierPass
+from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate, TierPass, TopicMount
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, WriterFenced
 from tierproxy.tier.serde import decode_value, metadata_partition
 
@@ -317,7 +317,7 @@ class TopicRLMM(RemoteLogMetadataManager):
     def _partition_for(self, key: bytes, value: bytes | None) -> int:
         if value is not None:
             event = decode_value(value)
-            if isinstance(event, TierPass):
+            if isinstance(event, (TierPass, TopicMount)):
                 return 0  # not a partition's: the first metadata partition
             tp = event.segment_id.tp if isinstance(event, RemoteLogSegmentMetadataUpdate) else event.tp
             return metadata_partition(tp, self.partitions)

@@ -9,6 +9,8 @@ Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka p
       the log start in the broker, which tierproxy's brokers know only as their local start)
    65 TierPassRecord (tierproxy's own, v1: a tiering pass asked for through the admin API, and the pass that
       served it; keys "tierproxy:tierPass:requested" / "tierproxy:tierPass:done", metadata partition 0)
+   66 TopicMountRecord (tierproxy's own, v1: a topic id of a lost cluster handed by a restore to the cluster that
+      owns the tier now, with the restored topic's id there; key "tierproxy:mount:originId", metadata partition 0)
 Record key (compacted topic) => "topicId:partition:endOffset:brokerLeaderEpoch" for segment records,
     except a segment that has not finished its copy: "topicId:partition:segment:segmentId" (see below),
     "topicId:partition" for partition-deletion records, "topicId:partition:logStart:offset" for log start
@@ -38,11 +40,12 @@ from tierproxy.tier.model import (
     SegmentState,
     TierPass,
     TopicIdPartition,
+    TopicMount,
     uuid_str,
 )
 
 Event = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-         | RemoteLogStartOffset | TierPass)
+         | RemoteLogStartOffset | TierPass | TopicMount)
 VERSION = 1
 
 _TIP = [F("name", "string", "0+"), F("id", "uuid", "0+"), F("partition", "int32", "0+")]
@@ -99,8 +102,17 @@ TIER_PASS_RECORD = Message("TierPassRecord", api_key=65, versions="1", flexible=
     F("returncode", "int32", "1+"),
 ])
 
+MOUNT_RECORD = Message("TopicMountRecord", api_key=66, versions="1", flexible="1+", fields=[
+    F("topic", "string", "1+"),
+    F("origin_id", "uuid", "1+"),
+    F("alias_id", "uuid", "1+"),
+    F("origin_cluster", "string", "1+"),
+    F("owner_cluster", "string", "1+"),
+    F("event_timestamp_ms", "int64", "1+"),
+])
+
 _BY_KEY = {m.api_key: m for m in (SEGMENT_RECORD, UPDATE_RECORD, PARTITION_DELETE_RECORD, LOG_START_RECORD,
-                                  TIER_PASS_RECORD)}
+                                  TIER_PASS_RECORD, MOUNT_RECORD)}
 
 
 def _tip(tp: TopicIdPartition) -> dict[str, object]:
@@ -144,6 +156,11 @@ def encode_value(event: Event, version: int = VERSION) -> bytes:
         msg, data = TIER_PASS_RECORD, {
             "request_id": event.request_id, "requested": event.requested,
             "event_timestamp_ms": event.event_timestamp_ms, "summary": event.summary, "returncode": event.returncode}
+    elif isinstance(event, TopicMount):
+        msg, data = MOUNT_RECORD, {
+            "topic": event.topic, "origin_id": event.origin_id, "alias_id": event.alias_id,
+            "origin_cluster": event.origin_cluster, "owner_cluster": event.owner_cluster,
+            "event_timestamp_ms": event.event_timestamp_ms}
     elif isinstance(event, RemoteLogStartOffset):
         msg, data = LOG_START_RECORD, {
             "topic_id_partition": _tip(event.tp), "broker_id": event.broker_id,
@@ -183,6 +200,9 @@ def decode_value(value: bytes | memoryview) -> Event:
                 d["end_offset"])
         if api_key == TIER_PASS_RECORD.api_key:
             return TierPass(d["request_id"], d["requested"], d["event_timestamp_ms"], d["summary"], d["returncode"])
+        if api_key == MOUNT_RECORD.api_key:
+            return TopicMount(d["topic"], bytes(d["origin_id"]), bytes(d["alias_id"]), d["origin_cluster"],
+                              d["owner_cluster"], d["event_timestamp_ms"])
         if api_key == LOG_START_RECORD.api_key:
             return RemoteLogStartOffset(_from_tip(d["topic_id_partition"]), d["log_start_offset"],
                                         d["event_timestamp_ms"], d["broker_id"])
@@ -200,6 +220,8 @@ def record_key(event: Event, end_offset: int | None = None) -> bytes:
         return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}".encode()
     if isinstance(event, TierPass):
         return b"tierproxy:tierPass:requested" if event.requested else b"tierproxy:tierPass:done"
+    if isinstance(event, TopicMount):
+        return f"tierproxy:mount:{uuid_str(event.origin_id)}".encode()
     if isinstance(event, RemoteLogStartOffset):
         return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}:logStart:{event.log_start_offset}".encode()
     if isinstance(event, RemoteLogSegmentMetadata):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from protocol.constants import ApiKey, ErrorCode
@@ -20,10 +20,17 @@ log = logging.getLogger("tierproxy.tier")
 @dataclass(frozen=True)
 class PartitionInfo:
     topic: str
-    topic_id: bytes
+    topic_id: bytes  # the id the tier keeps the history under (a restored topic's: the lost cluster's, `mounted`)
     partition: int
     leader: int
     leader_epoch: int
+    replicas: int = 1
+    cluster_topic_id: bytes = b""  # the cluster's own id when it differs from `topic_id` (a restored topic)
+
+    @property
+    def id_in_cluster(self) -> bytes:
+        """The id to name the topic by in requests to the cluster (Fetch v13+, Metadata by id)."""
+        return self.cluster_topic_id or self.topic_id
 
 
 @dataclass(frozen=True)
@@ -57,10 +64,20 @@ def describe_cluster(bootstrap: str, identity: ClientIdentity | None = None) -> 
         if t["is_internal"]:
             internal.add(t["name"])
         for p in t["partitions"]:
-            parts.append(PartitionInfo(t["name"], t["topic_id"], p["partition_index"], p["leader_id"],
-                                       p["leader_epoch"]))
+            parts.append(PartitionInfo(t["name"], bytes(t["topic_id"]), p["partition_index"], p["leader_id"],
+                                       p["leader_epoch"], len(p["replica_nodes"])))
     return ClusterView(brokers, sorted(parts, key=lambda p: (p.topic, p.partition)), internal, identity,
                        md["cluster_id"])
+
+
+def mounted(view: ClusterView, aliases: dict[bytes, bytes]) -> ClusterView:
+    """`view` with each restored topic named by the id its history is kept under (`aliases`: the cluster's id →
+    the tier's, `tier.cache.MetadataCache.aliases`); the cluster's own id stays in `cluster_topic_id`."""
+    if not aliases:
+        return view
+    parts = [replace(p, topic_id=aliases[p.topic_id], cluster_topic_id=p.topic_id) if p.topic_id in aliases else p
+             for p in view.partitions]
+    return replace(view, partitions=parts)
 
 
 def deleted_topic_ids(bootstrap: str, topic_ids: set[bytes], identity: ClientIdentity | None = None) -> set[bytes]:

@@ -109,6 +109,7 @@ class CopyTask:
     first: bool  # the first range after the tier's end: a batch straddling `start` is kept
     segment_id: bytes
     storage: str
+    fetch_topic_id: bytes | None = None  # the cluster's id when it is not `topic_id` (a restored topic)
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
         if not task.leader:
             raise LeaderMoved(f"{task.topic}-{task.partition} has no leader the cluster can name")
         batches, aborted = fetch_range(task.leader, task.topic, task.partition, task.start, task.end,
-                                       task.first, identity, task.topic_id)  # the id recorded
+                                       task.first, identity, task.fetch_topic_id or task.topic_id)
         if not batches:
             return CopyResult(task, ok=True, empty=True)
         builder = SegmentBuilder(txn_starts=aborted)

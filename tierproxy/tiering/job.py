@@ -40,8 +40,18 @@ from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
 from tierproxy.tiering import housekeeping
-from tierproxy.tiering.cluster import ClusterView, deleted_topic_ids, describe_cluster, list_offsets, topic_configs
+from tierproxy.tiering.cluster import (
+    ClusterView,
+    PartitionInfo,
+    PartitionOffsets,
+    deleted_topic_ids,
+    describe_cluster,
+    list_offsets,
+    mounted,
+    topic_configs,
+)
 from tierproxy.tiering.copy import CopyResult, CopyTask, copy_task
+from tierproxy.tiering.describe import build_snapshot, write_snapshot
 from tierproxy.tiering.plan import Gap, Range, plan_partition, select_topics
 
 log = logging.getLogger("tierproxy.tier")
@@ -66,6 +76,7 @@ class RunSummary:
     lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
     errors: list[str] = field(default_factory=list)
     recopied: int = 0  # segments whose file:// tier file was short, copied again (once per job, at its first pass)
+    snapshot: str = ""  # the tier snapshot this pass wrote (`tier.snapshot`: what a restore reads)
 
     @property
     def exit_code(self) -> int:
@@ -192,6 +203,7 @@ class TieringJob:
             self.run(self.rlmm.start())
             self._started = True
         self.run(self.rlmm.catch_up())
+        view = self._view = mounted(view, self.rlmm.cache.aliases)  # restored topics continue their history
         self.serving = self.rlmm.cache.pass_pending()  # a pass asked for through the admin API: this one serves it
         topics = sorted({p.topic for p in view.partitions})
         configs = topic_configs(s.own_bootstrap, topics, s.identity) if topics else {}
@@ -248,9 +260,19 @@ class TieringJob:
             if o is not None:
                 end = pc.latest_tiered_offset() if pc else -1
                 summary.lag[f"{p.topic}-{p.partition}"] = tiering_lag(end, o.log_start, o.last_stable)
+        self._describe_tier(summary, view, parts, configs, after)
         summary.seconds = time.monotonic() - started
         self._write_state(summary)
         return summary
+
+    def _describe_tier(self, summary: RunSummary, view: ClusterView, parts: list[PartitionInfo],
+                       configs: dict[str, dict[str, str]], offsets: dict[tuple[str, int], PartitionOffsets]) -> None:
+        """The tier's description of itself (`tier.snapshot`), written after the pass: what a restore needs."""
+        snap = build_snapshot(summary.run_id, int(time.time() * 1000), view, parts, configs, offsets, self.rlmm,
+                              getattr(self.rlmm, "topic", None))
+        if snap.groups_unreadable:
+            summary.errors.append(f"group offsets not in the tier snapshot: {snap.groups_unreadable}")
+        summary.snapshot = write_snapshot(self.rsm, snap, self.loop)
 
     def report(self, summary: RunSummary) -> None:
         """Record that this pass served the pass asked for through the admin API (its run turns succeeded or
@@ -279,7 +301,15 @@ class TieringJob:
         listed = {p.topic_id for p in view.partitions}
         cache = self.rlmm.cache
         absent = {tid for (tid, p) in cache.partitions if tid not in listed and not cache.is_deleted(tid, p)}
-        gone = deleted_topic_ids(s.own_bootstrap, absent, s.identity)
+        # an id inherited from a lost cluster is proven gone only through its alias here (the restored topic):
+        # this cluster never had the id itself, and its UNKNOWN_TOPIC_ID for it proves nothing
+        asked = {tid: cache.mounts[tid].alias_id if cache.inherited(tid) else tid for tid in absent
+                 if not cache.inherited(tid) or cache.mounts[tid].mounted}
+        for tid in sorted(absent - set(asked)):
+            log.info("tiered topic id %s came from cluster %s and was not restored: kept", uuid_str(tid),
+                     cache.mounts[tid].origin_cluster)
+        answered = deleted_topic_ids(s.own_bootstrap, set(asked.values()), s.identity)
+        gone = {tid for tid, asked_id in asked.items() if asked_id in answered}
         for tid in sorted(absent - gone):
             log.info("tiered topic id %s is not in the cluster's answer but not proven deleted: kept", uuid_str(tid))
         path = Path(s.tier_state_dir) / "topics_gone.json"
@@ -341,7 +371,7 @@ class TieringJob:
             mds.append(new_segment(tp, seg_id, r.start, r.end - 1, -1, {max(r.part.leader_epoch, 0): r.start}, 0,
                                    broker_leader_epoch=max(r.part.leader_epoch, 0)))
             tasks.append(CopyTask(self._leader(r), r.part.topic, r.part.topic_id, r.part.partition, r.start, r.end,
-                                  r.first, seg_id, self.settings.storage))
+                                  r.first, seg_id, self.settings.storage, r.part.cluster_topic_id or None))
         self.run(self.rlmm.add_segments(mds))
         return tasks
 
@@ -359,7 +389,7 @@ class TieringJob:
         deadline = time.monotonic() + s.remote_log_manager_task_retry_backoff_max_ms / 1000
         while True:
             time.sleep(delay)
-            view = describe_cluster(s.own_bootstrap, s.identity)
+            view = mounted(describe_cluster(s.own_bootstrap, s.identity), self.rlmm.cache.aliases)
             current = {(p.topic_id, p.partition): p for p in view.partitions}
             waiting = [k for k in moved if (p := current.get(k[:2])) is None or p.leader < 0 or p.leader == k[2]]
             if not waiting or time.monotonic() + delay >= deadline:

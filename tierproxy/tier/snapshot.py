@@ -1,0 +1,137 @@
+"""The tier's description of itself: what makes its segments readable without the cluster they came from.
+
+Each `tier` pass writes one snapshot object under the tier's prefix, `snapshots/<taken ms>-<run id>.json`:
+- the lineage: the cluster the pass ran against, and the metadata topic (name and id) the records come from;
+- every live record of the remote log metadata (segments in any state, recorded purges, partition deletions,
+  mounts), exactly as the compacted topic holds them: replayed in order into a metadata topic, they give the same
+  view (`RemoteLogMetadataManager.live_records`);
+- per tiered topic its id, partition count and the configs a restore recreates (`RESTORED_CONFIGS`);
+- per partition its high watermark, log start and leader epoch at the pass;
+- the committed offsets (with leader epoch and metadata) of every group with commits on a tiered topic, or why
+  they could not be read (the group DESCRIBE ACL missing).
+A snapshot is written whole (a file store writes a temporary file and renames it; an S3 PUT is atomic) and the
+newest one that parses wins (`newest`). The last `KEPT` are kept; older ones are deleted by the pass that writes a
+newer one (they describe nothing the newest does not: each is complete).
+
+What a lost cluster costs is what was produced after the last pass: the recovery point is the pass interval.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tierproxy.tier.storage import ObjectMissing, ObjectStore, StorageError
+
+log = logging.getLogger("tierproxy.tier")
+
+PREFIX = "snapshots/"
+FORMAT = 1
+KEPT = 5
+# the topic configs a restore recreates (any other config takes the new cluster's default)
+RESTORED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes", "compression.type", "max.message.bytes",
+                    "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+                    "min.insync.replicas", "segment.bytes", "segment.ms", "min.compaction.lag.ms",
+                    "max.compaction.lag.ms", "delete.retention.ms")
+
+
+@dataclass(frozen=True)
+class TopicFacts:
+    """A tiered topic as its cluster described it at the pass."""
+
+    name: str
+    topic_id: str  # the id the tier keeps its history under (Kafka's base64 form)
+    cluster_topic_id: str  # the cluster's own id (differs for a topic a restore continued)
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class PartitionFacts:
+    topic: str
+    partition: int
+    high_watermark: int
+    log_start: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int  # -1: committed without one
+    metadata: str | None
+
+
+@dataclass
+class TierSnapshot:
+    cluster_id: str
+    taken_ms: int
+    run_id: str
+    metadata_topic: str | None  # the metadata topic's name and id (None: a file metadata store)
+    metadata_topic_id: str | None
+    topics: dict[str, TopicFacts] = field(default_factory=dict)
+    partitions: list[PartitionFacts] = field(default_factory=list)
+    groups: dict[str, list[GroupOffset]] = field(default_factory=dict)
+    groups_unreadable: str | None = None  # why group offsets are missing (an ACL), None: read
+    records: list[tuple[bytes, bytes]] = field(default_factory=list)  # live metadata records, in order
+
+    @property
+    def name(self) -> str:
+        return f"{PREFIX}{self.taken_ms:020d}-{self.run_id}.json"
+
+    def encode(self) -> bytes:
+        d: dict[str, Any] = asdict(self)
+        d["format"] = FORMAT
+        d["records"] = [[base64.b64encode(k).decode(), base64.b64encode(v).decode()] for k, v in self.records]
+        return json.dumps(d, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> TierSnapshot:
+        """Raises ValueError for anything but a whole snapshot of a known format."""
+        try:
+            d = json.loads(raw)
+            if d.get("format") != FORMAT:
+                raise ValueError(f"unknown snapshot format {d.get('format')!r}")
+            return cls(
+                d["cluster_id"], int(d["taken_ms"]), d["run_id"], d["metadata_topic"], d["metadata_topic_id"],
+                {n: TopicFacts(**t) for n, t in d["topics"].items()},
+                [PartitionFacts(**p) for p in d["partitions"]],
+                {g: [GroupOffset(**o) for o in offs] for g, offs in d["groups"].items()},
+                d["groups_unreadable"],
+                [(base64.b64decode(k), base64.b64decode(v)) for k, v in d["records"]])
+        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"not a whole tier snapshot: {exc!r}") from None
+
+
+def _key(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
+
+
+async def write(store: ObjectStore, prefix: str, snap: TierSnapshot) -> str:
+    """Write `snap` whole, then delete all but the newest `KEPT`; returns its key."""
+    key = _key(prefix, snap.name)
+    await store.put(key, snap.encode())
+    names = sorted(await store.list(_key(prefix, PREFIX)))
+    old = [k for k in names if k.endswith(".json")][:-KEPT]
+    if old:
+        await store.delete_many(old)
+    return key
+
+
+async def newest(store: ObjectStore, prefix: str) -> TierSnapshot | None:
+    """The newest snapshot that parses (one cut short or unreadable is skipped with a warning); None: none."""
+    keys = sorted((k for k in await store.list(_key(prefix, PREFIX)) if k.endswith(".json")), reverse=True)
+    for key in keys:
+        try:
+            return TierSnapshot.decode(await store.get(key))
+        except (ValueError, ObjectMissing) as exc:
+            log.warning("skipping tier snapshot %s: %s", key, exc)
+        except StorageError:
+            raise
+    return None

@@ -1,0 +1,108 @@
+"""What a `tier` pass records so the tier outlives its cluster (`tier.snapshot`): topic facts, partition offsets and
+epochs, the committed offsets of the groups that read tiered topics, and every live metadata record."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+
+from protocol.constants import ApiKey, ErrorCode
+from tierproxy.tier.rlmm import RemoteLogMetadataManager
+from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.snapshot import RESTORED_CONFIGS, GroupOffset, PartitionFacts, TierSnapshot, TopicFacts, write
+from tierproxy.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
+from tierproxy.wireclient import WireClient
+
+log = logging.getLogger("tierproxy.tier")
+GROUP_AUTHORIZATION_FAILED = 30
+
+
+class GroupsUnreadable(RuntimeError):
+    """The principal may not describe some groups (the DESCRIBE ACL on groups): their offsets are not recorded."""
+
+
+def group_offsets(view: ClusterView, topics: set[str]) -> dict[str, list[GroupOffset]]:
+    """The committed offsets on `topics` of every group the cluster lists (ListGroups asks each broker for the
+    groups it coordinates; OffsetFetch asks each group's coordinator). Raises GroupsUnreadable naming the groups
+    whose offsets the principal may not read (the others are returned through the exception's `partial`)."""
+    groups: set[str] = set()
+    for address in view.brokers.values():
+        with WireClient(address, client_id="tierproxy-tier", identity=view.identity) as w:
+            resp = w.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+        if resp["error_code"] == 0:
+            groups |= {g["group_id"] for g in resp["groups"]}
+        elif resp["error_code"] != ErrorCode.COORDINATOR_NOT_AVAILABLE:
+            raise GroupsUnreadable(f"ListGroups answered error {resp['error_code']} at {address}")
+    out: dict[str, list[GroupOffset]] = {}
+    refused: list[str] = []
+    for address, names in _coordinators(view, sorted(groups)).items():
+        with WireClient(address, client_id="tierproxy-tier", identity=view.identity) as w:
+            resp = w.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": g, "topics": None} for g in names],
+                                                      "require_stable": False})
+        for g in resp["groups"]:
+            if g["error_code"] == GROUP_AUTHORIZATION_FAILED:
+                refused.append(g["group_id"])
+                continue
+            offs = [GroupOffset(t["name"], p["partition_index"], p["committed_offset"], p["committed_leader_epoch"],
+                                p["metadata"])
+                    for t in g["topics"] if t["name"] in topics for p in t["partitions"]
+                    if p["error_code"] == 0 and p["committed_offset"] >= 0]
+            if offs:
+                out[g["group_id"]] = sorted(offs, key=lambda o: (o.topic, o.partition))
+    if refused:
+        exc = GroupsUnreadable(f"may not describe groups {', '.join(sorted(refused))} (grant DESCRIBE on them)")
+        exc.partial = out  # type: ignore[attr-defined]
+        raise exc
+    return out
+
+
+def _coordinators(view: ClusterView, groups: list[str]) -> dict[str, list[str]]:
+    if not groups:
+        return {}
+    by_address: dict[str, list[str]] = defaultdict(list)
+    with WireClient(next(iter(view.brokers.values())), client_id="tierproxy-tier", identity=view.identity) as w:
+        for i in range(0, len(groups), 100):
+            resp = w.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": groups[i:i + 100]})
+            for c in resp["coordinators"]:
+                if c["error_code"] == 0:
+                    by_address[f"{c['host']}:{c['port']}"].append(c["key"])
+                else:
+                    log.warning("group %s has no coordinator now (error %d): its offsets are not in this snapshot",
+                                c["key"], c["error_code"])
+    return by_address
+
+
+def build_snapshot(run_id: str, taken_ms: int, view: ClusterView, parts: list[PartitionInfo],
+                   configs: dict[str, dict[str, str]], offsets: dict[tuple[str, int], PartitionOffsets],
+                   rlmm: RemoteLogMetadataManager, metadata_topic: str | None) -> TierSnapshot:
+    """The snapshot of one pass: the tiered topics (`parts`) as the cluster describes them now."""
+    by_topic: dict[str, list[PartitionInfo]] = defaultdict(list)
+    for p in parts:
+        by_topic[p.topic].append(p)
+    topics = {name: TopicFacts(name, _b64(ps[0].topic_id), _b64(ps[0].id_in_cluster), len(ps),
+                               max(p.replicas for p in ps),
+                               {k: v for k, v in configs.get(name, {}).items() if k in RESTORED_CONFIGS})
+              for name, ps in by_topic.items()}
+    partitions = [PartitionFacts(p.topic, p.partition, o.high_watermark, o.log_start, p.leader_epoch)
+                  for p in parts if (o := offsets.get((p.topic, p.partition))) is not None]
+    meta_id = next((_b64(p.id_in_cluster) for p in view.partitions if p.topic == metadata_topic), None)
+    snap = TierSnapshot(view.cluster_id or "", taken_ms, run_id, metadata_topic, meta_id, topics, partitions)
+    try:
+        snap.groups = group_offsets(view, set(topics))
+    except (GroupsUnreadable, OSError) as exc:
+        snap.groups = getattr(exc, "partial", {})
+        snap.groups_unreadable = str(exc)
+        log.warning("group offsets not fully recorded in the tier snapshot: %s", exc)
+    snap.records = rlmm.live_records()
+    return snap
+
+
+def _b64(raw: bytes) -> str:
+    from tierproxy.tier.model import uuid_str
+
+    return uuid_str(raw)
+
+
+def write_snapshot(rsm: RemoteStorageManager, snap: TierSnapshot, loop: asyncio.AbstractEventLoop) -> str:
+    return asyncio.run_coroutine_threadsafe(write(rsm.store, rsm.prefix, snap), loop).result()
