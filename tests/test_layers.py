@@ -1,5 +1,6 @@
-"""Layers point down only: protocol ← tier ← remote, tiering, spark ← the proxy core (`tierproxy.proxy`) ← admin,
-cli. Shared modules (settings, metrics, wire clients, TLS, identity) sit below all of them; no cycle of any kind."""
+"""Layers point down only: protocol ← tier ← remote, tiering, spark, restore ← the proxy core (`tierproxy.proxy`)
+← admin, cli. Shared modules (settings, metrics, wire clients, TLS, identity) sit below all of them; no cycle of
+any kind."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ ALLOWED: dict[str, set[str]] = {
     "tiering": {"tier"},
     "spark": {"tier", "tiering"},
     "iceberg": {"tier", "tiering", "spark"},
+    "restore": {"tier", "tiering"},  # a tier into a new cluster: the tier's model, the job's view of a cluster
     "core": {"tier", "remote"},
     "admin": {"tier", "remote", "core", "iceberg"},
-    "cli": {"tier", "remote", "tiering", "core", "admin", "demo", "iceberg"},
+    "cli": {"tier", "remote", "tiering", "core", "admin", "demo", "iceberg", "restore"},
     "demo": {"dev"},
     "dev": set(),  # developer tools: the Kafka distribution, the Maven resolver, the message generator
 }

@@ -1,4 +1,4 @@
-"""The `tierproxy` command: serve, tier, admin, demo."""
+"""The `tierproxy` command: serve, tier, iceberg, restore, admin, demo."""
 
 from __future__ import annotations
 
@@ -198,6 +198,40 @@ def _iceberg(args: argparse.Namespace) -> int:
     return _run_job("iceberg", settings, work)
 
 
+def _restore(args: argparse.Namespace) -> int:
+    cli = {"bootstrap_servers": args.bootstrap_server, "storage": args.storage, "metadata": args.metadata,
+           "command_config": args.command_config}
+    loaded = _job_settings(args, cli)
+    if isinstance(loaded, int):
+        return loaded
+    settings, _ = loaded
+    if (rc := _check_storage(settings.storage, unreachable_is_fatal=True)) is not None:
+        return rc
+    from tierproxy.restore.epochs import EpochsNotRaised
+    from tierproxy.restore.fill import FillFailed
+    from tierproxy.restore.plan import RestoreRefused
+    from tierproxy.restore.run import Restore
+
+    def work() -> int:
+        try:
+            report = Restore(settings, args.topics or ".*", args.dry_run).run()
+        except RestoreRefused as exc:
+            print(f"tierproxy: restore refused: {exc}", file=sys.stderr)
+            return 2
+        except (EpochsNotRaised, FillFailed) as exc:
+            print(f"tierproxy: restore stopped (run it again to go on): {exc}", file=sys.stderr)
+            return 1
+        for line in report.lines():
+            print(line, flush=True)
+        if report.groups.get("failed"):
+            print("tierproxy: restore: some group offsets were not committed (above); run it again to go on",
+                  file=sys.stderr)
+            return 1
+        return 0
+
+    return _run_job("restore", settings, work)
+
+
 def _port_problem(address: str) -> str | None:
     """Why `address` (HOST:PORT) cannot be listened on, or None (a port 0 is always free)."""
     import socket
@@ -336,6 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
     ice.add_argument("--topic", help="snapshot-at: the topic")
     ice.add_argument("--offsets", help='snapshot-at: {"partition": offset, ...}')
     ice.set_defaults(func=_iceberg)
+    rst = sub.add_parser("restore", help="the tier's history into a new cluster, every offset kept")
+    rst.add_argument("--bootstrap-server", help="the NEW cluster's brokers HOST:PORT[,..] (bootstrap.servers)")
+    rst.add_argument("--storage", help="the tier: file:///path or s3://bucket/prefix?endpoint=URL (storage)")
+    rst.add_argument("--metadata", help="the new cluster's metadata: topic:[NAME] (default) (metadata)")
+    rst.add_argument("--topics", help="regex of topics to restore (default: every topic in the snapshot)")
+    rst.add_argument("--dry-run", action="store_true", help="plan and check only; change nothing")
+    rst.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
+    rst.add_argument("--config", help="properties file (key=value)")
+    rst.set_defaults(func=_restore, spark_conf=[])
     from tierproxy.admin.cli import add_admin_parser
 
     add_admin_parser(sub)

@@ -39,6 +39,11 @@ class TierSettings(CommonSettings):
         600_000, ge=0, description="a tiered topic leaves the tier only once the cluster has answered UNKNOWN_TOPIC_ID "
         "for its id in passes at least this far apart (README 'What deletes history')")
     spark_master: str = Field("local[*]", description="Spark master (local[*] by default)")
+    restore_fill_max_offsets: int = Field(
+        100_000_000, ge=0, description="`restore` fills at most this many offsets per partition through the protocol "
+        "(filler records, purged as it goes); beyond it, it refuses and names the offline method")
+    restore_fill_batch_records: int = Field(50_000, ge=1, le=1_000_000,
+                                            description="filler records per Produce of a `restore` (one gzip batch)")
 
     @field_validator("spark_master")
     @classmethod

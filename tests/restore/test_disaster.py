@@ -1,0 +1,431 @@
+"""The disaster, end to end: cluster A tiered, then lost with its data directories; `tierproxy restore` into a new
+3-broker cluster B; through a proxy in front of B every tiered offset reads as before, the groups resume, and the
+tail goes on after the old end.
+
+Slow (~2 min for the module): two 3-node clusters (A, then B), a tier pass on A and one on B, a restore, proxies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from protocol.constants import ApiKey, OffsetSpec
+from protocol.requests import list_offsets_request
+from tests.support.cli import run_cli
+from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
+from tests.support.proxy import ProxyProcess
+from tests.support.tiering import tier_once
+from tierproxy.config import TierSettings
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.restore.epochs import partition_state, raise_epochs
+from tierproxy.tier import snapshot as snapshots
+from tierproxy.tier.ownership import WrongCluster, check_cluster, recorded_owner
+from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.wireclient import WireClient
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process]
+
+TOPIC, OTHER = "orders", "audit"
+PARTITIONS = 2
+Rows = dict[tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]
+
+
+@dataclass
+class Disaster:
+    tier: Path  # the tier after the restore
+    before_restore: Path  # a copy of the tier as A left it
+    b: KafkaCluster
+    a_cluster_id: str
+    a_epochs: dict[int, int]  # partition → A's leader epoch at the loss
+    history: Rows  # every committed record of TOPIC at the tier pass, read from A
+    tier_end: dict[int, int]  # N per partition (the high watermark at the pass: all of it tiered)
+    lost_end: int  # partition 1's high watermark at the pass: A's open transaction, lost (S of partition 1)
+    groups: dict[str, dict[int, tuple[int, int]]]  # group → partition → (offset, leader epoch) committed on A
+    restore_out: str
+
+
+def _settings(bootstrap: str, tier: Path, work: Path, **kw: Any) -> TierSettings:
+    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}", storage=f"file://{tier}",
+                        metadata="topic:", tier_segment_bytes=16 * 1024, spark_master="local[2]",
+                        tier_state_dir=work, **kw)
+
+
+def _read(bootstrap: str, ends: dict[int, int], isolation: str = "read_committed") -> Rows:
+    """Every record of TOPIC below `ends` (partition → end), assigned from offset 0; an offset reset fails. A
+    partition is done at a record at or past its end, at its end of partition, or with its position there (the
+    last offsets may be transaction markers, never delivered)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:6]}",
+                  "auto.offset.reset": "error", "isolation.level": isolation, "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(TOPIC, p, 0) for p in ends])
+    out: Rows = {}
+    done: set[int] = {p for p, end in ends.items() if end == 0}
+    deadline = time.monotonic() + 90
+    try:
+        while len(done) < len(ends) and time.monotonic() < deadline:
+            msgs = c.consume(500, 0.3)
+            for m in msgs:
+                if m.error() is not None:
+                    assert m.error().code() == KafkaError._PARTITION_EOF, f"a reader met {m.error()}"
+                    done.add(m.partition())
+                    continue
+                p, o = m.partition(), m.offset()
+                if o >= ends[p]:
+                    done.add(p)
+                    continue
+                out[(p, o)] = (m.key(), m.value(), list(m.headers() or []))
+            if not msgs:
+                done |= {tp.partition for tp in c.position([TopicPartition(TOPIC, p) for p in ends])
+                         if tp.offset >= ends[tp.partition]}
+    finally:
+        c.close()
+    assert len(done) == len(ends), f"read {len(out)} records, partitions done {done} of {sorted(ends)}"
+    return out
+
+
+def _produce_history(bootstrap: str) -> None:
+    prod = small_segment_producer(bootstrap, **{"compression.type": "lz4"})
+    for i in range(3000):
+        prod.produce(TOPIC, f"value-{i}-{'x' * 80}".encode(), f"key-{i % 97}".encode(), partition=i % PARTITIONS,
+                     headers=[("n", str(i).encode())])
+    prod.flush(60)
+    for i in range(200):
+        prod.produce(OTHER, f"audit-{i}".encode(), partition=0)
+    prod.flush(60)
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
+    txn.init_transactions(30)
+    for commit in (True, False, True):
+        txn.begin_transaction()
+        for p in range(PARTITIONS):
+            txn.produce(TOPIC, b"txn-committed" if commit else b"txn-aborted", partition=p)
+        txn.flush(30)  # written before the abort (an abort purges what is still queued)
+        txn.commit_transaction(30) if commit else txn.abort_transaction(30)
+
+
+def _commit(bootstrap: str, group: str, offsets: dict[int, tuple[int, int]], protocol: str = "classic") -> None:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+    c = Consumer(conf)
+    try:
+        c.commit(offsets=[TopicPartition(TOPIC, p, o, leader_epoch=e) for p, (o, e) in offsets.items()],
+                 asynchronous=False)
+    finally:
+        c.close()
+
+
+def _committed(bootstrap: str, group: str) -> dict[int, tuple[int, int]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)
+    finally:
+        c.close()
+    return {tp.partition: (tp.offset, tp.leader_epoch if tp.leader_epoch is not None else -1) for tp in got
+            if tp.offset >= 0}
+
+
+@pytest.fixture(scope="module")
+def disaster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Disaster]:
+    root = tmp_path_factory.mktemp("disaster")
+    tier = root / "tier"
+    a = KafkaCluster(3, workdir=root / "a").start()
+    try:
+        create_topic(a.bootstrap, TOPIC, PARTITIONS, 3, small_segments())
+        create_topic(a.bootstrap, OTHER, 1, 3, small_segments())
+        # leaders moved several times: A's epochs reach 5
+        raise_epochs(a.bootstrap, {(t, p): 4 for t, n in ((TOPIC, PARTITIONS), (OTHER, 1)) for p in range(n)}, None)
+        _produce_history(a.bootstrap)
+        state = partition_state(a.bootstrap, [TOPIC], None)
+        epochs = {p: state[(TOPIC, p)][1] for p in range(PARTITIONS)}
+        ends = {p: watermarks(a.bootstrap, TOPIC, p)[1] for p in range(PARTITIONS)}
+        history = _read(a.bootstrap, ends)
+        groups = {"classic": {0: (500, epochs[0]), 1: (700, epochs[1])},
+                  "kip848": {0: (1000, epochs[0])}}
+        _commit(a.bootstrap, "classic", groups["classic"])
+        _commit(a.bootstrap, "kip848", groups["kip848"], protocol="consumer")
+        # A dies in the middle of a transaction: its 150 records are past the last stable offset, never tiered,
+        # and lost; a group reading uncommitted had committed 100 of them
+        open_txn = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": "dies-open"})
+        open_txn.init_transactions(30)
+        open_txn.begin_transaction()
+        for i in range(150):
+            open_txn.produce(TOPIC, f"lost-{i}".encode(), partition=1)
+        open_txn.flush(30)
+        groups["past"] = {1: (ends[1] + 100, epochs[1])}
+        _commit(a.bootstrap, "past", groups["past"])
+        summary = tier_once(_settings(a.bootstrap, tier, root / "state-a"))
+        assert summary.segments > 0 and summary.snapshot, summary
+        a_cluster_id = a.cluster_id
+    finally:
+        a.stop()
+    open_txn.purge()
+    del open_txn
+    shutil.rmtree(root / "a")  # the data directories are gone: the tier is all that is left
+    before = root / "tier-before"
+    shutil.copytree(tier, before)
+    b = KafkaCluster(3, workdir=root / "b").start()
+    try:
+        out = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}",
+                      "--metadata", "topic:", "--topics", TOPIC, check=True)
+        yield Disaster(tier, before, b, a_cluster_id, epochs, history, ends, ends[1] + 150, groups, out.stdout)
+    finally:
+        b.stop()
+
+
+def _offsets(bootstrap: str, spec: int) -> dict[int, tuple[int, int]]:
+    """partition → (offset, leader epoch) that ListOffsets answers for `spec` directly at each leader."""
+    with WireClient(bootstrap) as w:
+        md = w.request(ApiKey.METADATA, 12, {"topics": [{"name": TOPIC, "topic_id": bytes(16)}],
+                                             "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False})
+    brokers = {n["node_id"]: f"{n['host']}:{n['port']}" for n in md["brokers"]}
+    out = {}
+    for x in md["topics"][0]["partitions"]:
+        p = x["partition_index"]
+        with WireClient(brokers[x["leader_id"]]) as w:
+            resp = w.request(ApiKey.LIST_OFFSETS, 7, list_offsets_request({TOPIC: {p: spec}}))
+        r = resp["topics"][0]["partitions"][0]
+        assert r["error_code"] == 0, r
+        out[p] = (r["offset"], r["leader_epoch"])
+    return out
+
+
+def test_the_restore_reports_where_each_partition_begins_and_what_was_lost(disaster: Disaster) -> None:
+    out = disaster.restore_out
+    assert f"of cluster {disaster.a_cluster_id} into cluster {disaster.b.cluster_id}" in out
+    assert f"{TOPIC}-1: tier 0..{disaster.tier_end[1] - 1}, begins at {disaster.lost_end}" in out
+    assert f"LOST offsets {disaster.tier_end[1]}..{disaster.lost_end - 1}" in out
+    assert f"{TOPIC}-0: tier 0..{disaster.tier_end[0] - 1}, begins at {disaster.tier_end[0]}," in out
+
+
+def test_the_new_cluster_begins_each_partition_where_the_old_one_ended(disaster: Disaster) -> None:
+    starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
+    earliest, latest = _offsets(disaster.b.bootstrap, OffsetSpec.EARLIEST), _offsets(disaster.b.bootstrap,
+                                                                                     OffsetSpec.LATEST)
+    assert {p: o for p, (o, _) in earliest.items()} == starts
+    assert {p: o for p, (o, _) in latest.items()} == starts
+    state = partition_state(disaster.b.bootstrap, [TOPIC], None)
+    for p in range(PARTITIONS):
+        assert state[(TOPIC, p)][1] > disaster.a_epochs[p], "B's leader epoch is above every epoch of A's history"
+
+
+def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disaster: Disaster, tmp_path: Path) -> None:
+    b = disaster.b
+    p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
+                                                   "TIERPROXY_METADATA": "topic:"})
+    try:
+        assert _read(p.bootstrap, disaster.tier_end) == disaster.history
+        aborted = _read(p.bootstrap, disaster.tier_end, isolation="read_uncommitted")
+        assert sum(v == b"txn-aborted" for _, v, _ in aborted.values()) == PARTITIONS
+        assert not any(v == b"txn-aborted" for _, v, _ in disaster.history.values())
+        # the tail: new records land at S and a reader crosses [N, S) without a reset and without a filler
+        prod = Producer({"bootstrap.servers": p.bootstrap, "enable.idempotence": True})
+        for i in range(100):
+            prod.produce(TOPIC, f"after-{i}".encode(), partition=i % PARTITIONS)
+        assert prod.flush(30) == 0
+        starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
+        rows = _read(p.bootstrap, {q: starts[q] + 50 for q in range(PARTITIONS)})
+        for q in range(PARTITIONS):
+            tail = sorted(o for (pp, o) in rows if pp == q and o >= disaster.tier_end[q])
+            assert tail == list(range(starts[q], starts[q] + 50)), "the tail begins at S"
+        assert all(v is not None for _, v, _ in rows.values()), "no filler record is ever delivered"
+    finally:
+        p.stop()
+
+
+def test_the_groups_resume_where_they_were(disaster: Disaster) -> None:
+    for group, offsets in disaster.groups.items():
+        assert _committed(disaster.b.bootstrap, group) == offsets, group
+    assert "groups committed: ['classic', 'kip848', 'past']" in disaster.restore_out
+
+
+def test_a_group_that_had_read_into_the_lost_range_resumes_at_s(disaster: Disaster, tmp_path: Path) -> None:
+    b = disaster.b
+    p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
+                                                   "TIERPROXY_METADATA": "topic:"})
+    try:
+        prod = Producer({"bootstrap.servers": p.bootstrap})
+        for i in range(10):
+            prod.produce(TOPIC, f"for-past-{i}".encode(), partition=1)
+        assert prod.flush(30) == 0
+        c = Consumer({"bootstrap.servers": p.bootstrap, "group.id": "past", "auto.offset.reset": "error",
+                      "enable.auto.commit": False})
+        c.assign([TopicPartition(TOPIC, 1)])  # from the committed offset, inside [N, S)
+        try:
+            first = None
+            for _ in range(300):
+                m = c.poll(0.2)
+                if m is None:
+                    continue
+                assert m.error() is None, f"the group met {m.error()}"
+                first = m.offset()
+                break
+        finally:
+            c.close()
+        assert first == disaster.lost_end, "resumed at S: nothing of the lost range is ever read as other records"
+    finally:
+        p.stop()
+
+
+def test_the_tier_now_belongs_to_the_new_cluster_and_the_old_one_is_refused(disaster: Disaster) -> None:
+    async def check() -> None:
+        rsm = RemoteStorageManager.from_uri(f"file://{disaster.tier}")
+        try:
+            owner = await recorded_owner(rsm)
+            assert owner is not None and owner.cluster_id == disaster.b.cluster_id
+            assert owner.lineage_ids == [disaster.a_cluster_id]
+            with pytest.raises(WrongCluster, match="restored from cluster"):
+                await check_cluster(rsm, disaster.a_cluster_id, record=True, brokers="a:9092")
+        finally:
+            await rsm.close()
+
+    asyncio.run(check())
+
+
+def test_a_second_restore_onto_another_cluster_is_refused_and_changes_nothing(disaster: Disaster,
+                                                                             kafka: KafkaCluster) -> None:
+    out = run_cli("restore", "--bootstrap-server", kafka.bootstrap, "--storage", f"file://{disaster.tier}",
+                  "--metadata", "topic:")
+    assert out.returncode == 2 and "refusing a second restore" in out.stderr, out.stderr
+    assert TOPIC not in AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10).topics
+
+
+def test_a_single_broker_cluster_is_refused(disaster: Disaster, kafka: KafkaCluster, tmp_path: Path) -> None:
+    tier = tmp_path / "tier"
+    shutil.copytree(disaster.before_restore, tier)
+    out = run_cli("restore", "--bootstrap-server", kafka.bootstrap, "--storage", f"file://{tier}",
+                  "--metadata", "topic:", "--dry-run")
+    assert out.returncode == 2 and "has one broker" in out.stderr and "offline method" in out.stderr, out.stderr
+
+
+def test_a_tier_without_a_snapshot_is_refused(disaster: Disaster, tmp_path: Path) -> None:
+    tier = tmp_path / "tier"
+    shutil.copytree(disaster.before_restore, tier)
+    shutil.rmtree(tier / "snapshots")
+    out = run_cli("restore", "--bootstrap-server", disaster.b.bootstrap, "--storage", f"file://{tier}",
+                  "--metadata", "topic:", "--topics", OTHER)
+    assert out.returncode == 2 and "holds no snapshot" in out.stderr, out.stderr
+
+
+def test_a_topic_that_holds_records_in_the_new_cluster_is_refused(disaster: Disaster, tmp_path: Path) -> None:
+    b = disaster.b
+    create_topic(b.bootstrap, OTHER, 1, 3)
+    prod = Producer({"bootstrap.servers": b.bootstrap})
+    prod.produce(OTHER, b"someone else's")
+    prod.flush(30)
+    tier = tmp_path / "tier"
+    shutil.copytree(disaster.before_restore, tier)
+    out = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}", "--metadata",
+                  "topic:", "--topics", OTHER)
+    assert out.returncode == 2 and f"topic {OTHER} partition 0 in the new cluster" in out.stderr, out.stderr
+    assert watermarks(b.bootstrap, OTHER) == (0, 1), "nothing changed"
+    assert not (tier / "restore").exists()
+
+
+def test_a_rerun_finds_everything_done(disaster: Disaster) -> None:
+    out = run_cli("restore", "--bootstrap-server", disaster.b.bootstrap, "--storage", f"file://{disaster.tier}",
+                  "--metadata", "topic:", "--topics", TOPIC)
+    assert out.returncode == 0, out.stderr
+    assert "finished at" in out.stdout and "nothing to do" in out.stdout, out.stdout
+    state = json.loads((disaster.tier / "restore" / f"{disaster.b.cluster_id}.json").read_text())
+    assert state["source"] == disaster.a_cluster_id and "done_ms" in state
+
+
+def test_the_snapshot_of_a_pass_describes_the_tier(disaster: Disaster) -> None:
+    async def newest() -> snapshots.TierSnapshot | None:
+        rsm = RemoteStorageManager.from_uri(f"file://{disaster.before_restore}")
+        try:
+            return await snapshots.newest(rsm.store, rsm.prefix)
+        finally:
+            await rsm.close()
+
+    snap = asyncio.run(newest())
+    assert snap is not None and snap.cluster_id == disaster.a_cluster_id
+    assert snap.metadata_topic == "__remote_log_metadata" or snap.metadata_topic
+    assert snap.topics[TOPIC].partitions == PARTITIONS and snap.topics[TOPIC].replication_factor == 3
+    assert snap.topics[TOPIC].configs.get("cleanup.policy") == "delete"
+    assert {g: {o.partition: (o.offset, o.leader_epoch) for o in offs} for g, offs in snap.groups.items()
+            if g in disaster.groups} == disaster.groups
+    assert snap.records, "the live metadata records"
+
+
+def test_tier_on_the_new_cluster_continues_the_same_history_and_deletes_none_of_the_old_ids(
+        disaster: Disaster, tmp_path: Path) -> None:
+    b = disaster.b
+    prod = small_segment_producer(b.bootstrap)
+    for i in range(400):
+        prod.produce(TOPIC, f"on-b-{i}-{'y' * 80}".encode(), partition=0)
+    assert prod.flush(30) == 0
+    end = watermarks(b.bootstrap, TOPIC, 0)[1]
+    s = _settings(b.bootstrap, disaster.tier, tmp_path / "state-b", tier_topic_delete_delay_ms=0)
+    summary = tier_once(s)
+    assert summary.segments > 0 and summary.partitions_deleted == 0, summary
+    assert {(g["topic"], g["partition"], g["first_missing"], g["last_missing"]) for g in summary.gaps} == {
+        (TOPIC, 1, disaster.tier_end[1], disaster.lost_end - 1)}, "the lost range is a gap, reported"
+
+    async def tier_view() -> tuple[Any, Any]:
+        from tierproxy.tier.open import open_metadata
+
+        rlmm = open_metadata("topic:", b.bootstrap)
+        await rlmm.start()
+        try:
+            return rlmm.cache.find(TOPIC, 0), rlmm.cache.find(OTHER, 0)
+        finally:
+            await rlmm.close()
+
+    orders, audit = asyncio.run(tier_view())
+    assert orders is not None and orders.latest_tiered_offset() == end - 1, "B's records joined the history"
+    assert {md.tp.topic_id for md in orders.finished()} == {orders.tp.topic_id}, "one history, under A's id"
+    assert audit is not None and audit.latest_tiered_offset() == 199, "a topic left out of the restore is kept"
+    assert summary.snapshot and disaster.b.cluster_id in json.loads(
+        (disaster.tier / summary.snapshot).read_text())["cluster_id"]
+
+
+def test_killed_during_the_fill_a_rerun_finishes_at_exactly_s(disaster: Disaster, tmp_path: Path) -> None:
+    """Slow (~40 s): a third 3-node cluster; the fill made slow (one record per Produce) so kill -9 lands in it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.waiting import wait_until
+
+    tier = tmp_path / "tier"
+    shutil.copytree(disaster.before_restore, tier)
+    c = KafkaCluster(3, workdir=tmp_path / "c").start()
+    try:
+        cmd = [sys.executable, "-m", "tierproxy.cli", "restore", "--bootstrap-server", c.bootstrap, "--storage",
+               f"file://{tier}", "--metadata", "topic:", "--topics", TOPIC]
+        env = {**os.environ, "TIERPROXY_RESTORE_FILL_BATCH_RECORDS": "1"}
+        with open(tmp_path / "restore.log", "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_until(lambda: proc.poll() is None and all(
+                watermarks(c.bootstrap, TOPIC, p)[1] > 10 for p in range(PARTITIONS)), "the fill under way",
+                timeout=120, interval=0.2)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        killed_at = {p: watermarks(c.bootstrap, TOPIC, p) for p in range(PARTITIONS)}
+        starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
+        assert all(0 < hw < starts[p] for p, (_, hw) in killed_at.items()), f"killed mid-fill: {killed_at}"
+        out = run_cli("restore", "--bootstrap-server", c.bootstrap, "--storage", f"file://{tier}",
+                      "--metadata", "topic:", "--topics", TOPIC)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert {p: watermarks(c.bootstrap, TOPIC, p) for p in range(PARTITIONS)} == {
+            p: (s, s) for p, s in starts.items()}, "the log ends at exactly S"
+        assert {g: _committed(c.bootstrap, g) for g in disaster.groups} == disaster.groups
+    finally:
+        c.stop()
