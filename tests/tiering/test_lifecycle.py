@@ -33,9 +33,9 @@ def _fill(bootstrap: str, topic: str, n: int, partitions: int = 1, size: int = 2
 
 
 def _objects(root: Path) -> list[Path]:
-    """The segments' objects (not the tier's record of its cluster)."""
+    """The segments' objects (not the tier's record of its cluster, nor its snapshots)."""
     return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".tmp-")
-                  and p.name != OWNER_OBJECT)
+                  and p.name != OWNER_OBJECT and "snapshots" not in p.relative_to(root).parts)
 
 
 def test_kill_9_mid_upload_then_rerun(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
