@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -27,15 +30,16 @@ from tests.support.cli import run_cli
 from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import tier_once
+from tests.support.waiting import wait_until
 from tierproxy.config import TierSettings
-from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.restore.epochs import partition_state, raise_epochs
 from tierproxy.tier import snapshot as snapshots
 from tierproxy.tier.ownership import WrongCluster, check_cluster, recorded_owner
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.wireclient import WireClient
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process, pytest.mark.kcat]
 
 TOPIC, OTHER = "orders", "audit"
 PARTITIONS = 2
@@ -157,7 +161,8 @@ def disaster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Disaster]:
         _commit(a.bootstrap, "kip848", groups["kip848"], protocol="consumer")
         # A dies in the middle of a transaction: its 150 records are past the last stable offset, never tiered,
         # and lost; a group reading uncommitted had committed 100 of them
-        open_txn = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": "dies-open"})
+        open_txn = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": "dies-open",
+                             "transaction.timeout.ms": 900_000})  # still open when A dies, however slow the pass
         open_txn.init_transactions(30)
         open_txn.begin_transaction()
         for i in range(150):
@@ -177,6 +182,11 @@ def disaster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Disaster]:
     shutil.copytree(tier, before)
     b = KafkaCluster(3, workdir=root / "b").start()
     try:
+        dry = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}", "--metadata",
+                      "topic:", "--topics", TOPIC, "--dry-run", check=True)
+        assert "would restore 2 partitions" in dry.stdout and "LOST offsets" in dry.stdout, dry.stdout
+        assert TOPIC not in AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10).topics
+        assert not (tier / "restore").exists(), "a dry run changes nothing"
         out = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}",
                       "--metadata", "topic:", "--topics", TOPIC, check=True)
         yield Disaster(tier, before, b, a_cluster_id, epochs, history, ends, ends[1] + 150, groups, out.stdout)
@@ -221,12 +231,17 @@ def test_the_new_cluster_begins_each_partition_where_the_old_one_ended(disaster:
         assert state[(TOPIC, p)][1] > disaster.a_epochs[p], "B's leader epoch is above every epoch of A's history"
 
 
-def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disaster: Disaster, tmp_path: Path) -> None:
+def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disaster: Disaster, tmp_path: Path,
+                                                                          kcat: str) -> None:
     b = disaster.b
     p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
                                                    "TIERPROXY_METADATA": "topic:"})
     try:
         assert _read(p.bootstrap, disaster.tier_end) == disaster.history
+        wanted = sorted(o for (q, o) in disaster.history if q == 0)
+        out = subprocess.run([kcat, "-b", p.bootstrap, "-C", "-t", TOPIC, "-p", "0", "-o", "beginning", "-c",
+                              str(len(wanted)), "-q", "-f", "%o\\n"], capture_output=True, text=True, timeout=120)
+        assert [int(x) for x in out.stdout.split()] == wanted, out.stderr[-2000:]
         aborted = _read(p.bootstrap, disaster.tier_end, isolation="read_uncommitted")
         assert sum(v == b"txn-aborted" for _, v, _ in aborted.values()) == PARTITIONS
         assert not any(v == b"txn-aborted" for _, v, _ in disaster.history.values())
@@ -241,6 +256,17 @@ def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disast
             tail = sorted(o for (pp, o) in rows if pp == q and o >= disaster.tier_end[q])
             assert tail == list(range(starts[q], starts[q] + 50)), "the tail begins at S"
         assert all(v is not None for _, v, _ in rows.values()), "no filler record is ever delivered"
+        # the Java consumer across the lost range: A's history, then B's records from S, no reset (none allowed)
+        wanted = sorted(o for (q, o) in disaster.history if q == 1) + list(range(starts[1], starts[1] + 50))
+        java = subprocess.run(["java", "-Xmx256m", "-cp", f"{b.libs}/*",
+                               "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                               p.bootstrap, "--topic", TOPIC, "--partition", "1", "--offset", "0",
+                               "--max-messages", str(len(wanted)), "--timeout-ms", "60000",
+                               "--consumer-property", "isolation.level=read_committed",
+                               "--consumer-property", "auto.offset.reset=none",
+                               "--property", "print.offset=true", "--property", "print.value=false"],
+                              capture_output=True, text=True, timeout=180)
+        assert [int(o) for o in re.findall(r"Offset:(\d+)", java.stdout)] == wanted, java.stderr[-2000:]
     finally:
         p.stop()
 
@@ -253,9 +279,17 @@ def test_the_groups_resume_where_they_were(disaster: Disaster) -> None:
 
 def test_a_group_that_had_read_into_the_lost_range_resumes_at_s(disaster: Disaster, tmp_path: Path) -> None:
     b = disaster.b
+    admin = f"127.0.0.1:{free_port()}"
     p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
-                                                   "TIERPROXY_METADATA": "topic:"})
+                                                   "TIERPROXY_METADATA": "topic:", "TIERPROXY_ADMIN_LISTEN": admin})
     try:
+        def restored() -> dict[str, Any] | None:  # once the proxy has loaded the tier's metadata
+            topics = httpx.get(f"http://{admin}/v1/topics", timeout=5).json()
+            return next((t for t in topics if t["topic"] == TOPIC and t["restored_from_cluster"]), None)
+
+        orders = wait_until(restored, "the admin API naming the restored topic's origin")
+        assert orders["restored_from_cluster"] == disaster.a_cluster_id and orders["history_topic_id"]
+        assert orders["history_topic_id"] != orders["topic_id"], "B's id is an alias of the history's"
         prod = Producer({"bootstrap.servers": p.bootstrap})
         for i in range(10):
             prod.produce(TOPIC, f"for-past-{i}".encode(), partition=1)
@@ -397,10 +431,8 @@ def test_killed_during_the_fill_a_rerun_finishes_at_exactly_s(disaster: Disaster
     """Slow (~40 s): a third 3-node cluster; the fill made slow (one record per Produce) so kill -9 lands in it."""
     import os
     import signal
-    import subprocess
     import sys
 
-    from tests.support.waiting import wait_until
 
     tier = tmp_path / "tier"
     shutil.copytree(disaster.before_restore, tier)
@@ -429,3 +461,53 @@ def test_killed_during_the_fill_a_rerun_finishes_at_exactly_s(disaster: Disaster
         assert {g: _committed(c.bootstrap, g) for g in disaster.groups} == disaster.groups
     finally:
         c.stop()
+
+
+def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disaster, tmp_path: Path) -> None:
+    b = disaster.b
+    starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
+    with WireClient(b.bootstrap) as w:
+        md = w.request(ApiKey.METADATA, 12, {"topics": [{"name": TOPIC, "topic_id": bytes(16)}],
+                                             "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False})
+    brokers = {n["node_id"]: f"{n['host']}:{n['port']}" for n in md["brokers"]}
+    for x in md["topics"][0]["partitions"]:
+        q = x["partition_index"]
+        with WireClient(brokers[x["leader_id"]]) as w:
+            resp = w.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [{
+                "topic": TOPIC, "partitions": [{"partition": q, "current_leader_epoch": -1,
+                                                "leader_epoch": disaster.a_epochs[q]}]}]})
+        r = resp["topics"][0]["partitions"][0]
+        # A's last epoch ends where B's first begins, as far as B knows: S (no truncation below it)
+        assert (r["error_code"], r["end_offset"]) == (0, starts[q]), r
+    p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
+                                                   "TIERPROXY_METADATA": "topic:"})
+    try:
+        assert {q: o for q, (o, _) in _offsets(p.bootstrap, 0).items()} == {0: 0, 1: 0}, \
+            "by timestamp through the proxy: the history's first record"
+        before = int(time.time() * 1000)
+        txn = Producer({"bootstrap.servers": p.bootstrap, "transactional.id": f"after-{uuid.uuid4().hex[:6]}"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        for i in range(10_000):
+            txn.produce(TOPIC, f"txn-after-{i}".encode(), partition=i % PARTITIONS)
+        txn.commit_transaction(60)
+        ends = {q: watermarks(b.bootstrap, TOPIC, q)[1] for q in range(PARTITIONS)}
+        assert all(ends[q] >= starts[q] + 5000 for q in range(PARTITIONS)), ends
+        by_time = _offsets(p.bootstrap, before)
+        assert all(starts[q] <= by_time[q][0] < ends[q] for q in range(PARTITIONS)), by_time
+        direct = _offsets(b.bootstrap, 0)
+        assert all(direct[q][0] >= starts[q] for q in range(PARTITIONS)), "B alone never answers below S"
+    finally:
+        p.stop()
+
+
+def test_spark_reads_the_restored_topic_as_one_history(disaster: Disaster, spark: Any) -> None:
+    starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
+    df = spark.read.format("tierproxy").options(**{
+        "kafka.bootstrap.servers": disaster.b.bootstrap, "storage": f"file://{disaster.tier}", "metadata": "topic:",
+        "subscribe": TOPIC}).load()
+    got = [(r.partition, r.offset) for r in df.select("partition", "offset").collect()]
+    assert len(got) == len(set(got)), "every offset once"
+    assert set(disaster.history) <= set(got), "A's history, whole"
+    assert not [(q, o) for q, o in got if disaster.tier_end[q] <= o < starts[q]], "nothing in the lost range"

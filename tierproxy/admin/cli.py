@@ -56,11 +56,11 @@ def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
                           f"{rf['pool_queued']} queued, {rf['rejected']} rejected, {rf['expired']} expired, "
                           f"cache hit ratio {ratio}")
             table = Table("topic", "partitions", "tiered segments", "tiered MB", "tier retention.ms",
-                          "tier retention.bytes")
+                          "tier retention.bytes", "restored from")
             for t in _get(client, "/v1/topics"):
                 table.add_row(t["topic"], str(t["partitions"]), str(t["tiered_segments"]),
                               f"{t['tiered_bytes'] / 1e6:.1f}", _forever(t["tier_retention_ms"]),
-                              _forever(t["tier_retention_bytes"]))
+                              _forever(t["tier_retention_bytes"]), t.get("restored_from_cluster") or "")
             console.print(table)
         elif args.admin_command == "partitions":
             table = Table("partition", "leader", "broker log start", "high watermark", "tier start", "purged below",

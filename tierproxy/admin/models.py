@@ -39,6 +39,9 @@ class TopicSummary(BaseModel):
     tiered_bytes: int
     tier_retention_ms: int  # the tier's own retention for this topic (-1: keep forever)
     tier_retention_bytes: int
+    # a restored topic (`tierproxy restore`): the id its history is kept under and the cluster it came from
+    history_topic_id: str | None = None
+    restored_from_cluster: str | None = None
 
 
 class IcebergPartition(BaseModel):

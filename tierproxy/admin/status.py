@@ -27,9 +27,13 @@ def topic_summary(proxy: Proxy, name: str, t: MetadataResponseTopic) -> TopicSum
     s = proxy.settings
     ms = topic_setting(s.tier_topic_overrides, name, "retention.ms", s.tier_retention_ms)
     max_bytes = topic_setting(s.tier_topic_overrides, name, "retention.bytes", s.tier_retention_bytes)
+    cache = proxy.remote.rlmm.cache if proxy.remote else None
+    origin = cache.aliases.get(bytes(t["topic_id"])) if cache else None
+    mount = cache.mounts.get(origin) if cache is not None and origin is not None else None
     return TopicSummary(topic=name, topic_id=uuid_str(t["topic_id"]), partitions=len(t["partitions"]),
                         tiered_segments=segs, tiered_bytes=nbytes, tier_retention_ms=ms,
-                        tier_retention_bytes=max_bytes)
+                        tier_retention_bytes=max_bytes, history_topic_id=uuid_str(origin) if origin else None,
+                        restored_from_cluster=mount.origin_cluster if mount else None)
 
 
 def remote_status(proxy: Proxy) -> RemoteFetchStatus:

@@ -107,6 +107,9 @@ def render(topics: Sequence[tuple[BaseModel, Sequence[BaseModel]]], remote: Base
     for summary, partitions in topics:
         t = summary.model_dump()
         retention = "forever" if t["tier_retention_ms"] < 0 else f"{t['tier_retention_ms']} ms"
+        if t.get("restored_from_cluster"):
+            retention += (f', restored from cluster {escape(t["restored_from_cluster"])} (history id '
+                          f'{escape(t["history_topic_id"] or "")})')
         rows = "".join(_partition_row(p.model_dump()) for p in partitions)
         sections.append(
             f'<section data-topic="{escape(t["topic"])}"><h2>{escape(t["topic"])} '

@@ -25,6 +25,7 @@ from tierproxy.wireclient import WireClient
 
 log = logging.getLogger("tierproxy.restore")
 MAX_ATTEMPTS = 10
+TOO_LARGE = {10, 18}  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
 
 
 class FillFailed(RuntimeError):
@@ -68,7 +69,7 @@ def fill_partition(leader: str, topic: str, partition: int, start: int, batch_re
     filled = attempts = 0
     with WireClient(leader, client_id="tierproxy-restore", timeout=60, identity=identity) as w:
         log_start, end = offsets(w, topic, partition)
-        budget = (start - end) // max(1, batch_records) + MAX_ATTEMPTS + 2  # a bounded loop
+        budget = (start - end) + MAX_ATTEMPTS + 40  # a bounded loop: at worst one offset per request
         for _ in range(max(budget, MAX_ATTEMPTS)):
             if end > start:
                 raise FillFailed(f"{topic}-{partition} ends at {end}, past {start}: something else writes to it")
@@ -79,6 +80,9 @@ def fill_partition(leader: str, topic: str, partition: int, start: int, batch_re
                                                  "topic_data": [{"name": topic, "partition_data": [
                                                      {"index": partition, "records": template(n)}]}]})
             err = resp["responses"][0]["partition_responses"][0]["error_code"]
+            if err in TOO_LARGE and batch_records > 1:  # the topic's max.message.bytes: smaller batches
+                batch_records = max(1, batch_records // 4)
+                continue
             if err:
                 attempts += 1
                 if attempts >= MAX_ATTEMPTS:

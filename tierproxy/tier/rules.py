@@ -12,6 +12,8 @@ history from the tier, and nothing else ever does:
 3. the deletion of the topic, proven: the cluster (the one the tier belongs to, `tier.ownership`) answered
    UNKNOWN_TOPIC_ID for the topic's id in passes at least `tier.topic.delete.delay.ms` apart
    (`topic_deletions_due`); a topic missing from a Metadata answer, or one the principal may not describe, stays.
+   An id the tier inherited from a lost cluster (`tierproxy restore`, `model.TopicMount`) is proven deleted only
+   through the restored topic's id in the cluster that owns the tier now; one left out of the restore stays.
 (Besides these, a `file://` tier's segment whose file is found shorter than its metadata says — a crash before the
 data reached the disk — is deleted from the tier to be copied again, only while the broker still holds every
 offset of it: `tiering.housekeeping.recopy_short_files`.)

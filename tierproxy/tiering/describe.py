@@ -16,10 +16,16 @@ from tierproxy.wireclient import WireClient
 
 log = logging.getLogger("tierproxy.tier")
 GROUP_AUTHORIZATION_FAILED = 30
+GROUPS_PER_REQUEST = 50  # OffsetFetch of many groups: one answer per 50 groups, so none grows without bound
 
 
 class GroupsUnreadable(RuntimeError):
-    """The principal may not describe some groups (the DESCRIBE ACL on groups): their offsets are not recorded."""
+    """The principal may not describe some groups (the DESCRIBE ACL on groups): their offsets are not recorded;
+    `partial` holds the offsets of the groups that could be read."""
+
+    def __init__(self, message: str, partial: dict[str, list[GroupOffset]] | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial or {}
 
 
 def group_offsets(view: ClusterView, topics: set[str]) -> dict[str, list[GroupOffset]]:
@@ -36,24 +42,25 @@ def group_offsets(view: ClusterView, topics: set[str]) -> dict[str, list[GroupOf
             raise GroupsUnreadable(f"ListGroups answered error {resp['error_code']} at {address}")
     out: dict[str, list[GroupOffset]] = {}
     refused: list[str] = []
+    answers = []
     for address, names in _coordinators(view, sorted(groups)).items():
         with WireClient(address, client_id="tierproxy-tier", identity=view.identity) as w:
-            resp = w.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": g, "topics": None} for g in names],
-                                                      "require_stable": False})
-        for g in resp["groups"]:
-            if g["error_code"] == GROUP_AUTHORIZATION_FAILED:
-                refused.append(g["group_id"])
-                continue
-            offs = [GroupOffset(t["name"], p["partition_index"], p["committed_offset"], p["committed_leader_epoch"],
-                                p["metadata"])
-                    for t in g["topics"] if t["name"] in topics for p in t["partitions"]
-                    if p["error_code"] == 0 and p["committed_offset"] >= 0]
-            if offs:
-                out[g["group_id"]] = sorted(offs, key=lambda o: (o.topic, o.partition))
+            for i in range(0, len(names), GROUPS_PER_REQUEST):
+                answers += w.request(ApiKey.OFFSET_FETCH, 8, {"groups": [
+                    {"group_id": g, "topics": None} for g in names[i:i + GROUPS_PER_REQUEST]],
+                    "require_stable": False})["groups"]
+    for g in answers:
+        if g["error_code"] == GROUP_AUTHORIZATION_FAILED:
+            refused.append(g["group_id"])
+            continue
+        offs = [GroupOffset(t["name"], p["partition_index"], p["committed_offset"], p["committed_leader_epoch"],
+                            p["metadata"])
+                for t in g["topics"] if t["name"] in topics for p in t["partitions"]
+                if p["error_code"] == 0 and p["committed_offset"] >= 0]
+        if offs:
+            out[g["group_id"]] = sorted(offs, key=lambda o: (o.topic, o.partition))
     if refused:
-        exc = GroupsUnreadable(f"may not describe groups {', '.join(sorted(refused))} (grant DESCRIBE on them)")
-        exc.partial = out  # type: ignore[attr-defined]
-        raise exc
+        raise GroupsUnreadable(f"may not describe groups {', '.join(sorted(refused))} (grant DESCRIBE on them)", out)
     return out
 
 
@@ -91,7 +98,7 @@ def build_snapshot(run_id: str, taken_ms: int, view: ClusterView, parts: list[Pa
     try:
         snap.groups = group_offsets(view, set(topics))
     except (GroupsUnreadable, OSError) as exc:
-        snap.groups = getattr(exc, "partial", {})
+        snap.groups = exc.partial if isinstance(exc, GroupsUnreadable) else {}
         snap.groups_unreadable = str(exc)
         log.warning("group offsets not fully recorded in the tier snapshot: %s", exc)
     snap.records = rlmm.live_records()
