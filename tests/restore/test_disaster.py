@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
 from tests.support.cli import run_cli
+from tests.support.iceberg import iceberg_cli, pyiceberg_rows, pyiceberg_table
 from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import tier_once
@@ -35,13 +36,15 @@ from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
 from tierproxy.restore.epochs import partition_state, raise_epochs
 from tierproxy.tier import snapshot as snapshots
+from tierproxy.tier.model import uuid_bytes
 from tierproxy.tier.ownership import WrongCluster, check_cluster, recorded_owner
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process, pytest.mark.kcat]
 
-TOPIC, OTHER = "orders", "audit"
+TOPIC, OTHER, EXTRA = "orders", "audit", "extra"  # restored first; restored by a later run; left out
+AUDIT_RECORDS = 3000
 PARTITIONS = 2
 Rows = dict[tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]
 
@@ -61,9 +64,14 @@ class Disaster:
 
 
 def _settings(bootstrap: str, tier: Path, work: Path, **kw: Any) -> TierSettings:
-    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}", storage=f"file://{tier}",
+    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}|{EXTRA}", storage=f"file://{tier}",
                         metadata="topic:", tier_segment_bytes=16 * 1024, spark_master="local[2]",
                         tier_state_dir=work, **kw)
+
+
+def _iceberg_args(bootstrap: str, tier: Path) -> list[str]:
+    return ["--bootstrap-server", bootstrap, "--storage", f"file://{tier}", "--metadata", "topic:", "--topics", TOPIC,
+            "--master", "local[2]", "--once"]
 
 
 def _read(bootstrap: str, ends: dict[int, int], isolation: str = "read_committed") -> Rows:
@@ -105,8 +113,10 @@ def _produce_history(bootstrap: str) -> None:
         prod.produce(TOPIC, f"value-{i}-{'x' * 80}".encode(), f"key-{i % 97}".encode(), partition=i % PARTITIONS,
                      headers=[("n", str(i).encode())])
     prod.flush(60)
-    for i in range(200):
+    for i in range(AUDIT_RECORDS):
         prod.produce(OTHER, f"audit-{i}".encode(), partition=0)
+    for i in range(200):
+        prod.produce(EXTRA, f"extra-{i}".encode(), partition=0)
     prod.flush(60)
     txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
     txn.init_transactions(30)
@@ -148,6 +158,7 @@ def disaster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Disaster]:
     try:
         create_topic(a.bootstrap, TOPIC, PARTITIONS, 3, small_segments())
         create_topic(a.bootstrap, OTHER, 1, 3, small_segments())
+        create_topic(a.bootstrap, EXTRA, 1, 3, small_segments())
         # leaders moved several times: A's epochs reach 5
         raise_epochs(a.bootstrap, {(t, p): 4 for t, n in ((TOPIC, PARTITIONS), (OTHER, 1)) for p in range(n)}, None)
         _produce_history(a.bootstrap)
@@ -172,6 +183,7 @@ def disaster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Disaster]:
         _commit(a.bootstrap, "past", groups["past"])
         summary = tier_once(_settings(a.bootstrap, tier, root / "state-a"))
         assert summary.segments > 0 and summary.snapshot, summary
+        iceberg_cli(root, *_iceberg_args(a.bootstrap, tier))  # the table A's history had before the loss
         a_cluster_id = a.cluster_id
     finally:
         a.stop()
@@ -194,8 +206,9 @@ def disaster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Disaster]:
         b.stop()
 
 
-def _offsets(bootstrap: str, spec: int) -> dict[int, tuple[int, int]]:
-    """partition → (offset, leader epoch) that ListOffsets answers for `spec` directly at each leader."""
+def _offsets(bootstrap: str, spec: int, quiet: bool = False) -> dict[int, tuple[int, int]]:
+    """partition → (offset, leader epoch) that ListOffsets answers for `spec` directly at each leader (`quiet`: an
+    error answer is {} — a proxy still loading its tier answers a retriable error, as a broker loading would)."""
     with WireClient(bootstrap) as w:
         md = w.request(ApiKey.METADATA, 12, {"topics": [{"name": TOPIC, "topic_id": bytes(16)}],
                                              "allow_auto_topic_creation": False,
@@ -207,6 +220,8 @@ def _offsets(bootstrap: str, spec: int) -> dict[int, tuple[int, int]]:
         with WireClient(brokers[x["leader_id"]]) as w:
             resp = w.request(ApiKey.LIST_OFFSETS, 7, list_offsets_request({TOPIC: {p: spec}}))
         r = resp["topics"][0]["partitions"][0]
+        if quiet and r["error_code"]:
+            return {}
         assert r["error_code"] == 0, r
         out[p] = (r["offset"], r["leader_epoch"])
     return out
@@ -349,22 +364,22 @@ def test_a_tier_without_a_snapshot_is_refused(disaster: Disaster, tmp_path: Path
     shutil.copytree(disaster.before_restore, tier)
     shutil.rmtree(tier / "snapshots")
     out = run_cli("restore", "--bootstrap-server", disaster.b.bootstrap, "--storage", f"file://{tier}",
-                  "--metadata", "topic:", "--topics", OTHER)
+                  "--metadata", "topic:", "--topics", EXTRA)
     assert out.returncode == 2 and "holds no snapshot" in out.stderr, out.stderr
 
 
 def test_a_topic_that_holds_records_in_the_new_cluster_is_refused(disaster: Disaster, tmp_path: Path) -> None:
     b = disaster.b
-    create_topic(b.bootstrap, OTHER, 1, 3)
+    create_topic(b.bootstrap, EXTRA, 1, 3)
     prod = Producer({"bootstrap.servers": b.bootstrap})
-    prod.produce(OTHER, b"someone else's")
+    prod.produce(EXTRA, b"someone else's")
     prod.flush(30)
     tier = tmp_path / "tier"
     shutil.copytree(disaster.before_restore, tier)
     out = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}", "--metadata",
-                  "topic:", "--topics", OTHER)
-    assert out.returncode == 2 and f"topic {OTHER} partition 0 in the new cluster" in out.stderr, out.stderr
-    assert watermarks(b.bootstrap, OTHER) == (0, 1), "nothing changed"
+                  "topic:", "--topics", EXTRA)
+    assert out.returncode == 2 and f"topic {EXTRA} partition 0 in the new cluster" in out.stderr, out.stderr
+    assert watermarks(b.bootstrap, EXTRA) == (0, 1), "nothing changed"
     assert not (tier / "restore").exists()
 
 
@@ -377,15 +392,16 @@ def test_a_rerun_finds_everything_done(disaster: Disaster) -> None:
     assert state["source"] == disaster.a_cluster_id and "done_ms" in state
 
 
-def test_the_snapshot_of_a_pass_describes_the_tier(disaster: Disaster) -> None:
-    async def newest() -> snapshots.TierSnapshot | None:
-        rsm = RemoteStorageManager.from_uri(f"file://{disaster.before_restore}")
-        try:
-            return await snapshots.newest(rsm.store, rsm.prefix)
-        finally:
-            await rsm.close()
+async def _snapshot_of(tier: Path) -> snapshots.TierSnapshot | None:
+    rsm = RemoteStorageManager.from_uri(f"file://{tier}")
+    try:
+        return await snapshots.newest(rsm.store, rsm.prefix)
+    finally:
+        await rsm.close()
 
-    snap = asyncio.run(newest())
+
+def test_the_snapshot_of_a_pass_describes_the_tier(disaster: Disaster) -> None:
+    snap = asyncio.run(_snapshot_of(disaster.before_restore))
     assert snap is not None and snap.cluster_id == disaster.a_cluster_id
     assert snap.metadata_topic == "__remote_log_metadata" or snap.metadata_topic
     assert snap.topics[TOPIC].partitions == PARTITIONS and snap.topics[TOPIC].replication_factor == 3
@@ -409,58 +425,58 @@ def test_tier_on_the_new_cluster_continues_the_same_history_and_deletes_none_of_
     assert {(g["topic"], g["partition"], g["first_missing"], g["last_missing"]) for g in summary.gaps} == {
         (TOPIC, 1, disaster.tier_end[1], disaster.lost_end - 1)}, "the lost range is a gap, reported"
 
+    snap = asyncio.run(_snapshot_of(disaster.before_restore))
+    assert snap is not None
+    a_ids = {name: uuid_bytes(f.topic_id) for name, f in snap.topics.items()}
+
     async def tier_view() -> tuple[Any, Any]:
         from tierproxy.tier.open import open_metadata
 
         rlmm = open_metadata("topic:", b.bootstrap)
         await rlmm.start()
         try:
-            return rlmm.cache.find(TOPIC, 0), rlmm.cache.find(OTHER, 0)
+            return rlmm.cache.get(a_ids[TOPIC], 0), rlmm.cache.get(a_ids[EXTRA], 0)
         finally:
             await rlmm.close()
 
-    orders, audit = asyncio.run(tier_view())
+    orders, extra = asyncio.run(tier_view())
     assert orders is not None and orders.latest_tiered_offset() == end - 1, "B's records joined the history"
-    assert {md.tp.topic_id for md in orders.finished()} == {orders.tp.topic_id}, "one history, under A's id"
-    assert audit is not None and audit.latest_tiered_offset() == 199, "a topic left out of the restore is kept"
+    assert {md.tp.topic_id for md in orders.finished()} == {a_ids[TOPIC]}, "one history, under A's id"
+    # (another test may have created a topic of that name in B: a new topic, tiered under its own id)
+    assert extra is not None and extra.latest_tiered_offset() == 199, "a topic left out of the restore is kept"
     assert summary.snapshot and disaster.b.cluster_id in json.loads(
         (disaster.tier / summary.snapshot).read_text())["cluster_id"]
 
 
 def test_killed_during_the_fill_a_rerun_finishes_at_exactly_s(disaster: Disaster, tmp_path: Path) -> None:
-    """Slow (~40 s): a third 3-node cluster; the fill made slow (one record per Produce) so kill -9 lands in it."""
+    """Slow (~30 s): a second restore run for another topic, its fill made slow (one record per Produce) so that
+    kill -9 lands in it; then a rerun."""
     import os
     import signal
     import sys
 
-
-    tier = tmp_path / "tier"
-    shutil.copytree(disaster.before_restore, tier)
-    c = KafkaCluster(3, workdir=tmp_path / "c").start()
+    b = disaster.b
+    orders_before = {p: watermarks(b.bootstrap, TOPIC, p) for p in range(PARTITIONS)}
+    cmd = [sys.executable, "-m", "tierproxy.cli", "restore", "--bootstrap-server", b.bootstrap, "--storage",
+           f"file://{disaster.tier}", "--metadata", "topic:", "--topics", OTHER]
+    env = {**os.environ, "TIERPROXY_RESTORE_FILL_BATCH_RECORDS": "1"}
+    with open(tmp_path / "restore.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        cmd = [sys.executable, "-m", "tierproxy.cli", "restore", "--bootstrap-server", c.bootstrap, "--storage",
-               f"file://{tier}", "--metadata", "topic:", "--topics", TOPIC]
-        env = {**os.environ, "TIERPROXY_RESTORE_FILL_BATCH_RECORDS": "1"}
-        with open(tmp_path / "restore.log", "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            wait_until(lambda: proc.poll() is None and all(
-                watermarks(c.bootstrap, TOPIC, p)[1] > 10 for p in range(PARTITIONS)), "the fill under way",
-                timeout=120, interval=0.2)
-        finally:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-        killed_at = {p: watermarks(c.bootstrap, TOPIC, p) for p in range(PARTITIONS)}
-        starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
-        assert all(0 < hw < starts[p] for p, (_, hw) in killed_at.items()), f"killed mid-fill: {killed_at}"
-        out = run_cli("restore", "--bootstrap-server", c.bootstrap, "--storage", f"file://{tier}",
-                      "--metadata", "topic:", "--topics", TOPIC)
-        assert out.returncode == 0, out.stdout + out.stderr
-        assert {p: watermarks(c.bootstrap, TOPIC, p) for p in range(PARTITIONS)} == {
-            p: (s, s) for p, s in starts.items()}, "the log ends at exactly S"
-        assert {g: _committed(c.bootstrap, g) for g in disaster.groups} == disaster.groups
+        wait_until(lambda: proc.poll() is None and watermarks(b.bootstrap, OTHER)[1] > 10, "the fill under way",
+                   timeout=120, interval=0.2)
     finally:
-        c.stop()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    killed_at = watermarks(b.bootstrap, OTHER)
+    assert 0 < killed_at[1] < AUDIT_RECORDS, f"killed mid-fill: {killed_at}"
+    out = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{disaster.tier}",
+                  "--metadata", "topic:", "--topics", OTHER)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert watermarks(b.bootstrap, OTHER) == (AUDIT_RECORDS, AUDIT_RECORDS), "the log ends at exactly S"
+    assert {p: watermarks(b.bootstrap, TOPIC, p) for p in range(PARTITIONS)} == orders_before, "orders untouched"
+    state = json.loads((disaster.tier / "restore" / f"{b.cluster_id}.json").read_text())
+    assert set(state["topics"]) == {TOPIC, OTHER} and "done_ms" in state
 
 
 def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disaster, tmp_path: Path) -> None:
@@ -483,8 +499,8 @@ def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disas
     p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
                                                    "TIERPROXY_METADATA": "topic:"})
     try:
-        assert {q: o for q, (o, _) in _offsets(p.bootstrap, 0).items()} == {0: 0, 1: 0}, \
-            "by timestamp through the proxy: the history's first record"
+        first = wait_until(lambda: _offsets(p.bootstrap, 0, quiet=True), "the proxy's tier loaded")
+        assert {q: o for q, (o, _) in first.items()} == {0: 0, 1: 0}, "by timestamp: the history's first record"
         before = int(time.time() * 1000)
         txn = Producer({"bootstrap.servers": p.bootstrap, "transactional.id": f"after-{uuid.uuid4().hex[:6]}"})
         txn.init_transactions(30)
@@ -492,8 +508,12 @@ def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disas
         for i in range(10_000):
             txn.produce(TOPIC, f"txn-after-{i}".encode(), partition=i % PARTITIONS)
         txn.commit_transaction(60)
-        ends = {q: watermarks(b.bootstrap, TOPIC, q)[1] for q in range(PARTITIONS)}
-        assert all(ends[q] >= starts[q] + 5000 for q in range(PARTITIONS)), ends
+        # (the watermarks' consumer reads the last stable offset: the commit markers land just after the commit)
+        def committed_ends() -> dict[int, int] | None:
+            e = {q: watermarks(b.bootstrap, TOPIC, q)[1] for q in range(PARTITIONS)}
+            return e if all(e[q] >= starts[q] + 5000 for q in range(PARTITIONS)) else None
+
+        ends = wait_until(committed_ends, "the transaction's 10,000 records committed from S on")
         by_time = _offsets(p.bootstrap, before)
         assert all(starts[q] <= by_time[q][0] < ends[q] for q in range(PARTITIONS)), by_time
         direct = _offsets(b.bootstrap, 0)
@@ -504,10 +524,26 @@ def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disas
 
 def test_spark_reads_the_restored_topic_as_one_history(disaster: Disaster, spark: Any) -> None:
     starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
-    df = spark.read.format("tierproxy").options(**{
-        "kafka.bootstrap.servers": disaster.b.bootstrap, "storage": f"file://{disaster.tier}", "metadata": "topic:",
-        "subscribe": TOPIC}).load()
+    options = {"kafka.bootstrap.servers": disaster.b.bootstrap, "storage": f"file://{disaster.tier}",
+               "metadata": "topic:", "subscribe": TOPIC}
+    with pytest.raises(Exception, match=rf"orders-1 offsets \[{disaster.tier_end[1]}, {starts[1]}\) are neither"):
+        spark.read.format("tierproxy").options(**options).load().collect()  # the lost range is data loss
+    df = spark.read.format("tierproxy").options(**options, failOnDataLoss="false").load()
     got = [(r.partition, r.offset) for r in df.select("partition", "offset").collect()]
     assert len(got) == len(set(got)), "every offset once"
     assert set(disaster.history) <= set(got), "A's history, whole"
     assert not [(q, o) for q, o in got if disaster.tier_end[q] <= o < starts[q]], "nothing in the lost range"
+
+
+def test_the_iceberg_table_goes_on_with_every_record_once(disaster: Disaster, tmp_path: Path) -> None:
+    b = disaster.b
+    tier_once(_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))  # B's records into the tier
+    iceberg_cli(tmp_path, *_iceberg_args(b.bootstrap, disaster.tier))
+    table = pyiceberg_table(f"sqlite:///{disaster.tier}/iceberg/catalog.db", f"file://{disaster.tier}/iceberg",
+                            "kafka.history")
+    got = [(r[3], r[4]) for r in pyiceberg_rows(table)]
+    starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
+    assert len(got) == len(set(got)), "every record once across the restore"
+    assert set(disaster.history) <= set(got), "A's rows stay"
+    assert not [(q, o) for q, o in got if disaster.tier_end[q] <= o < starts[q]], "nothing in the lost range"
+    assert any(o >= starts[0] for q, o in got if q == 0), "B's records join the same table"

@@ -29,7 +29,7 @@ import uuid
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, open_table, raw_shape
@@ -169,8 +169,10 @@ class SegmentDataError(RuntimeError):
 class TablePlanner(Planner):
     """The reader's planner, keeping its partition plans and which recorded topic ids the tier has deleted."""
 
-    def __init__(self, options: ReadOptions, recorded: dict[str, str], partitions: dict[str, set[int]]) -> None:
+    def __init__(self, options: ReadOptions, recorded: dict[str, str], partitions: dict[str, set[int]],
+                 ledgers: Sequence[Any] = ()) -> None:
         super().__init__(options)
+        self.ledgers = list(ledgers)  # each table's ledger: where its rows of each partition end
         self.recorded = recorded
         self.partitions = partitions  # per recorded topic id, the partitions the table holds rows of
         self.plans: list[PartitionPlan] = []
@@ -178,7 +180,10 @@ class TablePlanner(Planner):
         self.waiting: set[str] = set()  # created again while the tier still holds the recorded incarnation
 
     def _planned(self, view: ClusterView, plans: list[PartitionPlan], rlmm: Any) -> None:
+        """`view` names each topic by the id its history is kept under (a restored topic's: the lost cluster's,
+        `tiering.cluster.mounted`), so a table goes on with the same rows across a restore."""
         self.plans = plans
+        self.o = replace(self.o, starting=self._starting(view))
         ids = {p.topic: uuid_str(p.topic_id) for p in view.partitions}
         for topic, tid in self.recorded.items():
             if ids.get(topic) == tid:
@@ -193,6 +198,17 @@ class TablePlanner(Planner):
                 log.warning("iceberg: topic %s was created again (id %s); its rows of id %s stay while the tier "
                             "holds that incarnation, and the new one's wait for the tier to delete it", topic,
                             ids[topic], tid)
+
+
+    def _starting(self, view: ClusterView) -> dict[tuple[str, int], int]:
+        """Each partition from where every table's rows of its id end (earliest where one holds none)."""
+        starting: dict[tuple[str, int], int] = {}
+        for p in view.partitions:
+            key, tid = f"{uuid_str(p.topic_id)}:{p.partition}", uuid_str(p.topic_id)
+            ends = [ledger.ends.get(key) if ledger.topics.get(p.topic) == tid else None for ledger in self.ledgers]
+            starting[(p.topic, p.partition)] = EARLIEST if not ends or any(e is None for e in ends) else min(
+                e for e in ends if e is not None)
+        return starting
 
 
 def held_back_from(results: Sequence[SliceWritten]) -> int | None:
@@ -244,15 +260,10 @@ class IcebergSync:
             for key in t.ledger.ends:
                 tid, _, partition = key.rpartition(":")
                 partitions[tid].add(int(partition))
-        starting: dict[tuple[str, int], int] = {}
-        for p in view.partitions:
-            key, tid = f"{uuid_str(p.topic_id)}:{p.partition}", uuid_str(p.topic_id)
-            ends = [t.ledger.ends.get(key) if t.ledger.topics.get(p.topic) == tid else None for t in targets]
-            starting[(p.topic, p.partition)] = EARLIEST if any(e is None for e in ends) else min(
-                e for e in ends if e is not None)
-        planner = TablePlanner(ReadOptions(o.bootstrap, o.storage, o.metadata, pattern=o.topics, starting=starting,
+        planner = TablePlanner(ReadOptions(o.bootstrap, o.storage, o.metadata, pattern=o.topics,
                                            include_headers=True, read_committed=o.read_committed,
-                                           fail_on_data_loss=False), recorded, partitions)
+                                           fail_on_data_loss=False), recorded, partitions,
+                               [t.ledger for t in targets])
         slices = [s for s in planner.plan() if s.segment is not None]
         slices = [s for s in slices if s.topic not in planner.waiting]
         pause_point("planned")

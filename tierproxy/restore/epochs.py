@@ -44,10 +44,9 @@ def raise_epochs(bootstrap: str, floors: dict[tuple[str, int], int], identity: C
     topics = sorted({t for t, _ in floors})
     moves = 0
     for _ in range(max(floors.values(), default=0) + 10):
+        _wait(bootstrap, topics, identity, lambda s: all(tp in s and s[tp][0] >= 0 for tp in floors),
+              "every partition to be described with a leader (topics just created)")
         state = partition_state(bootstrap, topics, identity)
-        missing = [tp for tp in floors if tp not in state]
-        if missing:
-            raise EpochsNotRaised(f"the cluster does not describe {missing[:3]}")
         behind = {tp: state[tp] for tp, floor in floors.items() if state[tp][1] <= floor}
         if not behind:
             return moves

@@ -145,7 +145,8 @@ class Restore:
 
         state = state or {"source": snap.cluster_id, "snapshot": snap.name, "started_ms": int(time.time() * 1000),
                           "topics": {}}
-        state["topics"].update({plan.facts.name: None for plan in plans})
+        state["topics"].update({plan.facts.name: state["topics"].get(plan.facts.name) for plan in plans})
+        state.pop("done_ms", None)  # this run's topics are not done until it ends
         _run(self._save(target, state))
         if owner is not None:
             _run(hand_over(self.rsm, owner, target))
@@ -278,10 +279,12 @@ class Restore:
             now = int(time.time() * 1000)
             mounts = [TopicMount(name, tid, restored.get(tid, NO_ALIAS), snap.cluster_id, target, now)
                       for tid, name in sorted(origins.items())]
-            if all(rlmm.cache.mounts.get(m.origin_id, None) is not None
-                   and rlmm.cache.mounts[m.origin_id].alias_id == m.alias_id for m in mounts):
-                return  # a rerun after this step
-            await rlmm.put_records(snap.records)
-            await rlmm.put_mounts(mounts)  # last: a mount says the history under it is complete
+            # what this cluster's metadata already has (an earlier run's, and what its tier job did since) stays
+            if unknown := rlmm.unknown_records(snap.records):
+                await rlmm.put_records(unknown)
+            changed = [m for m in mounts if (old := rlmm.cache.mounts.get(m.origin_id)) is None
+                       or (old.alias_id != m.alias_id and m.mounted)]
+            if changed:
+                await rlmm.put_mounts(changed)  # last: a mount says the history under it is complete
         finally:
             await rlmm.close()

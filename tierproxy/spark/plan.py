@@ -130,7 +130,7 @@ class Planner:
     async def _plan(self) -> list[Slice]:
         # the planner's imports stay out of the executors' read path (each read task unpickles this module)
         from tierproxy.tier.open import open_metadata
-        from tierproxy.tiering.cluster import describe_cluster, list_offsets
+        from tierproxy.tiering.cluster import describe_cluster, list_offsets, mounted
 
         o = self.o
         view = describe_cluster(o.bootstrap)
@@ -141,6 +141,10 @@ class Planner:
         rsm = RemoteStorageManager.from_uri(o.storage)
         await rlmm.start()
         try:
+            if rlmm.cache.aliases:  # a restored topic is read as the history it continues, under that id
+                view = mounted(view, rlmm.cache.aliases)
+                parts = select_partitions(view, o)
+                self.leaders = {p: view.leader_address(p) for p in parts if p.leader >= 0}
             plans = []
             for p in parts:
                 pc = rlmm.cache.get(p.topic_id, p.partition)  # by topic id: a re-created topic has no old history

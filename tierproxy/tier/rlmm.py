@@ -209,6 +209,18 @@ class RemoteLogMetadataManager(abc.ABC):
             decode_value(value)
         await self.publish(list(records))
 
+    def unknown_records(self, records: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """Of another view's records (a tier snapshot's), those about topic ids this view knows nothing of, and
+        keys of no partition it does not hold: replaying only these never takes back what this view has moved
+        on from (a segment deleted since, a newer state)."""
+        known = {tid for tid, _ in self.cache.partitions} | {tid for tid, _ in self.cache.deletions}
+        out = []
+        for key, value in records:
+            pk = _partition_of_key(key)
+            if (pk is None and key not in self.values) or (pk is not None and pk[0] not in known):
+                out.append((key, value))
+        return out
+
     def live_records(self) -> list[tuple[bytes, bytes]]:
         """Every live record (latest write per key, in write order): replayed, they give this view."""
         return list(self.values.items())

@@ -172,10 +172,16 @@ class TopicRLMM(RemoteLogMetadataManager):
             raise MetadataTopicMismatch(f"metadata topic {self.topic} has {count} partitions, configured "
                                         f"{self.partitions} (the metadata URI's partitions=): records would be "
                                         "looked for in the wrong partitions")
-        policy = ""
-        for resp in await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.topic)]):
-            for res in resp.resources:  # (error_code, error_message, resource_type, name, config entries)
-                policy = next((e[1] or "" for e in res[4] if e[0] == "cleanup.policy"), policy)
+        policy: str | None = None
+        for _ in range(40):  # a broker that has not learnt of a topic just created answers with an error: again
+            for resp in await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.topic)]):
+                for res in resp.resources:  # (error_code, error_message, resource_type, name, config entries)
+                    if res[0] == 0:
+                        policy = next((e[1] or "" for e in res[4] if e[0] == "cleanup.policy"), policy)
+            if policy is not None:
+                break
+            await asyncio.sleep(0.25)
+        policy = policy or ""
         if "compact" not in policy.split(","):
             raise MetadataTopicMismatch(f"metadata topic {self.topic} has cleanup.policy={policy or '?'}; it must "
                                         "include compact (alter it, or point metadata at another topic)")
