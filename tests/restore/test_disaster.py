@@ -28,7 +28,13 @@ from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
 from tests.support.cli import run_cli
 from tests.support.iceberg import iceberg_cli, pyiceberg_rows, pyiceberg_table
-from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
+from tests.support.kafka import (
+    create_topic,
+    set_topic_config,
+    small_segment_producer,
+    small_segments,
+    watermarks,
+)
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import tier_once
 from tests.support.waiting import wait_until
@@ -547,3 +553,82 @@ def test_the_iceberg_table_goes_on_with_every_record_once(disaster: Disaster, tm
     assert set(disaster.history) <= set(got), "A's rows stay"
     assert not [(q, o) for q, o in got if disaster.tier_end[q] <= o < starts[q]], "nothing in the lost range"
     assert any(o >= starts[0] for q, o in got if q == 0), "B's records join the same table"
+
+
+def test_what_b_tiered_and_then_deleted_by_its_retention_is_still_served(disaster: Disaster, tmp_path: Path) -> None:
+    b = disaster.b
+    set_topic_config(b.bootstrap, TOPIC, "internal.segment.bytes", str(16 * 1024))  # B's segments roll small
+    prod = small_segment_producer(b.bootstrap)
+    for i in range(1500):
+        prod.produce(TOPIC, f"b-{i}-{'z' * 80}".encode(), partition=0)
+    assert prod.flush(30) == 0
+    summary = tier_once(_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))
+    assert summary.segments > 0, summary
+    tiered_to = watermarks(b.bootstrap, TOPIC, 0)[1]  # no transaction open on B: all of it below the LSO
+    set_topic_config(b.bootstrap, TOPIC, "retention.ms", "1000")
+    ticks = Producer({"bootstrap.servers": b.bootstrap})
+
+    def forgotten() -> int | None:
+        ticks.produce(TOPIC, b"tick", partition=0)  # each append lets retention roll and delete the expired
+        ticks.flush(5)
+        start = watermarks(b.bootstrap, TOPIC, 0)[0]
+        return start if start > disaster.tier_end[0] + 1000 else None
+
+    log_start = wait_until(forgotten, "B's retention deleting the restored topic's first segments", timeout=90,
+                           interval=0.3)
+    set_topic_config(b.bootstrap, TOPIC, "retention.ms", "-1")
+    assert log_start <= tiered_to, "deleted only what B had tiered"
+    p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
+                                                   "TIERPROXY_METADATA": "topic:"})
+    try:
+        rows = _read(p.bootstrap, {0: tiered_to})
+    finally:
+        p.stop()
+    assert {k: v for k, v in rows.items() if k[1] < disaster.tier_end[0]} == {
+        k: v for k, v in disaster.history.items() if k[0] == 0}, "A's history"
+    deleted_by_b = set(range(disaster.tier_end[0], log_start))
+    served = {o for (_, o) in rows} & deleted_by_b
+    assert len(deleted_by_b - served) <= 5, "B's records below its log start, served from the tier (transaction " \
+        f"markers aside): {len(deleted_by_b - served)} missing"
+    assert sum(1 for v in rows.values() if v[1] is not None and v[1].startswith(b"b-")) == 1500, \
+        "each of B's 1,500 records once"
+
+def test_the_leader_killed_mid_read_the_java_consumer_goes_on_without_a_reset(disaster: Disaster,
+                                                                                tmp_path: Path) -> None:
+    """Last in the module: it stops one of B's brokers (started again after)."""
+    b = disaster.b
+    p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
+                                                   "TIERPROXY_METADATA": "topic:"})
+    leader = partition_state(b.bootstrap, [TOPIC], None)[(TOPIC, 1)][0]
+    wanted = sorted(o for (q, o) in disaster.history if q == 1)
+    java = subprocess.Popen(["java", "-Xmx256m", "-cp", f"{b.libs}/*",
+                             "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", p.bootstrap,
+                             "--topic", TOPIC, "--partition", "1", "--offset", "0",
+                             "--max-messages", str(len(wanted)), "--timeout-ms", "90000",
+                             "--consumer-property", "isolation.level=read_committed",
+                             "--consumer-property", "auto.offset.reset=none",
+                             "--consumer-property", "max.partition.fetch.bytes=4096",
+                             "--consumer-property", "metadata.max.age.ms=1000",
+                             "--property", "print.offset=true", "--property", "print.value=true"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert java.stdout is not None
+        got = []
+        for line in java.stdout:  # the pipe holds ~600 lines: the reader waits on it until read further
+            got += [int(o) for o in re.findall(r"Offset:(\d+)", line)]
+            if len(got) == 100:
+                b.stop_node(leader, kill=True)  # mid-read: the partition's leader is gone
+        java.wait(120)
+        err = java.stderr.read() if java.stderr else ""
+        assert got == wanted, f"{len(got)} of {len(wanted)} offsets; stderr: {err[-2000:]}"
+        assert "OffsetOutOfRange" not in err and "reset" not in err.lower(), err[-2000:]
+    finally:
+        if java.poll() is None:
+            java.kill()
+            java.wait(30)
+        for pipe in (java.stdout, java.stderr):
+            if pipe is not None:
+                pipe.close()
+        p.stop()
+        if not b.node(leader).alive:
+            b.start_node(leader)
