@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
+from tests.support.balancer import Fleet
 from tests.support.cli import run_cli
 from tests.support.iceberg import iceberg_cli, pyiceberg_rows, pyiceberg_table
 from tests.support.kafka import (
@@ -592,6 +593,15 @@ def test_what_b_tiered_and_then_deleted_by_its_retention_is_still_served(disaste
         f"markers aside): {len(deleted_by_b - served)} missing"
     assert sum(1 for v in rows.values() if v[1] is not None and v[1].startswith(b"b-")) == 1500, \
         "each of B's 1,500 records once"
+
+def test_two_replicas_behind_the_balancer_give_the_same_history(disaster: Disaster, tmp_path: Path) -> None:
+    fleet = Fleet(disaster.b.bootstrap, tmp_path, f"file://{disaster.tier}", "topic:")
+    try:
+        fleet.wait_ready()
+        assert _read(fleet.address, disaster.tier_end) == disaster.history
+        assert _read(fleet.address, disaster.tier_end) == disaster.history, "again (the other replica, likely)"
+    finally:
+        fleet.close()
 
 def test_the_leader_killed_mid_read_the_java_consumer_goes_on_without_a_reset(disaster: Disaster,
                                                                                 tmp_path: Path) -> None:
