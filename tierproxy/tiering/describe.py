@@ -16,6 +16,7 @@ from tierproxy.wireclient import WireClient
 
 log = logging.getLogger("tierproxy.tier")
 GROUP_AUTHORIZATION_FAILED = 30
+UNKNOWN_OPERATIONS, DESCRIBE = -2147483648, 8  # authorized operations not given; AclOperation DESCRIBE's bit
 GROUPS_PER_REQUEST = 50  # OffsetFetch of many groups: one answer per 50 groups, so none grows without bound
 
 
@@ -32,6 +33,7 @@ def group_offsets(view: ClusterView, topics: set[str]) -> dict[str, list[GroupOf
     """The committed offsets on `topics` of every group the cluster lists (ListGroups asks each broker for the
     groups it coordinates; OffsetFetch asks each group's coordinator). Raises GroupsUnreadable naming the groups
     whose offsets the principal may not read (the others are returned through the exception's `partial`)."""
+    whole = _may_describe_cluster(view)
     groups: set[str] = set()
     for address in view.brokers.values():
         with WireClient(address, client_id="tierproxy-tier", identity=view.identity) as w:
@@ -61,7 +63,21 @@ def group_offsets(view: ClusterView, topics: set[str]) -> dict[str, list[GroupOf
             out[g["group_id"]] = sorted(offs, key=lambda o: (o.topic, o.partition))
     if refused:
         raise GroupsUnreadable(f"may not describe groups {', '.join(sorted(refused))} (grant DESCRIBE on them)", out)
+    if not whole:
+        raise GroupsUnreadable("tierproxy's principal may not DESCRIBE the cluster, so ListGroups names only the "
+                               f"groups it may describe ({len(out)} with offsets on tiered topics recorded): grant "
+                               "DESCRIBE on the groups that read tiered topics, or on the cluster", out)
     return out
+
+
+def _may_describe_cluster(view: ClusterView) -> bool:
+    """Whether the principal holds DESCRIBE on the cluster: Kafka fills DescribeCluster's authorized operations only
+    for a principal that may describe the cluster (otherwise the field keeps its "not given" value). A broker that
+    answers with an error cannot tell: taken as yes (no warning on a guess)."""
+    with WireClient(next(iter(view.brokers.values())), client_id="tierproxy-tier", identity=view.identity) as w:
+        resp = w.request(ApiKey.DESCRIBE_CLUSTER, 0, {"include_cluster_authorized_operations": True})
+    ops = resp["cluster_authorized_operations"]
+    return resp["error_code"] != 0 or (ops != UNKNOWN_OPERATIONS and bool(ops & (1 << DESCRIBE)))
 
 
 def _coordinators(view: ClusterView, groups: list[str]) -> dict[str, list[str]]:
