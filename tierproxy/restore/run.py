@@ -28,6 +28,7 @@ from tierproxy.restore.fill import FillResult, fill_partition
 from tierproxy.restore.groups import GroupsResult, commit_groups
 from tierproxy.restore.plan import RestoreRefused, TargetPartition, TopicPlan, check_target, plan_topics, replay
 from tierproxy.tier import snapshot as snapshots
+from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import NO_ALIAS, TopicMount, uuid_bytes, uuid_str
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import hand_over, recorded_owner
@@ -119,7 +120,8 @@ class Restore:
                 f"the cluster at {s.own_bootstrap} has one broker: a restored partition's leader epoch must rise "
                 "above the history's, and only a leader move raises it (use a cluster of 2+ brokers, or the "
                 "offline method in the README's 'Restoring from the tier')")
-        plans = plan_topics(snap, replay(snap), self.pattern)
+        history = replay(snap)  # the tier's view from the snapshot alone
+        plans = plan_topics(snap, history, self.pattern)
         ours = set((state or {}).get("topics", {}))
         if state is not None and state.get("done_ms") and {plan.facts.name for plan in plans} <= ours:
             report = RestoreReport(snap.cluster_id, target, snap.name, snap.taken_ms, True)
@@ -161,7 +163,7 @@ class Restore:
         state["topics"].update({plan.facts.name: uuid_str(ids[plan.facts.name]) for plan in plans})
         _run(self._save(target, state))
         self._verify(plans, floors)
-        _run(self._metadata(snap, plans, ids, target))
+        _run(self._metadata(snap, history, plans, ids, target))
         restored = {plan.facts.name for plan in plans}
         groups: GroupsResult = commit_groups(s.own_bootstrap, list(view.brokers.values()), snap.groups, restored,
                                              s.identity, set(state.get("groups_committed", [])))
@@ -266,8 +268,8 @@ class Restore:
                                          f"expected log start = high watermark = {pp.start}, epoch above "
                                          f"{pp.min_epoch} (a rerun goes on from here)")
 
-    async def _metadata(self, snap: snapshots.TierSnapshot, plans: list[TopicPlan], ids: dict[str, bytes],
-                        target: str) -> None:
+    async def _metadata(self, snap: snapshots.TierSnapshot, history: MetadataCache, plans: list[TopicPlan],
+                        ids: dict[str, bytes], target: str) -> None:
         s = self.s
         rlmm = open_metadata(s.metadata, s.own_bootstrap, None, s.identity, writer=True)
         await rlmm.start()
@@ -275,7 +277,7 @@ class Restore:
             await rlmm.catch_up()
             restored = {plan.origin_id: ids[plan.facts.name] for plan in plans}
             origins = {uuid_bytes(f.topic_id): f.name for f in snap.topics.values()}
-            origins.update({tid: pc.tp.topic for (tid, _), pc in replay(snap).partitions.items()})
+            origins.update({tid: pc.tp.topic for (tid, _), pc in history.partitions.items()})
             now = int(time.time() * 1000)
             mounts = [TopicMount(name, tid, restored.get(tid, NO_ALIAS), snap.cluster_id, target, now)
                       for tid, name in sorted(origins.items())]
