@@ -58,6 +58,11 @@ def _job_settings(args: argparse.Namespace, cli: dict[str, Any]) -> tuple[TierSe
     """A Spark job's settings and its extra Spark configuration; exit 2 with one line when they are wrong."""
     from tierproxy.config import ConfigError, TierSettings, load_settings
 
+    bad = [kv for kv in args.spark_conf if "=" not in kv or not kv.split("=", 1)[0].strip()]
+    if bad:
+        print(f"tierproxy: config error: --spark-conf {bad[0]!r}: expected KEY=VALUE (e.g. spark.driver.memory=2g)",
+              file=sys.stderr)
+        return 2
     try:
         settings = load_settings(TierSettings, config_file=args.config, cli=cli)
         spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)

@@ -43,7 +43,20 @@ def _get(client: httpx.Client, path: str) -> Any:
 
 
 def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
-    console = console or Console()
+    """One admin command; an admin API that cannot be reached is one line naming the URL (exit 6)."""
+    import logging
+    import sys
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request in a command's output
+    try:
+        return _run_admin(args, console or Console())
+    except httpx.TransportError as exc:
+        print(f"tierproxy: admin: no admin API answers at {args.url} ({type(exc).__name__}: {exc}); is "
+              "`tierproxy serve` running with admin.listen set? (--url or TIERPROXY_ADMIN_URL)", file=sys.stderr)
+        return 6
+
+
+def _run_admin(args: argparse.Namespace, console: Console) -> int:
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     with httpx.Client(base_url=args.url, headers=headers, timeout=30) as client:
         if args.admin_command == "status":

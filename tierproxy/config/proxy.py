@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from tierproxy.config.common import CommonSettings
 from tierproxy.config.values import _has_uvloop, _hostport
@@ -97,9 +97,9 @@ class ProxySettings(CommonSettings):
 
     @field_validator("listen", "admin_listen")
     @classmethod
-    def _check_listen(cls, v: str | None) -> str | None:
+    def _check_listen(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None:
-            _hostport(v, "listen")
+            _hostport(v, "admin.listen" if info.field_name == "admin_listen" else "listen")
         return v
 
     @model_validator(mode="after")
@@ -115,6 +115,9 @@ class ProxySettings(CommonSettings):
         base = self.port_base
         if port != 0 and base <= port < base + self.broker_port_range:
             raise ValueError(f"listen port {port} falls inside the broker port range {base}..")
+        if self.admin_listen is not None and (admin := _hostport(self.admin_listen, "admin.listen")[1]) != 0 \
+                and admin == port:
+            raise ValueError(f"admin.listen {self.admin_listen}: the same port as listen {self.listen}")
         return self
 
     @property

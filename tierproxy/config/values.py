@@ -15,8 +15,10 @@ SPARK_MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\
 
 def _hostport(value: str, key: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not port.isdigit():
         raise ValueError(f"{key} must be HOST:PORT, got {value!r}")
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"{key}: port {port} is out of range (0..65535), got {value!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 

@@ -1,0 +1,31 @@
+"""An ordinary mistake on the command line is one line and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.cli import run_cli
+from tierproxy.dev.kafkadist import free_port
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["serve", "--bootstrap-server", "127.0.0.1:1", "--listen", "127.0.0.1:{p}", "--admin-listen", "127.0.0.1:{p}"],
+     "admin.listen 127.0.0.1:{p}: the same port as listen"),
+    (["serve", "--bootstrap-server", "127.0.0.1:1", "--listen", "127.0.0.1:99999"],
+     "port 99999 is out of range (0..65535)"),
+    (["tier", "--bootstrap-server", "127.0.0.1:1", "--storage", "file:///nonexistent", "--once",
+      "--spark-conf", "nonsense"], "--spark-conf 'nonsense': expected KEY=VALUE"),
+])
+def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], says: str) -> None:
+    port = str(free_port())
+    out = run_cli(*(a.replace("{p}", port) for a in args))
+    assert out.returncode == 2, out.stderr
+    assert says.replace("{p}", port) in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_admin_with_no_admin_api_listening_names_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    out = run_cli("admin", "--url", url, "status")
+    assert out.returncode == 6, out.stderr
+    assert f"no admin API answers at {url}" in out.stderr and "admin.listen" in out.stderr
+    assert "Traceback" not in out.stderr and "INFO httpx" not in out.stderr, out.stderr
