@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from tierproxy.config import TierSettings
 from tierproxy.restore.epochs import partition_state, raise_epochs
-from tierproxy.restore.fill import FillResult, fill_partition
+from tierproxy.restore.fill import FillFailed, FillResult, fill_partition
 from tierproxy.restore.groups import GroupsResult, commit_groups
 from tierproxy.restore.plan import RestoreRefused, TargetPartition, TopicPlan, check_target, plan_topics, replay
 from tierproxy.tier import snapshot as snapshots
@@ -155,14 +155,14 @@ class Restore:
         self._create(view, plans, existing)
         floors = {(pp.topic, pp.partition): pp.min_epoch for plan in plans for pp in plan.partitions}
         report.leader_moves = raise_epochs(s.own_bootstrap, floors, s.identity)
-        view = describe_cluster(s.own_bootstrap, s.identity)
-        fills = self._fill(view, plans)
+        fills = self._fill(plans)
         report.filled_offsets = sum(f.filled for f in fills)
         report.fill_seconds = max((f.seconds for f in fills), default=0.0)
+        view = describe_cluster(s.own_bootstrap, s.identity)
         ids = {p.topic: p.topic_id for p in view.partitions}
         state["topics"].update({plan.facts.name: uuid_str(ids[plan.facts.name]) for plan in plans})
         _run(self._save(target, state))
-        self._verify(plans, floors)
+        self._verify(plans)
         _run(self._metadata(snap, history, plans, ids, target))
         restored = {plan.facts.name for plan in plans}
         groups: GroupsResult = commit_groups(s.own_bootstrap, list(view.brokers.values()), snap.groups, restored,
@@ -245,28 +245,50 @@ class Restore:
             time.sleep(0.2)
         raise RestoreRefused(f"the new topics {names} have no leaders after 30s")
 
-    def _fill(self, view: ClusterView, plans: list[TopicPlan]) -> list[FillResult]:
-        leaders = {(p.topic, p.partition): view.leader_address(p) for p in view.partitions}
-        jobs = [(leaders[(pp.topic, pp.partition)], pp.topic, pp.partition, pp.start)
-                for plan in plans for pp in plan.partitions]
+    def _fill(self, plans: list[TopicPlan]) -> list[FillResult]:
+        jobs = [(pp.topic, pp.partition, pp.start) for plan in plans for pp in plan.partitions]
         with ThreadPoolExecutor(FILL_THREADS, thread_name_prefix="tierproxy-fill") as pool:
-            futures = [pool.submit(fill_partition, leader, t, p, start, self.s.restore_fill_batch_records,
-                                   self.s.identity) for leader, t, p, start in jobs]
-            return [f.result() for f in futures]
+            return [f.result() for f in [pool.submit(self._fill_one, *job) for job in jobs]]
 
-    def _verify(self, plans: list[TopicPlan], floors: dict[tuple[str, int], int]) -> None:
-        view = describe_cluster(self.s.own_bootstrap, self.s.identity)
+    def _fill_one(self, topic: str, partition: int, start: int) -> FillResult:
+        """One partition's fill at its leader as the cluster names it now; a leader that moved (or a broker whose
+        view trails) costs a retry at the leader named then: the fill goes on from the partition's end."""
+        delay, last = 0.2, None
+        for _ in range(6):
+            view = describe_cluster(self.s.own_bootstrap, self.s.identity)
+            p = next((p for p in view.partitions if (p.topic, p.partition) == (topic, partition)), None)
+            if p is not None and p.leader >= 0:
+                try:
+                    return fill_partition(view.leader_address(p), topic, partition, start,
+                                          self.s.restore_fill_batch_records, self.s.identity)
+                except (FillFailed, OSError) as exc:
+                    last = exc
+            time.sleep(delay)
+            delay = min(delay * 2, 3.0)
+        raise FillFailed(f"{topic}-{partition}: not filled to {start}: {last}")
+
+    def _verify(self, plans: list[TopicPlan]) -> None:
+        """Log start = high watermark = S and the epoch above the history's, as the leaders answer. A broker's view
+        may trail the controller's for a moment (a leader just moved): asked again, bounded, before giving up."""
         names = {plan.facts.name for plan in plans}
-        parts = [p for p in view.partitions if p.topic in names]
-        offs = list_offsets(view, parts)
-        for plan in plans:
-            for pp in plan.partitions:
-                o = offs.get((pp.topic, pp.partition))
-                epoch = next(p.leader_epoch for p in parts if (p.topic, p.partition) == (pp.topic, pp.partition))
-                if o is None or (o.log_start, o.high_watermark) != (pp.start, pp.start) or epoch <= pp.min_epoch:
-                    raise RestoreRefused(f"{pp.topic}-{pp.partition} after the fill: {o}, leader epoch {epoch}; "
-                                         f"expected log start = high watermark = {pp.start}, epoch above "
-                                         f"{pp.min_epoch} (a rerun goes on from here)")
+        wrong: list[str] = []
+        delay = 0.1
+        for _ in range(12):
+            view = describe_cluster(self.s.own_bootstrap, self.s.identity)
+            parts = {(p.topic, p.partition): p for p in view.partitions if p.topic in names}
+            offs = list_offsets(view, list(parts.values()))
+            wrong = [f"{pp.topic}-{pp.partition}: {offs.get((pp.topic, pp.partition))}, leader epoch "
+                     f"{parts[(pp.topic, pp.partition)].leader_epoch if (pp.topic, pp.partition) in parts else '?'}"
+                     for plan in plans for pp in plan.partitions
+                     if (o := offs.get((pp.topic, pp.partition))) is None or (pp.topic, pp.partition) not in parts
+                     or (o.log_start, o.high_watermark) != (pp.start, pp.start)
+                     or parts[(pp.topic, pp.partition)].leader_epoch <= pp.min_epoch]
+            if not wrong:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 3.0)
+        raise FillFailed(f"after the fill, expected log start = high watermark = S and the epoch above the "
+                         f"history's; found {'; '.join(wrong[:3])}")
 
     async def _metadata(self, snap: snapshots.TierSnapshot, history: MetadataCache, plans: list[TopicPlan],
                         ids: dict[str, bytes], target: str) -> None:
