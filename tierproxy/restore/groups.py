@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from protocol.constants import ApiKey
 from tierproxy.identity import ClientIdentity
 from tierproxy.tier.snapshot import GroupOffset
+from tierproxy.tiering.describe import find_coordinators, list_groups
 from tierproxy.wireclient import WireClient
 
 log = logging.getLogger("tierproxy.restore")
@@ -32,12 +33,8 @@ class GroupsResult:
 
 def active_groups(brokers: list[str], identity: ClientIdentity | None) -> set[str]:
     """Groups with members in the new cluster (ListGroups at each broker)."""
-    out = set()
-    for address in brokers:
-        with WireClient(address, client_id="tierproxy-restore", identity=identity) as w:
-            resp = w.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
-        out |= {g["group_id"] for g in resp["groups"] if g["group_state"] not in IDLE_STATES}
-    return out
+    groups, _ = list_groups(brokers, identity, "tierproxy-restore")
+    return {g for g, state in groups.items() if state not in IDLE_STATES}
 
 
 def commit_groups(bootstrap: str, brokers: list[str], groups: dict[str, list[GroupOffset]], topics: set[str],
@@ -98,15 +95,13 @@ def _commit(group: str, offsets: list[GroupOffset]) -> dict[str, object]:
 
 def _coordinator(bootstrap: str, group: str, identity: ClientIdentity | None) -> str:
     """The group's coordinator; a new cluster creates its offsets topic on the first ask: asked again meanwhile."""
-    delay = 0.1
+    delay, error = 0.1, 0
     for _ in range(12):
-        with WireClient(bootstrap, client_id="tierproxy-restore", identity=identity) as w:
-            resp = w.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
-        c = resp["coordinators"][0]
-        if c["error_code"] == 0:
-            return f"{c['host']}:{c['port']}"
-        if c["error_code"] not in RETRIABLE:
+        address, error = find_coordinators(bootstrap, [group], identity, "tierproxy-restore")[group]
+        if address is not None:
+            return address
+        if error not in RETRIABLE:
             break
         time.sleep(delay)
         delay = min(delay * 2, 3.0)
-    raise OSError(f"no coordinator for group {group}: error {c['error_code']}")
+    raise OSError(f"no coordinator for group {group}: error {error}")

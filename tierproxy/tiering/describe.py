@@ -8,6 +8,7 @@ import logging
 from collections import defaultdict
 
 from protocol.constants import ApiKey, ErrorCode
+from tierproxy.identity import ClientIdentity
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.snapshot import RESTORED_CONFIGS, GroupOffset, PartitionFacts, TierSnapshot, TopicFacts, write
@@ -34,14 +35,12 @@ def group_offsets(view: ClusterView, topics: set[str]) -> dict[str, list[GroupOf
     groups it coordinates; OffsetFetch asks each group's coordinator). Raises GroupsUnreadable naming the groups
     whose offsets the principal may not read (the others are returned through the exception's `partial`)."""
     whole = _may_describe_cluster(view)
-    groups: set[str] = set()
-    for address in view.brokers.values():
-        with WireClient(address, client_id="tierproxy-tier", identity=view.identity) as w:
-            resp = w.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
-        if resp["error_code"] == 0:
-            groups |= {g["group_id"] for g in resp["groups"]}
-        elif resp["error_code"] != ErrorCode.COORDINATOR_NOT_AVAILABLE:
-            raise GroupsUnreadable(f"ListGroups answered error {resp['error_code']} at {address}")
+    listed, errors = list_groups(list(view.brokers.values()), view.identity, "tierproxy-tier")
+    failed = {a: e for a, e in errors.items() if e != ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    if failed:
+        address, error = next(iter(failed.items()))
+        raise GroupsUnreadable(f"ListGroups answered error {error} at {address}")
+    groups = set(listed)
     out: dict[str, list[GroupOffset]] = {}
     refused: list[str] = []
     answers = []
@@ -80,19 +79,44 @@ def _may_describe_cluster(view: ClusterView) -> bool:
     return resp["error_code"] != 0 or (ops != UNKNOWN_OPERATIONS and bool(ops & (1 << DESCRIBE)))
 
 
+def list_groups(addresses: list[str], identity: ClientIdentity | None, client_id: str
+                ) -> tuple[dict[str, str], dict[str, int]]:
+    """ListGroups at each broker (each names the groups it coordinates): group → state, and address → error code
+    of the brokers that answered with one."""
+    groups: dict[str, str] = {}
+    errors: dict[str, int] = {}
+    for address in addresses:
+        with WireClient(address, client_id=client_id, identity=identity) as w:
+            resp = w.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+        if resp["error_code"]:
+            errors[address] = resp["error_code"]
+        groups.update({g["group_id"]: g["group_state"] for g in resp["groups"]})
+    return groups, errors
+
+
+def find_coordinators(address: str, groups: list[str], identity: ClientIdentity | None, client_id: str
+                      ) -> dict[str, tuple[str | None, int]]:
+    """FindCoordinator v4 (100 groups a request): group → (its coordinator's HOST:PORT or None, error code)."""
+    out: dict[str, tuple[str | None, int]] = {}
+    with WireClient(address, client_id=client_id, identity=identity) as w:
+        for i in range(0, len(groups), 100):
+            resp = w.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": groups[i:i + 100]})
+            out.update({c["key"]: (f"{c['host']}:{c['port']}" if c["error_code"] == 0 else None, c["error_code"])
+                        for c in resp["coordinators"]})
+    return out
+
+
 def _coordinators(view: ClusterView, groups: list[str]) -> dict[str, list[str]]:
     if not groups:
         return {}
     by_address: dict[str, list[str]] = defaultdict(list)
-    with WireClient(next(iter(view.brokers.values())), client_id="tierproxy-tier", identity=view.identity) as w:
-        for i in range(0, len(groups), 100):
-            resp = w.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": groups[i:i + 100]})
-            for c in resp["coordinators"]:
-                if c["error_code"] == 0:
-                    by_address[f"{c['host']}:{c['port']}"].append(c["key"])
-                else:
-                    log.warning("group %s has no coordinator now (error %d): its offsets are not in this snapshot",
-                                c["key"], c["error_code"])
+    found = find_coordinators(next(iter(view.brokers.values())), groups, view.identity, "tierproxy-tier")
+    for group, (address, error) in found.items():
+        if address is not None:
+            by_address[address].append(group)
+        else:
+            log.warning("group %s has no coordinator now (error %d): its offsets are not in this snapshot", group,
+                        error)
     return by_address
 
 
