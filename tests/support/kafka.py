@@ -64,13 +64,13 @@ def set_retention(bootstrap: str, topic: str, retention_ms: int) -> None:
     set_topic_config(bootstrap, topic, "retention.ms", str(retention_ms))
 
 
-def set_topic_config(bootstrap: str, topic: str, key: str, value: str) -> None:
-    """Set one topic config now (incremental AlterConfigs)."""
+def set_topic_config(bootstrap: str, topic: str, key: str, value: str | None) -> None:
+    """Set one topic config now (incremental AlterConfigs); None removes the topic's own value."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    res = ConfigResource("topic", topic, incremental_configs=[
-        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    res = ConfigResource("topic", topic, incremental_configs=[ConfigEntry(key, value or "", incremental_operation=op)])
     for fut in admin.incremental_alter_configs([res]).values():
         fut.result(30)
 
@@ -103,24 +103,46 @@ def read_to_end(bootstrap: str, topic: str, isolation: str = "read_uncommitted",
 
 def broker_forgets(bootstrap: str, topic: str, *, above: int = 0, retention_ms: int = 1000,
                    restore_ms: int | None = 3_600_000, timeout: float = 60, interval: float = 0.3) -> int:
-    """Make the broker delete the start of a single-partition topic: shorten `retention.ms` and append ticks (each
-    append rolls the expired active segment so retention can run) until its log start offset passes `above`.
-    Then retention goes back to `restore_ms` (None: left short). Returns the new log start; fails if it never
-    moved."""
+    """Make the broker delete the start of a single-partition topic: shorten `retention.ms` and append ticks until
+    its log start offset passes `above`. Then retention goes back to `restore_ms` (None: left short). Returns the
+    new log start; fails if it never moved. The log keeps a tail: the newest ticks.
+
+    Each tick refreshes the active segment's newest timestamp, so a segment that is still active never expires
+    while ticks come: `segment.ms` is set to `retention_ms` meanwhile, so the next tick rolls the segment holding
+    `above` (its first record is older than that) and retention deletes it once it is closed and expired; the
+    topic's own `segment.ms` comes back after."""
     from confluent_kafka import Producer
 
+    segment_ms = topic_config(bootstrap, topic, "segment.ms")
+    set_topic_config(bootstrap, topic, "segment.ms", str(retention_ms))
     set_retention(bootstrap, topic, retention_ms)
     p = Producer({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + timeout
-    while (start := watermarks(bootstrap, topic)[0]) <= above and time.monotonic() < deadline:
-        p.produce(topic, b"tick")
-        p.flush(5)
-        time.sleep(interval)
+    try:
+        while (start := watermarks(bootstrap, topic)[0]) <= above and time.monotonic() < deadline:
+            p.produce(topic, b"tick")
+            p.flush(5)
+            time.sleep(interval)
+    finally:
+        set_topic_config(bootstrap, topic, "segment.ms", segment_ms)
     if restore_ms is not None:
         set_retention(bootstrap, topic, restore_ms)
         start = watermarks(bootstrap, topic)[0]  # a deletion may have run meanwhile
     assert start > above, f"the broker kept {topic} from offset {start} (wanted past {above}) for {timeout:.0f}s"
     return start
+
+
+def topic_config(bootstrap: str, topic: str, key: str) -> str | None:
+    """A topic's own value of `key` (None: not set on the topic, the broker's default applies)."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.describe_configs([ConfigResource("topic", topic)], request_timeout=30).values():
+        entry = fut.result(30).get(key)
+        source = getattr(entry, "source", None)
+        if entry is not None and getattr(source, "value", source) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value:
+            return str(entry.value)
+    return None
 
 
 def offsets_from_the_beginning(bootstrap: str, topic: str, end: int, timeout: float = 60) -> list[int]:
