@@ -2,7 +2,7 @@
 3-broker cluster B; through a proxy in front of B every tiered offset reads as before, the groups resume, and the
 tail goes on after the old end.
 
-Slow (~2 min for the module): two 3-node clusters (A, then B), a tier pass on A and one on B, a restore, proxies.
+The disaster itself is `tests/support/restore.py` (set up once for the package).
 """
 
 from __future__ import annotations
@@ -14,18 +14,15 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey, OffsetSpec
-from protocol.requests import list_offsets_request
 from tests.support.balancer import Fleet
 from tests.support.cli import run_cli
 from tests.support.iceberg import iceberg_cli, pyiceberg_rows, pyiceberg_table
@@ -33,15 +30,26 @@ from tests.support.kafka import (
     create_topic,
     set_topic_config,
     small_segment_producer,
-    small_segments,
     watermarks,
 )
 from tests.support.proxy import ProxyProcess
+from tests.support.restore import (
+    AUDIT_RECORDS,
+    EXTRA,
+    OTHER,
+    PARTITIONS,
+    TOPIC,
+    Disaster,
+    committed,
+    iceberg_args,
+    list_offsets_at_leaders,
+    read_rows,
+    tier_settings,
+)
 from tests.support.tiering import tier_once
 from tests.support.waiting import wait_until
-from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
-from tierproxy.restore.epochs import partition_state, raise_epochs
+from tierproxy.restore.epochs import partition_state
 from tierproxy.tier import snapshot as snapshots
 from tierproxy.tier.model import uuid_bytes
 from tierproxy.tier.ownership import WrongCluster, check_cluster, recorded_owner
@@ -49,189 +57,6 @@ from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process, pytest.mark.kcat]
-
-TOPIC, OTHER, EXTRA = "orders", "audit", "extra"  # restored first; restored by a later run; left out
-AUDIT_RECORDS = 3000
-PARTITIONS = 2
-Rows = dict[tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]
-
-
-@dataclass
-class Disaster:
-    tier: Path  # the tier after the restore
-    before_restore: Path  # a copy of the tier as A left it
-    b: KafkaCluster
-    a_cluster_id: str
-    a_epochs: dict[int, int]  # partition → A's leader epoch at the loss
-    history: Rows  # every committed record of TOPIC at the tier pass, read from A
-    tier_end: dict[int, int]  # N per partition (the high watermark at the pass: all of it tiered)
-    lost_end: int  # partition 1's high watermark at the pass: A's open transaction, lost (S of partition 1)
-    groups: dict[str, dict[int, tuple[int, int]]]  # group → partition → (offset, leader epoch) committed on A
-    restore_out: str
-
-
-def _settings(bootstrap: str, tier: Path, work: Path, **kw: Any) -> TierSettings:
-    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}|{EXTRA}", storage=f"file://{tier}",
-                        metadata="topic:", tier_segment_bytes=16 * 1024, spark_master="local[2]",
-                        tier_state_dir=work, **kw)
-
-
-def _iceberg_args(bootstrap: str, tier: Path) -> list[str]:
-    return ["--bootstrap-server", bootstrap, "--storage", f"file://{tier}", "--metadata", "topic:", "--topics", TOPIC,
-            "--master", "local[2]", "--once"]
-
-
-def _read(bootstrap: str, ends: dict[int, int], isolation: str = "read_committed") -> Rows:
-    """Every record of TOPIC below `ends` (partition → end), assigned from offset 0; an offset reset fails. A
-    partition is done at a record at or past its end, at its end of partition, or with its position there (the
-    last offsets may be transaction markers, never delivered)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:6]}",
-                  "auto.offset.reset": "error", "isolation.level": isolation, "enable.auto.commit": False,
-                  "enable.partition.eof": True})
-    c.assign([TopicPartition(TOPIC, p, 0) for p in ends])
-    out: Rows = {}
-    done: set[int] = {p for p, end in ends.items() if end == 0}
-    deadline = time.monotonic() + 90
-    try:
-        while len(done) < len(ends) and time.monotonic() < deadline:
-            msgs = c.consume(500, 0.3)
-            for m in msgs:
-                if m.error() is not None:
-                    assert m.error().code() == KafkaError._PARTITION_EOF, f"a reader met {m.error()}"
-                    done.add(m.partition())
-                    continue
-                p, o = m.partition(), m.offset()
-                if o >= ends[p]:
-                    done.add(p)
-                    continue
-                out[(p, o)] = (m.key(), m.value(), list(m.headers() or []))
-            if not msgs:
-                done |= {tp.partition for tp in c.position([TopicPartition(TOPIC, p) for p in ends])
-                         if tp.offset >= ends[tp.partition]}
-    finally:
-        c.close()
-    assert len(done) == len(ends), f"read {len(out)} records, partitions done {done} of {sorted(ends)}"
-    return out
-
-
-def _produce_history(bootstrap: str) -> None:
-    prod = small_segment_producer(bootstrap, **{"compression.type": "lz4"})
-    for i in range(3000):
-        prod.produce(TOPIC, f"value-{i}-{'x' * 80}".encode(), f"key-{i % 97}".encode(), partition=i % PARTITIONS,
-                     headers=[("n", str(i).encode())])
-    prod.flush(60)
-    for i in range(AUDIT_RECORDS):
-        prod.produce(OTHER, f"audit-{i}".encode(), partition=0)
-    for i in range(200):
-        prod.produce(EXTRA, f"extra-{i}".encode(), partition=0)
-    prod.flush(60)
-    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
-    txn.init_transactions(30)
-    for commit in (True, False, True):
-        txn.begin_transaction()
-        for p in range(PARTITIONS):
-            txn.produce(TOPIC, b"txn-committed" if commit else b"txn-aborted", partition=p)
-        txn.flush(30)  # written before the abort (an abort purges what is still queued)
-        txn.commit_transaction(30) if commit else txn.abort_transaction(30)
-
-
-def _commit(bootstrap: str, group: str, offsets: dict[int, tuple[int, int]], protocol: str = "classic") -> None:
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-    if protocol == "consumer":
-        conf["group.protocol"] = "consumer"
-    c = Consumer(conf)
-    try:
-        c.commit(offsets=[TopicPartition(TOPIC, p, o, leader_epoch=e) for p, (o, e) in offsets.items()],
-                 asynchronous=False)
-    finally:
-        c.close()
-
-
-def _committed(bootstrap: str, group: str) -> dict[int, tuple[int, int]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        got = c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)
-    finally:
-        c.close()
-    return {tp.partition: (tp.offset, tp.leader_epoch if tp.leader_epoch is not None else -1) for tp in got
-            if tp.offset >= 0}
-
-
-@pytest.fixture(scope="module")
-def disaster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Disaster]:
-    root = tmp_path_factory.mktemp("disaster")
-    tier = root / "tier"
-    a = KafkaCluster(3, workdir=root / "a").start()
-    try:
-        create_topic(a.bootstrap, TOPIC, PARTITIONS, 3, small_segments())
-        create_topic(a.bootstrap, OTHER, 1, 3, small_segments())
-        create_topic(a.bootstrap, EXTRA, 1, 3, small_segments())
-        # leaders moved several times: A's epochs reach 5
-        raise_epochs(a.bootstrap, {(t, p): 4 for t, n in ((TOPIC, PARTITIONS), (OTHER, 1)) for p in range(n)}, None)
-        _produce_history(a.bootstrap)
-        state = partition_state(a.bootstrap, [TOPIC], None)
-        epochs = {p: state[(TOPIC, p)][1] for p in range(PARTITIONS)}
-        ends = {p: watermarks(a.bootstrap, TOPIC, p)[1] for p in range(PARTITIONS)}
-        history = _read(a.bootstrap, ends)
-        groups = {"classic": {0: (500, epochs[0]), 1: (700, epochs[1])},
-                  "kip848": {0: (1000, epochs[0])}}
-        _commit(a.bootstrap, "classic", groups["classic"])
-        _commit(a.bootstrap, "kip848", groups["kip848"], protocol="consumer")
-        # A dies in the middle of a transaction: its 150 records are past the last stable offset, never tiered,
-        # and lost; a group reading uncommitted had committed 100 of them
-        open_txn = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": "dies-open",
-                             "transaction.timeout.ms": 900_000})  # still open when A dies, however slow the pass
-        open_txn.init_transactions(30)
-        open_txn.begin_transaction()
-        for i in range(150):
-            open_txn.produce(TOPIC, f"lost-{i}".encode(), partition=1)
-        open_txn.flush(30)
-        groups["past"] = {1: (ends[1] + 100, epochs[1])}
-        _commit(a.bootstrap, "past", groups["past"])
-        summary = tier_once(_settings(a.bootstrap, tier, root / "state-a"))
-        assert summary.segments > 0 and summary.snapshot, summary
-        iceberg_cli(root, *_iceberg_args(a.bootstrap, tier))  # the table A's history had before the loss
-        a_cluster_id = a.cluster_id
-    finally:
-        a.stop()
-    open_txn.purge()
-    del open_txn
-    shutil.rmtree(root / "a")  # the data directories are gone: the tier is all that is left
-    before = root / "tier-before"
-    shutil.copytree(tier, before)
-    b = KafkaCluster(3, workdir=root / "b").start()
-    try:
-        dry = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}", "--metadata",
-                      "topic:", "--topics", TOPIC, "--dry-run", check=True)
-        assert "would restore 2 partitions" in dry.stdout and "LOST offsets" in dry.stdout, dry.stdout
-        assert TOPIC not in AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10).topics
-        assert not (tier / "restore").exists(), "a dry run changes nothing"
-        out = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}",
-                      "--metadata", "topic:", "--topics", TOPIC, check=True)
-        yield Disaster(tier, before, b, a_cluster_id, epochs, history, ends, ends[1] + 150, groups, out.stdout)
-    finally:
-        b.stop()
-
-
-def _offsets(bootstrap: str, spec: int, quiet: bool = False) -> dict[int, tuple[int, int]]:
-    """partition → (offset, leader epoch) that ListOffsets answers for `spec` directly at each leader (`quiet`: an
-    error answer is {} — a proxy still loading its tier answers a retriable error, as a broker loading would)."""
-    with WireClient(bootstrap) as w:
-        md = w.request(ApiKey.METADATA, 12, {"topics": [{"name": TOPIC, "topic_id": bytes(16)}],
-                                             "allow_auto_topic_creation": False,
-                                             "include_topic_authorized_operations": False})
-    brokers = {n["node_id"]: f"{n['host']}:{n['port']}" for n in md["brokers"]}
-    out = {}
-    for x in md["topics"][0]["partitions"]:
-        p = x["partition_index"]
-        with WireClient(brokers[x["leader_id"]]) as w:
-            resp = w.request(ApiKey.LIST_OFFSETS, 7, list_offsets_request({TOPIC: {p: spec}}))
-        r = resp["topics"][0]["partitions"][0]
-        if quiet and r["error_code"]:
-            return {}
-        assert r["error_code"] == 0, r
-        out[p] = (r["offset"], r["leader_epoch"])
-    return out
 
 
 def test_the_restore_reports_where_each_partition_begins_and_what_was_lost(disaster: Disaster) -> None:
@@ -244,8 +69,8 @@ def test_the_restore_reports_where_each_partition_begins_and_what_was_lost(disas
 
 def test_the_new_cluster_begins_each_partition_where_the_old_one_ended(disaster: Disaster) -> None:
     starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
-    earliest, latest = _offsets(disaster.b.bootstrap, OffsetSpec.EARLIEST), _offsets(disaster.b.bootstrap,
-                                                                                     OffsetSpec.LATEST)
+    earliest = list_offsets_at_leaders(disaster.b.bootstrap, OffsetSpec.EARLIEST)
+    latest = list_offsets_at_leaders(disaster.b.bootstrap, OffsetSpec.LATEST)
     assert {p: o for p, (o, _) in earliest.items()} == starts
     assert {p: o for p, (o, _) in latest.items()} == starts
     state = partition_state(disaster.b.bootstrap, [TOPIC], None)
@@ -259,12 +84,12 @@ def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disast
     p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
                                                    "TIERPROXY_METADATA": "topic:"})
     try:
-        assert _read(p.bootstrap, disaster.tier_end) == disaster.history
+        assert read_rows(p.bootstrap, disaster.tier_end) == disaster.history
         wanted = sorted(o for (q, o) in disaster.history if q == 0)
         out = subprocess.run([kcat, "-b", p.bootstrap, "-C", "-t", TOPIC, "-p", "0", "-o", "beginning", "-c",
                               str(len(wanted)), "-q", "-f", "%o\\n"], capture_output=True, text=True, timeout=120)
         assert [int(x) for x in out.stdout.split()] == wanted, out.stderr[-2000:]
-        aborted = _read(p.bootstrap, disaster.tier_end, isolation="read_uncommitted")
+        aborted = read_rows(p.bootstrap, disaster.tier_end, isolation="read_uncommitted")
         assert sum(v == b"txn-aborted" for _, v, _ in aborted.values()) == PARTITIONS
         assert not any(v == b"txn-aborted" for _, v, _ in disaster.history.values())
         # the tail: new records land at S and a reader crosses [N, S) without a reset and without a filler
@@ -273,7 +98,7 @@ def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disast
             prod.produce(TOPIC, f"after-{i}".encode(), partition=i % PARTITIONS)
         assert prod.flush(30) == 0
         starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
-        rows = _read(p.bootstrap, {q: starts[q] + 50 for q in range(PARTITIONS)})
+        rows = read_rows(p.bootstrap, {q: starts[q] + 50 for q in range(PARTITIONS)})
         for q in range(PARTITIONS):
             tail = sorted(o for (pp, o) in rows if pp == q and o >= disaster.tier_end[q])
             assert tail == list(range(starts[q], starts[q] + 50)), "the tail begins at S"
@@ -295,8 +120,31 @@ def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disast
 
 def test_the_groups_resume_where_they_were(disaster: Disaster) -> None:
     for group, offsets in disaster.groups.items():
-        assert _committed(disaster.b.bootstrap, group) == offsets, group
+        assert committed(disaster.b.bootstrap, group) == offsets, group
     assert "groups committed: ['classic', 'kip848', 'past']" in disaster.restore_out
+
+
+def test_a_consumer_protocol_member_resumes_its_group_where_it_was(disaster: Disaster, tmp_path: Path) -> None:
+    """KIP-848: a `group.protocol=consumer` member of `kip848` (committed on A with that protocol) joins through a
+    proxy in front of B and reads on from the committed offset: nothing read twice or skipped."""
+    (offset, _), = disaster.groups["kip848"].values()
+    wanted = sorted(o for (q, o) in disaster.history if q == 0 and o >= offset)[:50]
+    p = ProxyProcess(disaster.b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
+                                                            "TIERPROXY_METADATA": "topic:"})
+    c = Consumer({"bootstrap.servers": p.bootstrap, "group.id": "kip848", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        c.subscribe([TOPIC])
+        got: list[int] = []
+        deadline = time.monotonic() + 90
+        while len(got) < len(wanted) and time.monotonic() < deadline:
+            m = c.poll(0.3)
+            if m is not None and m.error() is None and m.partition() == 0:
+                got.append(m.offset())
+    finally:
+        c.close()
+        p.stop()
+    assert got == wanted, f"first {got[:3]}, wanted from {offset}"
 
 
 def test_a_group_that_had_read_into_the_lost_range_resumes_at_s(disaster: Disaster, tmp_path: Path) -> None:
@@ -426,7 +274,7 @@ def test_tier_on_the_new_cluster_continues_the_same_history_and_deletes_none_of_
         prod.produce(TOPIC, f"on-b-{i}-{'y' * 80}".encode(), partition=0)
     assert prod.flush(30) == 0
     end = watermarks(b.bootstrap, TOPIC, 0)[1]
-    s = _settings(b.bootstrap, disaster.tier, tmp_path / "state-b", tier_topic_delete_delay_ms=0)
+    s = tier_settings(b.bootstrap, disaster.tier, tmp_path / "state-b", tier_topic_delete_delay_ms=0)
     summary = tier_once(s)
     assert summary.segments > 0 and summary.partitions_deleted == 0, summary
     assert {(g["topic"], g["partition"], g["first_missing"], g["last_missing"]) for g in summary.gaps} == {
@@ -506,7 +354,7 @@ def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disas
     p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
                                                    "TIERPROXY_METADATA": "topic:"})
     try:
-        first = wait_until(lambda: _offsets(p.bootstrap, 0, quiet=True), "the proxy's tier loaded")
+        first = wait_until(lambda: list_offsets_at_leaders(p.bootstrap, 0, quiet=True), "the proxy's tier loaded")
         assert {q: o for q, (o, _) in first.items()} == {0: 0, 1: 0}, "by timestamp: the history's first record"
         before = int(time.time() * 1000)
         txn = Producer({"bootstrap.servers": p.bootstrap, "transactional.id": f"after-{uuid.uuid4().hex[:6]}"})
@@ -521,9 +369,9 @@ def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disas
             return e if all(e[q] >= starts[q] + 5000 for q in range(PARTITIONS)) else None
 
         ends = wait_until(committed_ends, "the transaction's 10,000 records committed from S on")
-        by_time = _offsets(p.bootstrap, before)
+        by_time = list_offsets_at_leaders(p.bootstrap, before)
         assert all(starts[q] <= by_time[q][0] < ends[q] for q in range(PARTITIONS)), by_time
-        direct = _offsets(b.bootstrap, 0)
+        direct = list_offsets_at_leaders(b.bootstrap, 0)
         assert all(direct[q][0] >= starts[q] for q in range(PARTITIONS)), "B alone never answers below S"
     finally:
         p.stop()
@@ -544,8 +392,8 @@ def test_spark_reads_the_restored_topic_as_one_history(disaster: Disaster, spark
 
 def test_the_iceberg_table_goes_on_with_every_record_once(disaster: Disaster, tmp_path: Path) -> None:
     b = disaster.b
-    tier_once(_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))  # B's records into the tier
-    iceberg_cli(tmp_path, *_iceberg_args(b.bootstrap, disaster.tier))
+    tier_once(tier_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))  # B's records into the tier
+    iceberg_cli(tmp_path, *iceberg_args(b.bootstrap, disaster.tier))
     table = pyiceberg_table(f"sqlite:///{disaster.tier}/iceberg/catalog.db", f"file://{disaster.tier}/iceberg",
                             "kafka.history")
     got = [(r[3], r[4]) for r in pyiceberg_rows(table)]
@@ -563,7 +411,7 @@ def test_what_b_tiered_and_then_deleted_by_its_retention_is_still_served(disaste
     for i in range(1500):
         prod.produce(TOPIC, f"b-{i}-{'z' * 80}".encode(), partition=0)
     assert prod.flush(30) == 0
-    summary = tier_once(_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))
+    summary = tier_once(tier_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))
     assert summary.segments > 0, summary
     tiered_to = watermarks(b.bootstrap, TOPIC, 0)[1]  # no transaction open on B: all of it below the LSO
     set_topic_config(b.bootstrap, TOPIC, "retention.ms", "1000")
@@ -582,7 +430,7 @@ def test_what_b_tiered_and_then_deleted_by_its_retention_is_still_served(disaste
     p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
                                                    "TIERPROXY_METADATA": "topic:"})
     try:
-        rows = _read(p.bootstrap, {0: tiered_to})
+        rows = read_rows(p.bootstrap, {0: tiered_to})
     finally:
         p.stop()
     assert {k: v for k, v in rows.items() if k[1] < disaster.tier_end[0]} == {
@@ -598,8 +446,8 @@ def test_two_replicas_behind_the_balancer_give_the_same_history(disaster: Disast
     fleet = Fleet(disaster.b.bootstrap, tmp_path, f"file://{disaster.tier}", "topic:")
     try:
         fleet.wait_ready()
-        assert _read(fleet.address, disaster.tier_end) == disaster.history
-        assert _read(fleet.address, disaster.tier_end) == disaster.history, "again (the other replica, likely)"
+        assert read_rows(fleet.address, disaster.tier_end) == disaster.history
+        assert read_rows(fleet.address, disaster.tier_end) == disaster.history, "again (the other replica, likely)"
     finally:
         fleet.close()
 

@@ -35,6 +35,23 @@ def tierproxy_acls(principal: str, topics: list[str], metadata_topic: str) -> li
     return out
 
 
+def restore_acls(principal: str, topics: list[str], metadata_topic: str) -> list[AclBinding]:
+    """What `tierproxy restore` needs but READ on the groups (README "Restoring from the tier", step 1): CREATE and
+    ALTER on the cluster, WRITE and DELETE on the restored topics, and what `tier` needs."""
+    out = tierproxy_acls(principal, topics, metadata_topic)
+    for op in (AclOperation.CREATE, AclOperation.ALTER):
+        out.append(_binding(principal, ResourceType.BROKER, "kafka-cluster", op))
+    for t in topics:
+        for op in (AclOperation.WRITE, AclOperation.DELETE):
+            out.append(_binding(principal, ResourceType.TOPIC, t, op))
+    return out
+
+
+def group_acls(principal: str, group: str) -> list[AclBinding]:
+    """READ on one group (its offsets)."""
+    return [_binding(principal, ResourceType.GROUP, group, AclOperation.READ)]
+
+
 def reader_acls(principal: str, topic: str) -> list[AclBinding]:
     """A consumer: READ on the topic and on its groups (prefixed with its name)."""
     return [_binding(principal, ResourceType.TOPIC, topic, AclOperation.READ),
