@@ -320,7 +320,7 @@ def _spark_job_args(job: argparse.ArgumentParser) -> None:
     job.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
     job.add_argument("--master", help="Spark master (spark.master; default local[*])")
     job.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark configuration")
-    job.add_argument("--config", help="properties file (key=value)")
+    job.add_argument("-c", "--config", help="properties file (key=value)")
     mode = job.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="one pass, then exit")
     mode.add_argument("--interval", help="pause between passes, e.g. 30s (tier.interval.ms)")
@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--listen", help="bootstrap listener HOST:PORT (listen; default 127.0.0.1:9192)")
     srv.add_argument("--advertised-host", help="host clients use to reach the proxy (advertised.host)")
     srv.add_argument("--admin-listen", help="admin HTTP listener HOST:PORT (admin.listen)")
-    srv.add_argument("--config", help="properties file (key=value, Kafka-style dotted keys)")
+    srv.add_argument("-c", "--config", help="properties file (key=value, Kafka-style dotted keys)")
     srv.add_argument("--storage", help="file:///path or s3://bucket/prefix?endpoint=URL (storage)")
     srv.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
     srv.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
@@ -382,11 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     rst.add_argument("--topics", help="regex of topics to restore (default: every topic in the snapshot)")
     rst.add_argument("--dry-run", action="store_true", help="plan and check only; change nothing")
     rst.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
-    rst.add_argument("--config", help="properties file (key=value)")
+    rst.add_argument("-c", "--config", help="properties file (key=value)")
     rst.set_defaults(func=_restore, spark_conf=[])
     from tierproxy.admin.cli import add_admin_parser
 
     add_admin_parser(sub)
+    for command in sub.choices.values():  # also after the command, as Kafka's tools take every option anywhere
+        command.add_argument("--log-level", default=argparse.SUPPRESS, help="Python logging level (default INFO)")
     return parser
 
 

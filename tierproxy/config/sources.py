@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +18,23 @@ from tierproxy.propfile import ConfigError, read_properties
 
 ENV_PREFIX = "TIERPROXY_"
 S = TypeVar("S", bound=CommonSettings)
+# TIERPROXY_* variables that are not settings: read by the admin CLI, the Kafka jars' cache, the demo
+NOT_SETTINGS = frozenset({"ADMIN_URL", "CACHE", "ALLOW_SKIP", "ICEBERG_PAUSE_AT"})
+NOT_SETTINGS_PREFIXES = ("BENCH_", "SOAK_", "FUZZ_")  # the benchmarks' and tests' own knobs
+log = logging.getLogger("tierproxy.config")
+
+
+def all_keys() -> set[str]:
+    """Every command's settings (field names): a file shared by every command may hold any of them."""
+    from tierproxy.config.tier import TierSettings
+
+    return set(ProxySettings.model_fields) | set(TierSettings.model_fields)
+
+
+def nearest(name: str, known: set[str]) -> str | None:
+    """The known field name closest to a mistyped one, if any is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def dotted(field: str) -> str:
@@ -36,10 +55,14 @@ def load_settings(model: type[S] = ProxySettings, *, config_file: str | Path | N
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config: no such file {path}")
+        known = all_keys()
         for key, value in read_properties(path).items():
             name = _normalize(key)
             if name not in fields:
-                raise ConfigError(f"{key}: unknown config key (in {path})")
+                if name in known:  # another command's key: one file may serve every command
+                    continue
+                hint = f" (did you mean {dotted(near)}?)" if (near := nearest(name, known)) else ""
+                raise ConfigError(f"{key}: unknown config key (in {path}){hint}")
             merged[name], sources[name] = value, f"{path}"
     environ = os.environ if env is None else env
     for key, value in environ.items():
@@ -47,6 +70,11 @@ def load_settings(model: type[S] = ProxySettings, *, config_file: str | Path | N
             name = _normalize(key[len(ENV_PREFIX):])
             if name in fields:
                 merged[name], sources[name] = value, f"env {key}"
+            elif not _known_variable(key[len(ENV_PREFIX):], name):
+                # reported, not refused: one environment often serves several commands and tools
+                near = nearest(name, all_keys())
+                log.warning("%s is not a tierproxy setting%s: ignored", key,
+                            f" (did you mean {ENV_PREFIX}{near.upper()}?)" if near else "")
     for name, value in (cli or {}).items():
         if value is not None:
             merged[name], sources[name] = value, "command line"
@@ -62,3 +90,7 @@ def load_settings(model: type[S] = ProxySettings, *, config_file: str | Path | N
             msg = redact(err["msg"].removeprefix("Value error, "), url_password(str(err.get("input", ""))))
             problems.append(f"{key}: {msg}{src}")
         raise ConfigError("; ".join(problems)) from None
+
+
+def _known_variable(suffix: str, name: str) -> bool:
+    return name in all_keys() or suffix in NOT_SETTINGS or suffix.startswith(NOT_SETTINGS_PREFIXES)
