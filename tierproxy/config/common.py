@@ -35,9 +35,12 @@ class CommonSettings(BaseModel):
     metadata: str | None = Field(None, description="topic:[NAME] (default: the metadata topic) or file:///dir")
     metadata_checkpoint_dir: Path | None = Field(None, description="local RLMM checkpoint (restart reads the tail)")
     # Kafka's RLM task retry keys: remote reads (serve) and copy retries after a leader change (tier)
-    remote_log_manager_task_retry_backoff_ms: int = Field(500, ge=1)
-    remote_log_manager_task_retry_backoff_max_ms: int = Field(30_000, ge=1)
-    remote_log_manager_task_retry_jitter: float = Field(0.2, ge=0, le=1)
+    remote_log_manager_task_retry_backoff_ms: int = Field(500, ge=1, description="first pause before a failed tier "
+                                                          "read or copy is tried again (KIP-405's name; doubles)")
+    remote_log_manager_task_retry_backoff_max_ms: int = Field(30_000, ge=1, description="the longest pause between "
+                                                              "retries of a tier read or copy")
+    remote_log_manager_task_retry_jitter: float = Field(0.2, ge=0, le=1, description="random share (0..1) added "
+                                                        "to or taken from each retry pause")
     command_config: Path | None = Field(None, description="Kafka client properties: tierproxy's own identity "
                                         "(security.protocol, sasl.*, ssl.*), as Kafka's --command-config")
     # the tier's own retention (Kafka's retention.* for the whole log; the broker topic's retention.* is the local

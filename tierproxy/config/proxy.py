@@ -29,7 +29,7 @@ class ProxySettings(CommonSettings):
     max_connections: int = Field(10000, ge=1, description="client connections accepted at once")
     connections_max_idle_ms: int = Field(600_000, ge=0, description="close client connections idle this long")
     shutdown_drain_ms: int = Field(10_000, ge=0, description="how long SIGTERM waits for in-flight requests")
-    upstream_connect_timeout_ms: int = Field(10_000, ge=1)
+    upstream_connect_timeout_ms: int = Field(10_000, ge=1, description="how long a connection to a broker may take")
     buffer_high_water_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024,
                                          description="pause the other side above this many buffered bytes")
     max_in_flight_requests: int = Field(1000, ge=1, description="per connection, before reading pauses")
@@ -37,13 +37,16 @@ class ProxySettings(CommonSettings):
                             description="uvloop (libuv: lower added latency; the default where installed, as in the "
                             "image and tierproxy[uvloop]) or asyncio (the standard loop)")
     ssl_certfile: Path | None = Field(None, description="TLS certificate chain for the client listener")
-    ssl_keyfile: Path | None = None
+    ssl_keyfile: Path | None = Field(None, description="private key of ssl.certfile (PEM)")
     ssl_cafile: Path | None = Field(None, description="CA that client certificates must chain to (mTLS)")
-    upstream_ssl_enabled: bool = False
-    upstream_ssl_cafile: Path | None = None
-    upstream_ssl_certfile: Path | None = None
-    upstream_ssl_keyfile: Path | None = None
-    upstream_ssl_check_hostname: bool = True
+    upstream_ssl_enabled: bool = Field(False, description="TLS toward the brokers")
+    upstream_ssl_cafile: Path | None = Field(None, description="CA the brokers' certificates chain to (default: "
+                                             "the system's)")
+    upstream_ssl_certfile: Path | None = Field(None, description="tierproxy's client certificate toward the brokers "
+                                               "(mTLS; relayed client connections never carry it)")
+    upstream_ssl_keyfile: Path | None = Field(None, description="private key of upstream.ssl.certfile (PEM)")
+    upstream_ssl_check_hostname: bool = Field(True, description="check the brokers' certificates name their "
+                                              "hosts")
     remote_log_storage_system_enable: bool = Field(True, description="serve offsets below the broker's log start "
                                                    "from the tier")
     remote_fetch_max_wait_ms: int = Field(500, ge=1, description="purgatory wait for remote partitions (KIP-1018)")
