@@ -119,3 +119,42 @@ def test_no_import_cycle_of_any_kind() -> None:
         if name not in state:
             visit(name, [name])
     assert cycles == []
+
+
+# `pip install tierproxy` is the proxy's role (README "Install by role"): these layers import neither the jobs'
+# code nor their dependencies (the `tier` and `iceberg` extras), at any depth of a module
+PROXY_ROLE = {"shared", "tier", "remote", "core", "admin", "restore"}
+JOB_CODE = {"tiering", "iceberg", "spark"}
+JOB_DEPENDENCIES = {"pyspark", "py4j", "pyiceberg", "numba", "fastavro", "google", "pyarrow", "numpy", "duckdb"}
+# the only ones allowed: the admin API's Iceberg status, imported when asked (it answers 503 naming the extra when
+# the extra is missing), and the restore's use of the tier job's Spark-free modules (wire requests to a cluster)
+ALLOWED_JOB_IMPORTS = {("tierproxy.admin.status", "tierproxy.iceberg.status"),
+                       ("tierproxy.restore.run", "tierproxy.tiering.cluster"),
+                       ("tierproxy.restore.groups", "tierproxy.tiering.describe")}
+
+
+def _all_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_the_proxys_packages_import_no_job_code_or_job_dependencies() -> None:
+    wrong, allowed = [], set()
+    for path in sorted((ROOT / "tierproxy").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if layer_of(module) not in PROXY_ROLE:
+            continue
+        for target in _all_imports(path):
+            head = target.split(".")[0]
+            if head in JOB_DEPENDENCIES or (head == "tierproxy" and layer_of(target) in JOB_CODE):
+                if (module, target) in ALLOWED_JOB_IMPORTS:
+                    allowed.add((module, target))
+                else:
+                    wrong.append(f"{module} imports {target}")
+    assert wrong == []
+    assert allowed == ALLOWED_JOB_IMPORTS, "an allowed import that is gone: take it off the list"

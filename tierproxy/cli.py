@@ -392,6 +392,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the commands that need an extra (`pip install 'tierproxy[EXTRA]'`) and the modules that make it up; `serve`,
+# `admin` and `restore` need none
+EXTRAS = {"tier": ("tier", ("pyspark", "pyarrow", "numpy", "numba")),
+          "demo": ("tier", ("pyspark", "pyarrow", "numpy", "numba")),
+          "iceberg": ("iceberg", ("pyspark", "pyarrow", "numpy", "numba", "pyiceberg", "fastavro", "google.protobuf"))}
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        return False
+
+
+def missing_extra(command: str) -> str | None:
+    """One line naming the extra `command` needs and how to install it, or None when it is installed."""
+    extra, modules = EXTRAS.get(command, ("", ()))
+    missing = [m for m in modules if not _installed(m)]
+    if not missing:
+        return None
+    return (f"`tierproxy {command}` needs the {extra} extra ({', '.join(missing)} not installed): "
+            f"pip install 'tierproxy[{extra}]'")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -399,6 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("aiobotocore", "botocore"):  # "Found credentials in environment variables" on every start
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
+    if (missing := missing_extra(args.command)) is not None:
+        print(f"tierproxy: {missing}", file=sys.stderr)
+        return 2
     rc: int = args.func(args)
     return rc
 

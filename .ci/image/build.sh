@@ -73,7 +73,7 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/wheels"
 echo "wheels for tierproxy $version and its dependencies"
-"$PY" -m pip wheel -q --wheel-dir "$ctx/wheels" "$repo[uvloop]"  # uvloop: the default event loop where installed
+"$PY" -m pip wheel -q --wheel-dir "$ctx/wheels" "$repo[all]"  # every extra (the jobs), uvloop: the default event loop where installed
 cp "$repo/.ci/image/Containerfile" "$ctx/Containerfile"
 
 # --- 3. image -----------------------------------------------------------------------------------------------------

@@ -137,6 +137,9 @@ def create_app(proxy: Proxy) -> FastAPI:
             raise HTTPException(404, "iceberg.catalog is not set: no Iceberg table to show")
         try:
             found = await iceberg_status(proxy)
+        except ModuleNotFoundError as exc:  # a proxy installed without the iceberg extra
+            raise HTTPException(503, f"the Iceberg table's status needs the iceberg extra ({exc.name} is not "
+                                "installed): pip install 'tierproxy[iceberg]'") from None
         except Exception as exc:
             raise HTTPException(503, str(exc)) from None
         proxy.fetch_stats.iceberg = found  # the metrics show what this answer showed, not an older refresh
