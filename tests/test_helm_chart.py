@@ -66,20 +66,29 @@ def test_values_schema_rejects_bad_values(bad: str) -> None:
     assert out.returncode != 0 and "values don't meet the specifications" in out.stderr
 
 
-def test_default_image_is_the_one_make_image_builds() -> None:
-    """`make image` tags localhost/tierproxy:<package version>; the chart deploys exactly that, as a non-root user."""
+def test_default_images_are_the_ones_make_image_builds() -> None:
+    """`make image` tags localhost/tierproxy:<package version> (the proxy) and localhost/tierproxy-jobs (the jobs);
+    the chart deploys exactly those, the proxy's Deployment on the first and the tier job on the second, as a
+    non-root user."""
     import tomllib
 
     version = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]["version"]
     assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == version
-    docs = [d for d in yaml.safe_load_all(render_chart()) if d and d["kind"] in ("Deployment", "CronJob")]
-    for d in docs:
-        pod = d["spec"]["jobTemplate"]["spec"]["template"]["spec"] if d["kind"] == "CronJob" else \
-            d["spec"]["template"]["spec"]
-        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
-        assert [c["image"] for c in pod["containers"]] == [f"localhost/tierproxy:{version}"]
-    pinned = render_chart("--set", "image.repository=registry.example.com/tierproxy", "--set", "image.tag=9.9.9")
+    for mode in ("cronjob", "deployment"):
+        docs = [d for d in yaml.safe_load_all(render_chart("--set", f"tier.mode={mode}"))
+                if d and d["kind"] in ("Deployment", "CronJob")]
+        images = {}
+        for d in docs:
+            pod = d["spec"]["jobTemplate"]["spec"]["template"]["spec"] if d["kind"] == "CronJob" else \
+                d["spec"]["template"]["spec"]
+            assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
+            images.update({c["name"]: c["image"] for c in pod["containers"]})
+        assert images == {"proxy": f"localhost/tierproxy:{version}",
+                          "tier": f"localhost/tierproxy-jobs:{version}"}, images
+    pinned = render_chart("--set", "image.repository=registry.example.com/tierproxy", "--set", "image.tag=9.9.9",
+                          "--set", "jobsImage.repository=registry.example.com/tierproxy-jobs")
     assert "image: \"registry.example.com/tierproxy:9.9.9\"" in pinned
+    assert f"image: \"registry.example.com/tierproxy-jobs:{version}\"" in pinned
 
 
 @pytest.mark.parametrize("mode", ["cronjob", "deployment"])

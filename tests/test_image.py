@@ -1,6 +1,6 @@
-"""The container image (`make image`) started with buildah as a user would start it: `serve` proxies the test Kafka
-for kcat, `tier --once` tiers a topic to a filesystem tier, and SIGTERM to the container's init (tini, PID 1 in a
-pod) stops `serve` within its drain time."""
+"""The container images (`make image`) started with buildah as a user would start them: `serve` from the proxy image
+(no JRE, no Spark) proxies the test Kafka for kcat and SIGTERM to the container's init (tini, PID 1 in a pod) stops
+it within its drain time; `tier --once` from the jobs image tiers a topic to a filesystem tier."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from tierproxy.dev.kafkadist import KafkaCluster, free_port
 pytestmark = [pytest.mark.kafka, pytest.mark.image]
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-IMAGE = f"localhost/tierproxy:{VERSION}"
+IMAGE = f"localhost/tierproxy:{VERSION}"  # serve, admin, restore
+JOBS_IMAGE = f"localhost/tierproxy-jobs:{VERSION}"  # tier, iceberg (PySpark, a JRE) and the rest
 ENV = {**os.environ, "STORAGE_DRIVER": "vfs", "BUILDAH_ISOLATION": "chroot"}
 
 
@@ -35,9 +36,9 @@ def buildah(*args: str, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    """The image of these sources: `make image`'s build script, which waits for a build already running (`make
-    test` starts one beside the first tests) and builds only when the sources changed since the last image. Slow
-    (~3 min when it builds): buildah builds the image from Debian packages."""
+    """The images of these sources: `make image`'s build script, which waits for a build already running (`make
+    test` starts one beside the first tests) and builds only when the sources changed since the last images. Slow
+    (~2-4 min when it builds): buildah builds both images from Debian packages."""
     if os.geteuid() != 0:
         unavailable("buildah", "the image tests need root (buildah, chroot isolation)")
     proc = subprocess.run(["bash", str(ROOT / ".ci/image/build.sh")], capture_output=True, text=True,
@@ -50,6 +51,13 @@ def image() -> str:
 @pytest.fixture
 def container(image: str) -> Iterator[str]:
     name = buildah("from", "--pull-never", image)
+    yield name
+    buildah("rm", name)
+
+
+@pytest.fixture
+def jobs_container(image: str) -> Iterator[str]:
+    name = buildah("from", "--pull-never", JOBS_IMAGE)
     yield name
     buildah("rm", name)
 
@@ -77,21 +85,34 @@ def descendant(pid: int, name: str) -> int:
     raise LookupError(f"no {name} under {pid}")
 
 
-def test_image_is_non_root_with_labels_and_no_compilers(image: str, container: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", [False, True], ids=["proxy", "jobs"])
+def test_image_is_non_root_with_labels_and_no_compilers(image: str, jobs: bool, tmp_path: Path) -> None:
+    name = JOBS_IMAGE if jobs else image
     cfg = buildah("inspect", "--type", "image", "--format",
                   "{{.OCIv1.Config.User}}|{{index .OCIv1.Config.Labels \"org.opencontainers.image.version\"}}|"
-                  "{{.OCIv1.Config.Entrypoint}}", image)
-    user, version, entrypoint = cfg.split("|")
+                  "{{.OCIv1.Config.Entrypoint}}|{{index .OCIv1.Config.Labels \"org.opencontainers.image.title\"}}",
+                  name)
+    user, version, entrypoint, title = cfg.split("|")
     assert user.split(":")[0] == "10001" and version == VERSION and "tini" in entrypoint
-    out = subprocess.run(["buildah", "run", "--isolation", "chroot", container, "--", "sh", "-c",
-                          "id -u; command -v gcc cc g++ make pip || true; ls /var/cache/apt /var/lib/apt/lists | wc -l;"
-                          " java -version 2>&1 | head -1; tierproxy --help | head -1"],
-                         capture_output=True, text=True, env=ENV, timeout=120)
+    assert title == ("tierproxy-jobs" if jobs else "tierproxy")
+    container = buildah("from", "--pull-never", name).strip()
+    try:
+        out = subprocess.run(["buildah", "run", "--isolation", "chroot", container, "--", "sh", "-c",
+                              "id -u; command -v gcc cc g++ make pip || true; ls /var/cache/apt /var/lib/apt/lists |"
+                              " wc -l; java -version 2>&1 | head -1; tierproxy --help | head -1; tierproxy tier "
+                              "--once --bootstrap-server 127.0.0.1:1 --storage file:///tmp/t 2>&1 | head -1"],
+                             capture_output=True, text=True, env=ENV, timeout=120)
+    finally:
+        buildah("rm", container)
     lines = out.stdout.splitlines()
     assert out.returncode == 0, out.stderr
     assert lines[0] == "10001"
     assert not any(line.endswith(("/gcc", "/cc", "/g++", "/make", "/pip")) for line in lines), lines
-    assert "openjdk" in out.stdout and "usage: tierproxy" in out.stdout
+    assert "usage: tierproxy" in out.stdout
+    if jobs:
+        assert "openjdk" in out.stdout and "needs the tier extra" not in out.stdout
+    else:  # no JRE, no Spark: `tier` names the image or extra it needs
+        assert "openjdk" not in out.stdout and "pip install 'tierproxy[tier]'" in out.stdout, out.stdout
 
 
 def test_serve_from_the_image_proxies_kcat_and_stops_on_sigterm(kafka: KafkaCluster, container: str, kcat: str,
@@ -129,8 +150,8 @@ def test_serve_from_the_image_proxies_kcat_and_stops_on_sigterm(kafka: KafkaClus
             proc.wait(10)
 
 
-def test_tier_once_from_the_image_tiers_a_topic_to_the_filesystem(kafka: KafkaCluster, container: str,
-                                                                   tmp_path: Path, topic_name: str) -> None:
+def test_tier_once_from_the_jobs_image_tiers_a_topic_to_the_filesystem(kafka: KafkaCluster, jobs_container: str,
+                                                                        tmp_path: Path, topic_name: str) -> None:
     from confluent_kafka import Producer
 
     create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "500"})
@@ -142,7 +163,7 @@ def test_tier_once_from_the_image_tiers_a_topic_to_the_filesystem(kafka: KafkaCl
     tmp_path.chmod(0o777)  # the image runs as uid 10001
     s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=16 * 1024)
     log = tmp_path / "tier.log"
-    proc = run_in(container, ["tier", "--once", "--no-progress", "--bootstrap-server", kafka.bootstrap,
+    proc = run_in(jobs_container, ["tier", "--once", "--no-progress", "--bootstrap-server", kafka.bootstrap,
                               "--storage", s.storage, "--metadata", str(s.metadata), "--topics", s.tier_topics,
                               "--master", "local[1]"], log, volumes=(tmp_path,),
                   env={"TIERPROXY_TIER_SEGMENT_BYTES": str(s.tier_segment_bytes)})
@@ -158,9 +179,11 @@ def test_tier_once_from_the_image_tiers_a_topic_to_the_filesystem(kafka: KafkaCl
 
 
 def test_the_images_defaults_work_for_its_user_and_an_unwritable_storage_exits_2(
-        kafka: KafkaCluster, container: str, tmp_path: Path, topic_name: str) -> None:
-    """No --storage: `tier` and `serve` write the tier under the image's data dir, /var/lib/tierproxy (a volume
-    owned by uid 10001); a storage the user cannot write stops `serve` with exit 2 and one line."""
+        kafka: KafkaCluster, jobs_container: str, tmp_path: Path, topic_name: str) -> None:
+    """No --storage: `tier` and `serve` (the jobs image runs every command) write the tier under the image's data
+    dir, /var/lib/tierproxy (a volume owned by uid 10001); a storage the user cannot write stops `serve` with exit
+    2 and one line."""
+    container = jobs_container
     from confluent_kafka import Producer
 
     create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "500"})

@@ -70,9 +70,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end -}}
 
-{{/* The image: repository and tag, the tag defaulting to the chart's appVersion (the package version). */}}
+{{/* The proxy's image: repository and tag, the tag defaulting to the chart's appVersion (the package version). */}}
 {{- define "tierproxy.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The jobs' image (PySpark and a JRE): the tier job's CronJob or Deployment. */}}
+{{- define "tierproxy.jobsImage" -}}
+{{ .Values.jobsImage.repository }}:{{ .Values.jobsImage.tag | default .Chart.AppVersion }}
 {{- end }}
 
 {{/* The image runs as uid/gid 10001 (a numeric USER, so runAsNonRoot can be checked). */}}
