@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.support.cli import run_cli
@@ -29,3 +31,24 @@ def test_admin_with_no_admin_api_listening_names_the_url() -> None:
     assert out.returncode == 6, out.stderr
     assert f"no admin API answers at {url}" in out.stderr and "admin.listen" in out.stderr
     assert "Traceback" not in out.stderr and "INFO httpx" not in out.stderr, out.stderr
+
+
+def test_the_catalog_only_iceberg_actions_need_no_brokers_and_never_create_a_table(tmp_path: Path) -> None:
+    tier = tmp_path / "tier"
+    tier.mkdir()
+    out = run_cli("iceberg", "metadata-location", "--storage", f"file://{tier}")
+    assert out.returncode == 1, out.stderr
+    assert "no Iceberg table kafka.history in the catalog" in out.stderr and "Traceback" not in out.stderr
+    assert not list(tier.rglob("*.metadata.json")), "asking where a table is never creates it"
+    out = run_cli("iceberg", "snapshot-at", "--storage", f"file://{tier}", "--topic", "orders", "--offsets",
+                  '{"0": 10}')
+    assert out.returncode == 1 and "no Iceberg table kafka.history" in out.stderr, out.stderr
+    assert not list(tier.rglob("*.metadata.json"))
+
+
+@pytest.mark.parametrize("offsets", ["nonsense", "[1, 2]", '{"x": "y"}'])
+def test_a_bad_offsets_argument_names_the_flag(tmp_path: Path, offsets: str) -> None:
+    out = run_cli("iceberg", "snapshot-at", "--storage", f"file://{tmp_path}", "--topic", "orders", "--offsets",
+                  offsets)
+    assert out.returncode == 2, out.stderr
+    assert f"--offsets {offsets!r}: expected a JSON object" in out.stderr and "Traceback" not in out.stderr

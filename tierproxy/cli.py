@@ -166,6 +166,9 @@ def _iceberg(args: argparse.Namespace) -> int:
            "iceberg_topics": args.topics, "spark_master": args.master, "tier_interval_ms": args.interval,
            "command_config": args.command_config, "iceberg_catalog": args.catalog, "iceberg_table": args.table,
            "iceberg_isolation_level": args.isolation, "iceberg_retention": args.retention}
+    if args.action != "sync" and args.bootstrap_server is None:
+        # snapshot-at and metadata-location read the catalog only: no broker is asked, none need be named
+        cli["bootstrap_servers"] = CATALOG_ONLY
     loaded = _job_settings(args, cli)
     if isinstance(loaded, int):
         return loaded
@@ -174,7 +177,11 @@ def _iceberg(args: argparse.Namespace) -> int:
 
     def work() -> int:
         if args.action == "metadata-location":
-            print(run.metadata_location(settings))
+            try:
+                print(run.metadata_location(settings))
+            except LookupError as exc:
+                print(f"tierproxy: {exc.args[0]}", file=sys.stderr)
+                return 1
             return 0
         if args.action == "snapshot-at":
             if not args.topic or not args.offsets:
@@ -185,6 +192,9 @@ def _iceberg(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 print(f"tierproxy: {exc}", file=sys.stderr)
                 return 2
+            except LookupError as exc:
+                print(f"tierproxy: {exc.args[0]}", file=sys.stderr)
+                return 1
             print(json.dumps(found))
             return 0 if found.get("snapshot_id") is not None else 1
         if (rc := _check_storage(settings.storage, unreachable_is_fatal=True)) is not None:
@@ -201,6 +211,9 @@ def _iceberg(args: argparse.Namespace) -> int:
         return 0
 
     return _run_job("iceberg", settings, work)
+
+
+CATALOG_ONLY = "catalog-only.invalid:9"  # bootstrap.servers of a command that asks no broker (never dialled)
 
 
 def _restore(args: argparse.Namespace) -> int:

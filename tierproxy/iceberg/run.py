@@ -13,7 +13,7 @@ from typing import Any
 
 from tierproxy.config import TierSettings
 from tierproxy.config.values import partition_by_fields, typed_table_rules, typed_tables
-from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, open_table
+from tierproxy.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, safe_uri
 from tierproxy.iceberg.compaction import CompactionOptions
 from tierproxy.iceberg.ledger import snapshot_at
 from tierproxy.iceberg.registry import RegistryConfig
@@ -93,24 +93,35 @@ def run_loop(settings: TierSettings, spark: Callable[[], Any], *, once: bool,
 
 def metadata_location(settings: TierSettings) -> str:
     """The table's current metadata file: DuckDB's `iceberg_scan(...)` and other catalog-less readers start there."""
-    cfg = catalog_of(settings)
-    catalog = open_catalog(cfg)
-    table = load_existing(catalog, cfg, settings.iceberg_table)  # a typed table or a dead-letter table too
-    location: str = (table if table is not None else open_table(catalog, cfg, settings.iceberg_table)).metadata_location
+    table = _existing_table(settings)
+    location: str = table.metadata_location
     return location
+
+
+def _existing_table(settings: TierSettings) -> Any:
+    """The table (a typed table or a dead-letter table too), never created by asking: LookupError naming it."""
+    cfg = catalog_of(settings)
+    table = load_existing(open_catalog(cfg), cfg, settings.iceberg_table)
+    if table is None:
+        raise LookupError(f"no Iceberg table {settings.iceberg_table} in the catalog ({safe_uri(cfg.uri)}): "
+                          "`tierproxy iceberg` (or a tier pass with iceberg.catalog set) creates it")
+    return table
 
 
 def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str) -> dict[str, Any]:
     """`snapshot-at`: {"snapshot_id", "timestamp_ms", "ends"} of the first snapshot holding every record of `topic`
     below the given offsets ({"partition": offset}, or Spark's {"topic": {"partition": offset}})."""
-    raw = json.loads(offsets_json)
-    if isinstance(raw, dict) and topic in raw and isinstance(raw[topic], dict):
-        raw = raw[topic]
-    if not isinstance(raw, dict) or not raw:
-        raise ValueError('--offsets: a JSON object {"partition": offset, ...}')
-    offsets = {int(p): int(o) for p, o in raw.items()}
-    cfg = catalog_of(settings)
-    table = open_table(open_catalog(cfg), cfg, settings.iceberg_table)
+    wanted = f'--offsets {offsets_json!r}: expected a JSON object {{"partition": offset, ...}}'
+    try:
+        raw = json.loads(offsets_json)
+        if isinstance(raw, dict) and topic in raw and isinstance(raw[topic], dict):
+            raw = raw[topic]
+        if not isinstance(raw, dict) or not raw:
+            raise ValueError(wanted)
+        offsets = {int(p): int(o) for p, o in raw.items()}
+    except (ValueError, TypeError) as exc:
+        raise ValueError(wanted if str(exc) == wanted else f"{wanted} ({exc})") from None
+    table = _existing_table(settings)
     snap = snapshot_at(table, topic, offsets)
     if snap is None:
         return {"snapshot_id": None, "reason": f"no snapshot holds {topic} up to {offsets} yet"}
