@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import run_cli
+from tests.support.parts import free_port_block
 from tierproxy.dev.kafkadist import free_port
 
 
 @pytest.mark.parametrize(("args", "says"), [
     (["serve", "--bootstrap-server", "127.0.0.1:1", "--listen", "127.0.0.1:{p}", "--admin-listen", "127.0.0.1:{p}"],
      "admin.listen 127.0.0.1:{p}: the same port as listen"),
+    (["serve", "--bootstrap-server", "127.0.0.1:1", "--listen", "127.0.0.1:{p}", "--admin-listen", "127.0.0.1:{p+7}"],
+     "admin.listen 127.0.0.1:{p+7}: inside the broker port range {p+1}..{p+100}"),
     (["serve", "--bootstrap-server", "127.0.0.1:1", "--listen", "127.0.0.1:99999"],
      "port 99999 is out of range (0..65535)"),
     (["tier", "--bootstrap-server", "127.0.0.1:1", "--storage", "file:///nonexistent", "--once",
       "--spark-conf", "nonsense"], "--spark-conf 'nonsense': expected KEY=VALUE"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], says: str) -> None:
-    port = str(free_port())
-    out = run_cli(*(a.replace("{p}", port) for a in args))
+    port = free_port_block(101)
+
+    def filled(text: str) -> str:  # {p}, {p+N}: the listen port and ports after it
+        return re.sub(r"\{p(?:\+(\d+))?\}", lambda m: str(port + int(m.group(1) or 0)), text)
+
+    out = run_cli(*(filled(a) for a in args))
     assert out.returncode == 2, out.stderr
-    assert says.replace("{p}", port) in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert filled(says) in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 def test_admin_with_no_admin_api_listening_names_the_url() -> None:

@@ -16,8 +16,14 @@ class ProxyProcess:
     def __init__(self, bootstrap: str, workdir: Path, extra: dict[str, str] | None = None,
                  args: list[str] | None = None) -> None:
         # one block below the ephemeral range (no client socket takes a port before the proxy binds it): the
-        # listener, then the 100 broker ports (two blocks picked apart could overlap)
-        self.port = free_port_block(101)
+        # listener, then the 100 broker ports (two blocks picked apart could overlap); never over the admin port
+        # the test chose (serve refuses an admin port inside its broker port range)
+        listen = {**os.environ, **(extra or {})}.get("TIERPROXY_ADMIN_LISTEN")
+        admin_port = int(listen.rsplit(":", 1)[1]) if listen else -1
+        for _ in range(20):
+            self.port = free_port_block(101)
+            if not self.port <= admin_port <= self.port + 100:
+                break
         self.base = self.port + 1
         self.log = workdir / f"tierproxy-{self.port}.log"
         env = dict(os.environ)
@@ -25,7 +31,6 @@ class ProxyProcess:
                     "TIERPROXY_STORAGE": f"file://{workdir}/tier-{self.port}",
                     "TIERPROXY_METADATA": f"file://{workdir}/meta-{self.port}"})
         env.update(extra or {})
-        listen = env.get("TIERPROXY_ADMIN_LISTEN")
         self.admin_url = f"http://{listen}" if listen else None  # set when the test gives the admin API a port
         cmd = [sys.executable, "-m", "tierproxy.cli", "--log-level", "DEBUG" if os.environ.get("TP_DEBUG") else "INFO",
                "serve", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}", *(args or [])]

@@ -15,7 +15,8 @@ class ProxySettings(CommonSettings):
     """Everything `tierproxy serve` reads. Field names are the dotted keys with '.' → '_'."""
     listen: str = Field("127.0.0.1:9192", description="bootstrap listener HOST:PORT")
     advertised_host: str | None = Field(None, description="host clients use to reach the proxy")
-    admin_listen: str | None = Field(None, description="admin HTTP listener HOST:PORT")
+    admin_listen: str | None = Field(None, description="admin HTTP listener HOST:PORT (neither listen's port nor one "
+                                        "of the broker port range)")
     admin_token: SecretStr | None = Field(None, description="bearer token for the admin API (all but health)")
     broker_port_base: int | None = Field(None, ge=1, le=65535,
                                          description="proxy port of broker node 0 (default listen port + 1)")
@@ -118,9 +119,13 @@ class ProxySettings(CommonSettings):
         base = self.port_base
         if port != 0 and base <= port < base + self.broker_port_range:
             raise ValueError(f"listen port {port} falls inside the broker port range {base}..")
-        if self.admin_listen is not None and (admin := _hostport(self.admin_listen, "admin.listen")[1]) != 0 \
-                and admin == port:
-            raise ValueError(f"admin.listen {self.admin_listen}: the same port as listen {self.listen}")
+        if self.admin_listen is not None and (admin := _hostport(self.admin_listen, "admin.listen")[1]) != 0:
+            if admin == port:
+                raise ValueError(f"admin.listen {self.admin_listen}: the same port as listen {self.listen}")
+            if base <= admin < base + self.broker_port_range:
+                raise ValueError(f"admin.listen {self.admin_listen}: inside the broker port range {base}.."
+                                 f"{base + self.broker_port_range - 1} (broker.port.base + node id, for "
+                                 f"broker.port.range={self.broker_port_range} node ids): pick a port outside it")
         return self
 
     @property
