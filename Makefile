@@ -34,6 +34,8 @@ install: $(VENV)/.installed
 	  >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
 	$(BIN)/python -c "from tierproxy.dev.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
+	$(BIN)/python -c "from tierproxy.dev.kafkadist import OTHER_VERSIONS as v, ensure_kafka_libs as e; \
+	  print('kafka', ', '.join(v), 'jars in', ', '.join(str(e(x)) for x in v))"  # tests/test_kafka_versions.py
 
 # helm, kubeconform, promtool and Kubernetes schemas for the chart tests (built with Go; the demo does not need them)
 tools:

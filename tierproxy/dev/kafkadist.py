@@ -33,6 +33,31 @@ ARTIFACTS = (
     Artifact("org.apache.kafka", "kafka-storage", KAFKA_VERSION, "test"),
     Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
 )
+# the other release lines the tests keep tierproxy working with (tests/test_kafka_versions.py): the broker and its
+# tools only
+OTHER_VERSIONS = ("3.6.2", "3.9.2", "4.0.2", "4.3.1", "4.4.0")
+
+
+def artifacts(version: str) -> tuple[Artifact, ...]:
+    if version == KAFKA_VERSION:
+        return ARTIFACTS
+    out: tuple[Artifact, ...] = (Artifact("org.apache.kafka", f"kafka_{SCALA_VERSION}", version),
+                                 Artifact("org.apache.kafka", "kafka-tools", version))
+    if _major(version) >= 4:  # log4j2 (Kafka 3 logs through reload4j, which its own jars bring)
+        out += (Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),)
+    return out
+
+
+def _major(version: str) -> int:
+    return int(version.split(".")[0])
+
+_LOG4J1 = """log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=${kafka.logs.dir}/server.log
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+"""
 
 _LOG4J2 = """status = warn
 appender.file.type = File
@@ -53,18 +78,19 @@ class KafkaUnavailable(RuntimeError):
     """The real Kafka could not be resolved or started; the message says why."""
 
 
-def ensure_kafka_libs() -> Path:
-    """Return a directory holding the Kafka broker, tools, Streams and storage-test jars, resolving them once (and
-    again when the list of artifacts changes)."""
+def ensure_kafka_libs(version: str = KAFKA_VERSION) -> Path:
+    """Return a directory holding the Kafka broker, tools, Streams and storage-test jars (another `version`: the
+    broker and tools), resolving them once (and again when the list of artifacts changes)."""
     try:
-        libs = resolve(f"kafka-{KAFKA_VERSION}", ARTIFACTS)
+        libs = resolve(f"kafka-{version}", artifacts(version))
     except MavenUnavailable as exc:
         raise KafkaUnavailable(str(exc)) from None
-    for stray in libs.glob("slf4j-reload4j*.jar"):
-        stray.unlink()  # log4j2 is Kafka 4's logging backend
-    config = libs.parent / "log4j2.properties"
+    if _major(version) >= 4:
+        for stray in libs.glob("slf4j-reload4j*.jar"):
+            stray.unlink()  # log4j2 is Kafka 4's logging backend
+    config = libs.parent / ("log4j2.properties" if _major(version) >= 4 else "log4j.properties")
     if not config.exists():
-        config.write_text(_LOG4J2)
+        config.write_text(_LOG4J2 if _major(version) >= 4 else _LOG4J1)
     return libs
 
 
@@ -171,12 +197,13 @@ class KafkaCluster:
     def __init__(self, nodes: int = 1, workdir: Path | None = None,
                  broker_config: dict[str, str] | None = None, heap: str = "768m",
                  extra_listeners: dict[str, str] | None = None, jvm_options: list[str] | None = None,
-                 scram_users: dict[str, dict[str, str]] | None = None) -> None:
+                 scram_users: dict[str, dict[str, str]] | None = None, version: str = KAFKA_VERSION) -> None:
         """`extra_listeners` maps listener names to security protocols (e.g. {"SASL": "SASL_PLAINTEXT"}); each
         node gets a free port for each, in `node.listener_ports`; their settings go in `broker_config`.
         `jvm_options` are added to each node's java command line (e.g. -D system properties); `scram_users`
         ({mechanism: {user: password}}) are written into the metadata log when the storage is formatted."""
-        self.libs = ensure_kafka_libs()
+        self.version = version
+        self.libs = ensure_kafka_libs(version)
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tierproxy-kafka-"))
         self.cluster_id = _cluster_id()
         self.heap = heap
@@ -235,7 +262,8 @@ class KafkaCluster:
     def _java(self, main: str, *args: str, node: KafkaNode) -> list[str]:
         return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", *self.jvm_options,
                 f"-Dkafka.logs.dir={node.workdir}",
-                f"-Dlog4j2.configurationFile={self.libs.parent / 'log4j2.properties'}",
+                f"-Dlog4j2.configurationFile={self.libs.parent / 'log4j2.properties'}" if _major(self.version) >= 4
+                else f"-Dlog4j.configuration=file:{self.libs.parent / 'log4j.properties'}",
                 "-cp", f"{self.libs}/*", main, *args]
 
     def start(self, timeout: float = 120.0) -> KafkaCluster:
