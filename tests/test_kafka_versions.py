@@ -1,7 +1,7 @@
 """Every Kafka a user may run, kept tested: one small end-to-end test per release line beside the suite's default
 (3.6, 3.9, 4.0, 4.3, 4.4; KRaft, one broker each): produce, tier, the broker forgets, kcat and confluent-kafka read
 everything from offset 0 through the proxy byte-identical, ListOffsets -2 and -4, a group resumes from the tier;
-and the API versions the proxy caps each broker's to are the ones README lists.
+and the API versions the proxy caps each broker's to are the ones docs/development.md lists.
 
 Each version is its own test (its own broker), so xdist spreads them over the workers.
 """
@@ -26,9 +26,9 @@ from tierproxy.proxy.rewrite import INTERCEPTED
 from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark, pytest.mark.process]
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "development.md"  # "Kafka versions tested"
 RECORDS = 600
-# the columns of README's table: the APIs whose versions the proxy caps (`rewrite.cap_api_versions`)
+# the columns of the table in docs/development.md: the APIs whose versions the proxy caps (`rewrite.cap_api_versions`)
 CAPPED = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_FOR_LEADER_EPOCH,
           ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.API_VERSIONS)
 
@@ -62,8 +62,9 @@ def _capped_versions(bootstrap: str) -> dict[int, int]:
 
 
 def readme_caps() -> dict[str, dict[int, int]]:
-    """README's table "Kafka versions tested": version → {api key: the highest version the proxy offers}."""
-    text = README.read_text()
+    """The table "Kafka versions tested" (docs/development.md): version → {api key: the highest version the proxy
+    offers}."""
+    text = DOC.read_text()
     table = text[text.index("| Kafka | Produce |"):].split("\n\n", 1)[0].splitlines()[2:]
     out = {}
     for row in table:
@@ -72,10 +73,10 @@ def readme_caps() -> dict[str, dict[int, int]]:
     return out
 
 
-def test_readme_lists_every_version_tested_and_the_capped_apis() -> None:
+def test_the_docs_list_every_version_tested_and_the_capped_apis() -> None:
     from tierproxy.dev.kafkadist import KAFKA_VERSION
 
-    assert set(CAPPED) - {ApiKey.PRODUCE} == set(INTERCEPTED), "README's columns: what the proxy caps"
+    assert set(CAPPED) - {ApiKey.PRODUCE} == set(INTERCEPTED), "the table's columns: what the proxy caps"
     assert set(readme_caps()) == {KAFKA_VERSION, *OTHER_VERSIONS}
 
 
@@ -96,7 +97,7 @@ def test_the_proxy_serves_the_tier_in_front_of_kafka(version: str, tmp_path: Pat
                                                        "TIERPROXY_METADATA": str(s.metadata)})
         try:
             _reads_and_resumes(p.bootstrap, topic, kcat, log_start)
-            assert _capped_versions(p.bootstrap) == readme_caps()[version], "README's row for this version"
+            assert _capped_versions(p.bootstrap) == readme_caps()[version], "docs/development.md's row for this version"
         finally:
             p.stop()
     finally:

@@ -1,4 +1,4 @@
-"""A topic restored by a principal that holds only the ACLs README "Restoring from the tier" names, then the
+"""A topic restored by a principal that holds only the ACLs docs/restore.md names, then the
 scenarios of Kafka's own tiered-storage integration tests (`storage/.../tiered/storage/integration`), run black-box
 against that restored topic through a proxy in front of B.
 

@@ -1,5 +1,5 @@
 """tierproxy on a secured cluster: `tier --once` and `serve` with `--command-config` (PLAIN, SCRAM-SHA-512 over
-SASL_SSL, OAUTHBEARER with a local token endpoint and JWKS), holding only README's minimal ACLs; clients with
+SASL_SSL, OAUTHBEARER with a local token endpoint and JWKS), holding only docs/proxy.md's minimal ACLs; clients with
 their own SASL credentials read the tiered history through the proxy; the broker authorizes every request."""
 
 from __future__ import annotations

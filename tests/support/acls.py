@@ -1,4 +1,4 @@
-"""The minimal ACLs of README "Secured clusters", applied with the admin API (on the internal listener)."""
+"""The minimal ACLs of docs/proxy.md "Secured clusters", applied with the admin API (on the internal listener)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _binding(principal: str, rtype: ResourceType, name: str, op: AclOperation,
 
 
 def tierproxy_acls(principal: str, topics: list[str], metadata_topic: str) -> list[AclBinding]:
-    """What `tierproxy serve` and `tierproxy tier` need, and nothing more (README "Secured clusters")."""
+    """What `tierproxy serve` and `tierproxy tier` need, and nothing more (docs/proxy.md "Secured clusters")."""
     out = []
     for t in topics:  # tiered topics: fetch (READ), offsets and metadata (DESCRIBE), retention (DESCRIBE_CONFIGS)
         for op in (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS):
@@ -36,7 +36,7 @@ def tierproxy_acls(principal: str, topics: list[str], metadata_topic: str) -> li
 
 
 def restore_acls(principal: str, topics: list[str], metadata_topic: str) -> list[AclBinding]:
-    """What `tierproxy restore` needs but READ on the groups (README "Restoring from the tier", step 1): CREATE and
+    """What `tierproxy restore` needs but READ on the groups (docs/restore.md, step 1): CREATE and
     ALTER on the cluster, WRITE and DELETE on the restored topics, and what `tier` needs."""
     out = tierproxy_acls(principal, topics, metadata_topic)
     for op in (AclOperation.CREATE, AclOperation.ALTER):

@@ -158,7 +158,7 @@ def _secured_b() -> dict[str, str]:
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found": "false",
         "super.users": "User:ANONYMOUS",
-        "auto.create.topics.enable": "false",  # README "Restoring from the tier", step 1
+        "auto.create.topics.enable": "false",  # docs/restore.md, step 1
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl.plain.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
                                                      f'required user_{RESTORER}="{RESTORER_PASSWORD}";',

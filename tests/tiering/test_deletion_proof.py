@@ -1,4 +1,4 @@
-"""A topic leaves the tier only on proof (README "What deletes history").
+"""A topic leaves the tier only on proof (docs/tiering.md "What deletes history").
 
 - A tier pass, a proxy and an Iceberg pass pointed at another cluster with the same tier and metadata refuse to
   start, naming both cluster ids; nothing is deleted and a proxy in front of the right cluster still serves every

@@ -37,7 +37,7 @@ class TierSettings(CommonSettings):
     tier_task_max_attempts: int = Field(3, ge=1, description="copy attempts per segment (each with a new id)")
     tier_topic_delete_delay_ms: int = Field(
         600_000, ge=0, description="a tiered topic leaves the tier only once the cluster has answered UNKNOWN_TOPIC_ID "
-        "for its id in passes at least this far apart (README 'What deletes history')")
+        "for its id in passes at least this far apart (docs/tiering.md 'What deletes history')")
     spark_master: str = Field("local[*]", description="Spark master (local[*] by default)")
     restore_fill_max_offsets: int = Field(
         100_000_000, ge=0, description="`restore` fills at most this many offsets per partition through the protocol "

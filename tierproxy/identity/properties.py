@@ -152,7 +152,7 @@ def identity_from_properties(props: dict[str, str], source: str = "") -> ClientI
     for key in props:
         if key not in KEYS:
             raise IdentityError(f"{key}: unsupported key{where}; supported: security.protocol, sasl.*, ssl.* "
-                                f"as listed in README 'Secured clusters'")
+                                f"as listed in docs/proxy.md 'Secured clusters'")
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in PROTOCOLS:
         raise IdentityError(f"security.protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}{where}")

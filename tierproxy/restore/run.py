@@ -119,7 +119,7 @@ class Restore:
             raise RestoreRefused(
                 f"the cluster at {s.own_bootstrap} has one broker: a restored partition's leader epoch must rise "
                 "above the history's, and only a leader move raises it (use a cluster of 2+ brokers, or the "
-                "offline method in the README's 'Restoring from the tier')")
+                "offline method in docs/restore.md)")
         history = replay(snap)  # the tier's view from the snapshot alone
         plans = plan_topics(snap, history, self.pattern)
         ours = set((state or {}).get("topics", {}))
@@ -136,7 +136,7 @@ class Restore:
                 if pp.start - end > s.restore_fill_max_offsets:
                     problems.append(f"{pp.topic}-{pp.partition} needs {pp.start - end} offsets filled, more than "
                                     f"restore.fill.max.offsets={s.restore_fill_max_offsets}: use the offline "
-                                    "method (README 'Restoring from the tier'), or raise the bound")
+                                    "method (docs/restore.md), or raise the bound")
         if problems:
             raise RestoreRefused("; ".join(problems))
         report = RestoreReport(snap.cluster_id, target, snap.name, snap.taken_ms, self.dry_run)

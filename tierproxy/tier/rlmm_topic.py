@@ -166,7 +166,7 @@ class TopicRLMM(RemoteLogMetadataManager):
                 break
             if error == 29:  # TOPIC_AUTHORIZATION_FAILED
                 raise MetadataTopicMismatch(f"metadata topic {self.topic}: not authorized to describe it (grant "
-                                            "tierproxy's principal DESCRIBE on it: README 'Secured clusters')")
+                                            "tierproxy's principal DESCRIBE on it: docs/proxy.md 'Secured clusters')")
             await asyncio.sleep(0.25)
         if count != self.partitions:
             raise MetadataTopicMismatch(f"metadata topic {self.topic} has {count} partitions, configured "

@@ -181,8 +181,9 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
             await asyncio.wait_for(tier.put_log_start(pc.tp, log_start), timeout)
         except Exception as exc:
             log.error("%s-%d: the purge below %d could not be recorded in the remote log metadata (%s: %s); answered "
-                      "KAFKA_STORAGE_ERROR. tierproxy's own principal needs WRITE on the metadata topic (README "
-                      "'Secured clusters')", pc.tp.topic, pc.tp.partition, log_start, type(exc).__name__, exc)
+                      "KAFKA_STORAGE_ERROR. tierproxy's own principal needs WRITE on the metadata topic "
+                      "(docs/proxy.md 'Secured clusters')", pc.tp.topic, pc.tp.partition, log_start,
+                      type(exc).__name__, exc)
             p.update({"error_code": NOT_RECORDED, "low_watermark": -1})
             return
         log.info("%s-%d purged below %d (DeleteRecords from %s), recorded", pc.tp.topic, pc.tp.partition, log_start,

@@ -12,7 +12,7 @@ a window of W ms, a request is answered from the tier alone when all of these ho
   request made less than W ms ago: a fresh connection, or one whose ACL was revoked, is asked again within W.
 
 The answer is what the broker's OFFSET_OUT_OF_RANGE would have led to (`DelayedRemoteFetch.complete` on an empty
-broker part). The trade-off, documented in README: an ACL revoked while a consumer reads history stops its tier
+broker part). The trade-off, documented in docs/proxy.md: an ACL revoked while a consumer reads history stops its tier
 reads within W rather than at once. Sessions are unaffected: remote fetches are forwarded sessionless anyway."""
 
 from __future__ import annotations

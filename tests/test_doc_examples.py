@@ -1,6 +1,6 @@
-"""README's examples are true: every `tierproxy ...` command line in its code blocks parses with the real CLI
-parser, and every properties example parses with the real properties reader, with keys a command knows and no
-note after a value (which Kafka's format would make part of it)."""
+"""The docs' examples are true: every `tierproxy ...` command line in the code blocks of README and docs/ parses
+with the real CLI parser, and every properties example parses with the real properties reader, with keys a
+command knows and no note after a value (which Kafka's format would make part of it)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from tierproxy.cli import build_parser
 from tierproxy.config.sources import _normalize, all_keys
 from tierproxy.propfile import TRAILING_COMMENT, read_properties
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 CLIENT_PREFIXES = ("security.", "sasl.", "ssl.", "bootstrap.servers")  # a --command-config: Kafka client keys
 
 
 def _blocks() -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(README.read_text())]
+    return [(m.group(1), m.group(2)) for page in PAGES for m in BLOCK.finditer(page.read_text())]
 
 
 def _command_lines() -> list[str]:
@@ -42,8 +43,8 @@ def _command_lines() -> list[str]:
 COMMANDS = _command_lines()
 
 
-def test_the_readme_has_command_examples_to_check() -> None:
-    assert len(COMMANDS) >= 5, COMMANDS
+def test_the_docs_have_command_examples_to_check() -> None:
+    assert len(COMMANDS) >= 8, COMMANDS
 
 
 @pytest.mark.parametrize("line", COMMANDS)
@@ -52,15 +53,15 @@ def test_each_command_line_parses(line: str) -> None:
     try:
         build_parser().parse_args(words[1:])
     except SystemExit as exc:
-        pytest.fail(f"README: `{line}` does not parse (exit {exc.code})")
+        pytest.fail(f"docs: `{line}` does not parse (exit {exc.code})")
 
 
 def _properties_blocks() -> list[str]:
     return [body for lang, body in _blocks() if lang == "properties" or body.startswith("# tierproxy.properties")]
 
 
-def test_the_readme_has_properties_examples_to_check() -> None:
-    assert len(_properties_blocks()) >= 4
+def test_the_docs_have_properties_examples_to_check() -> None:
+    assert len(_properties_blocks()) >= 5
 
 
 @pytest.mark.parametrize("index", range(len(_properties_blocks())))
@@ -72,5 +73,5 @@ def test_each_properties_example_parses_with_known_keys(index: int, tmp_path: Pa
     assert props, body
     known = all_keys()
     for key, value in props.items():
-        assert not TRAILING_COMMENT.search(value), f"README: a note after the value of {key} would be part of it"
-        assert key.startswith(CLIENT_PREFIXES) or _normalize(key) in known, f"README: {key} is no command's key"
+        assert not TRAILING_COMMENT.search(value), f"docs: a note after the value of {key} would be part of it"
+        assert key.startswith(CLIENT_PREFIXES) or _normalize(key) in known, f"docs: {key} is no command's key"
