@@ -75,3 +75,12 @@ def test_each_properties_example_parses_with_known_keys(index: int, tmp_path: Pa
     for key, value in props.items():
         assert not TRAILING_COMMENT.search(value), f"docs: a note after the value of {key} would be part of it"
         assert key.startswith(CLIENT_PREFIXES) or _normalize(key) in known, f"docs: {key} is no command's key"
+
+
+def test_every_relative_link_in_the_docs_leads_to_a_file() -> None:
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} → {target}")
+    assert broken == []
