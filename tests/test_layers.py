@@ -21,9 +21,9 @@ ALLOWED: dict[str, set[str]] = {
     "restore": {"tier", "tiering"},  # a tier into a new cluster: the tier's model, the job's view of a cluster
     "core": {"tier", "remote"},
     "admin": {"tier", "remote", "core", "iceberg"},
-    "cli": {"tier", "remote", "tiering", "core", "admin", "demo", "iceberg", "restore"},
-    "demo": {"dev"},
-    "dev": set(),  # developer tools: the Kafka distribution, the Maven resolver, the message generator
+    "cli": {"tier", "remote", "tiering", "core", "admin", "dev", "iceberg", "restore"},
+    "dev": set(),  # developer tools, not in the wheel: the Kafka distribution, the Maven resolver, the message
+    # generator, the demo
 }
 
 

@@ -14,8 +14,12 @@ if TYPE_CHECKING:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from tierproxy.demo import run_demo
-
+    try:
+        from tierproxy.dev.demo import run_demo
+    except ModuleNotFoundError:  # the wheel does not carry the developer tools (tierproxy.dev)
+        print("tierproxy: `tierproxy demo` runs from a source checkout (make demo): an installed tierproxy does not "
+              "carry the developer tools it needs", file=sys.stderr)
+        return 2
     return run_demo(duration=args.duration)
 
 
@@ -406,9 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # the commands that need an extra (`pip install 'tierproxy[EXTRA]'`) and the modules that make it up; `serve`,
-# `admin` and `restore` need none
+# `admin` and `restore` need none (`demo` runs from a checkout, where `make install` installs every extra)
 EXTRAS = {"tier": ("tier", ("pyspark", "pyarrow", "numpy", "numba")),
-          "demo": ("tier", ("pyspark", "pyarrow", "numpy", "numba")),
           "iceberg": ("iceberg", ("pyspark", "pyarrow", "numpy", "numba", "pyiceberg", "fastavro", "google.protobuf"))}
 
 
