@@ -38,14 +38,6 @@ def _records() -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
             for i in range(RECORDS)]
 
 
-def _small_segments(version: str) -> dict[str, str]:
-    """Kafka 3 takes a small segment.bytes itself; 4.0 refuses one under 1 MiB; 4.1 on take internal.segment.bytes."""
-    major, minor = (int(x) for x in version.split(".")[:2])
-    if major < 4:
-        return {"segment.bytes": str(16 * 1024)}
-    return small_segments() if (major, minor) >= (4, 1) else {"segment.bytes": str(1 << 20)}
-
-
 def _list_offsets(bootstrap: str, topic: str, spec: int) -> int:
     with WireClient(bootstrap) as w:
         resp = w.request(ApiKey.LIST_OFFSETS, 8, list_offsets_request({topic: {0: spec}}))
@@ -85,7 +77,7 @@ def test_the_proxy_serves_the_tier_in_front_of_kafka(version: str, tmp_path: Pat
     k = KafkaCluster(1, workdir=tmp_path / "kafka", version=version).start()
     try:
         topic = f"history-{version.replace('.', '-')}"
-        create_topic(k.bootstrap, topic, config=_small_segments(version))
+        create_topic(k.bootstrap, topic, config=small_segments(version=version))
         prod = small_segment_producer(k.bootstrap, **{"compression.type": "lz4"})
         for key, value, headers in _records():
             prod.produce(topic, value, key, partition=0, headers=headers)

@@ -12,10 +12,16 @@ from protocol.constants import ApiKey
 from tierproxy.wireclient import WireClient
 
 
-def small_segments(segment_bytes: int = 16 * 1024) -> dict[str, str]:
+def small_segments(segment_bytes: int = 16 * 1024, version: str = "4.1") -> dict[str, str]:
     """Topic configs for broker segments of `segment_bytes`: many segments from little data, with no wait for
-    `segment.ms` to roll them. Kafka 4 refuses `segment.bytes` under 1 MiB; its `internal.segment.bytes` (the
-    broker's own tests use it) takes any size."""
+    `segment.ms` to roll them. Kafka 4 refuses `segment.bytes` under 1 MiB; from 4.1 its `internal.segment.bytes`
+    (the broker's own tests use it) takes any size; 4.0 has neither (1 MiB segments); Kafka 3 takes a small
+    `segment.bytes` itself."""
+    major, minor = (int(x) for x in version.split(".")[:2])
+    if major < 4:
+        return {"segment.bytes": str(segment_bytes)}
+    if (major, minor) < (4, 1):
+        return {"segment.bytes": str(max(segment_bytes, 1 << 20))}
     return {"internal.segment.bytes": str(segment_bytes)}
 
 
