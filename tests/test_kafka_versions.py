@@ -17,8 +17,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from protocol.constants import ApiKey, OffsetSpec
-from protocol.requests import list_offsets_request
-from tests.support.kafka import broker_forgets, create_topic, small_segment_producer, small_segments
+from tests.support.kafka import (
+    broker_forgets,
+    create_topic,
+    list_offsets_at_leaders,
+    small_segment_producer,
+    small_segments,
+)
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import OTHER_VERSIONS, KafkaCluster
@@ -36,14 +41,6 @@ CAPPED = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, Ap
 def _records() -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
     return [(f"key-{i % 17}".encode(), f"value-{i}-{'v' * (i % 50)}".encode(), [("n", str(i).encode())])
             for i in range(RECORDS)]
-
-
-def _list_offsets(bootstrap: str, topic: str, spec: int) -> int:
-    with WireClient(bootstrap) as w:
-        resp = w.request(ApiKey.LIST_OFFSETS, 8, list_offsets_request({topic: {0: spec}}))
-    r = resp["topics"][0]["partitions"][0]
-    assert r["error_code"] == 0, r
-    return int(r["offset"])
 
 
 def _capped_versions(bootstrap: str) -> dict[int, int]:
@@ -99,14 +96,16 @@ def test_the_proxy_serves_the_tier_in_front_of_kafka(version: str, tmp_path: Pat
 def _reads_and_resumes(bootstrap: str, topic: str, kcat: str, log_start: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the proxy loading its tier answers a retriable error, as a broker would
-        try:
-            if _list_offsets(bootstrap, topic, OffsetSpec.EARLIEST) == 0:
-                break
-        except AssertionError:
-            pass
+        if list_offsets_at_leaders(bootstrap, OffsetSpec.EARLIEST, topic=topic, quiet=True,
+                                   version=8).get(0, (-1, -1))[0] == 0:
+            break
         time.sleep(0.2)
-    assert _list_offsets(bootstrap, topic, OffsetSpec.EARLIEST) == 0, "-2: the tier's start"
-    assert _list_offsets(bootstrap, topic, OffsetSpec.EARLIEST_LOCAL) == log_start, "-4: the broker's own"
+
+    def offset(spec: int) -> int:
+        return list_offsets_at_leaders(bootstrap, spec, topic=topic, version=8)[0][0]
+
+    assert offset(OffsetSpec.EARLIEST) == 0, "-2: the tier's start"
+    assert offset(OffsetSpec.EARLIEST_LOCAL) == log_start, "-4: the broker's own"
     out = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-c", str(RECORDS),
                           "-q", "-f", "%o %s\\n"], capture_output=True, text=True, timeout=120)
     assert out.stdout.splitlines() == [f"{i} {v.decode()}" for i, (_, v, _) in enumerate(_records())], \

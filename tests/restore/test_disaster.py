@@ -28,6 +28,7 @@ from tests.support.cli import run_cli
 from tests.support.iceberg import iceberg_cli, pyiceberg_rows, pyiceberg_table
 from tests.support.kafka import (
     create_topic,
+    list_offsets_at_leaders,
     set_topic_config,
     small_segment_producer,
     watermarks,
@@ -42,7 +43,6 @@ from tests.support.restore import (
     Disaster,
     committed,
     iceberg_args,
-    list_offsets_at_leaders,
     read_rows,
     tier_settings,
 )
@@ -69,8 +69,8 @@ def test_the_restore_reports_where_each_partition_begins_and_what_was_lost(disas
 
 def test_the_new_cluster_begins_each_partition_where_the_old_one_ended(disaster: Disaster) -> None:
     starts = {0: disaster.tier_end[0], 1: disaster.lost_end}
-    earliest = list_offsets_at_leaders(disaster.b.bootstrap, OffsetSpec.EARLIEST)
-    latest = list_offsets_at_leaders(disaster.b.bootstrap, OffsetSpec.LATEST)
+    earliest = list_offsets_at_leaders(disaster.b.bootstrap, OffsetSpec.EARLIEST, topic=TOPIC)
+    latest = list_offsets_at_leaders(disaster.b.bootstrap, OffsetSpec.LATEST, topic=TOPIC)
     assert {p: o for p, (o, _) in earliest.items()} == starts
     assert {p: o for p, (o, _) in latest.items()} == starts
     state = partition_state(disaster.b.bootstrap, [TOPIC], None)
@@ -354,7 +354,8 @@ def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disas
     p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{disaster.tier}",
                                                    "TIERPROXY_METADATA": "topic:"})
     try:
-        first = wait_until(lambda: list_offsets_at_leaders(p.bootstrap, 0, quiet=True), "the proxy's tier loaded")
+        first = wait_until(lambda: list_offsets_at_leaders(p.bootstrap, 0, topic=TOPIC, quiet=True),
+                           "the proxy's tier loaded")
         assert {q: o for q, (o, _) in first.items()} == {0: 0, 1: 0}, "by timestamp: the history's first record"
         before = int(time.time() * 1000)
         txn = Producer({"bootstrap.servers": p.bootstrap, "transactional.id": f"after-{uuid.uuid4().hex[:6]}"})
@@ -369,9 +370,9 @@ def test_epochs_and_timestamps_answer_consistently_on_both_sides(disaster: Disas
             return e if all(e[q] >= starts[q] + 5000 for q in range(PARTITIONS)) else None
 
         ends = wait_until(committed_ends, "the transaction's 10,000 records committed from S on")
-        by_time = list_offsets_at_leaders(p.bootstrap, before)
+        by_time = list_offsets_at_leaders(p.bootstrap, before, topic=TOPIC)
         assert all(starts[q] <= by_time[q][0] < ends[q] for q in range(PARTITIONS)), by_time
-        direct = list_offsets_at_leaders(b.bootstrap, 0)
+        direct = list_offsets_at_leaders(b.bootstrap, 0, topic=TOPIC)
         assert all(direct[q][0] >= starts[q] for q in range(PARTITIONS)), "B alone never answers below S"
     finally:
         p.stop()

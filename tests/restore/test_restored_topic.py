@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from protocol.constants import OffsetSpec
 from tests.support.acls import create_acls, group_acls, restore_acls
 from tests.support.cli import run_cli
-from tests.support.kafka import broker_forgets, set_retention, set_topic_config, watermarks
+from tests.support.kafka import broker_forgets, list_offsets_at_leaders, set_retention, set_topic_config, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.restore import (
     LEDGER,
@@ -35,7 +35,6 @@ from tests.support.restore import (
     TOPIC,
     Disaster,
     committed,
-    list_offsets_at_leaders,
     read_rows,
     restorer_config,
     tier_settings,

@@ -9,6 +9,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.constants import ApiKey
+from protocol.requests import list_offsets_request
 from tierproxy.wireclient import WireClient
 
 
@@ -185,3 +186,27 @@ def fill_topic(bootstrap: str, topic: str, n: int) -> None:
     for i in range(n):                                                                   # between batches
         p.produce(topic, os.urandom(200), f"k{i}".encode())
     p.flush(60)
+
+
+def list_offsets_at_leaders(bootstrap: str, spec: int, *, topic: str, quiet: bool = False, version: int = 7
+                            ) -> dict[int, tuple[int, int]]:
+    """partition → (offset, leader epoch) that ListOffsets (`version`) answers for `spec` (an OffsetSpec or a
+    timestamp) at each partition's leader as `bootstrap`'s Metadata names it (a proxy's address for a proxy)
+    (`quiet`: an error answer is {} — a proxy still loading its tier answers a retriable error, as a broker loading
+    would)."""
+    with WireClient(bootstrap) as w:
+        md = w.request(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": bytes(16)}],
+                                             "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False})
+    brokers = {n["node_id"]: f"{n['host']}:{n['port']}" for n in md["brokers"]}
+    out = {}
+    for x in md["topics"][0]["partitions"]:
+        p = x["partition_index"]
+        with WireClient(brokers[x["leader_id"]]) as w:
+            resp = w.request(ApiKey.LIST_OFFSETS, version, list_offsets_request({topic: {p: spec}}))
+        r = resp["topics"][0]["partitions"][0]
+        if quiet and r["error_code"]:
+            return {}
+        assert r["error_code"] == 0, r
+        out[p] = (r["offset"], r["leader_epoch"])
+    return out

@@ -19,8 +19,6 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from protocol.constants import ApiKey
-from protocol.requests import list_offsets_request
 from tests.support.cli import run_cli
 from tests.support.iceberg import iceberg_cli
 from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
@@ -28,7 +26,6 @@ from tests.support.tiering import tier_once
 from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.restore.epochs import partition_state, raise_epochs
-from tierproxy.wireclient import WireClient
 
 TOPIC, OTHER, EXTRA = "orders", "audit", "extra"  # restored first; restored by a later run; left out
 LEDGER = "ledger"  # restored by the secured principal (tests/restore/test_restored_topic.py)
@@ -232,27 +229,3 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
                        ledger, ledger_t0)
     finally:
         b.stop()
-
-
-def list_offsets_at_leaders(bootstrap: str, spec: int, quiet: bool = False, topic: str = TOPIC, version: int = 7
-                            ) -> dict[int, tuple[int, int]]:
-    """partition → (offset, leader epoch) that ListOffsets answers for `spec` directly at each leader (`quiet`: an
-    error answer is {} — a proxy still loading its tier answers a retriable error, as a broker loading would)."""
-    with WireClient(bootstrap) as w:
-        md = w.request(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": bytes(16)}],
-                                             "allow_auto_topic_creation": False,
-                                             "include_topic_authorized_operations": False})
-    brokers = {n["node_id"]: f"{n['host']}:{n['port']}" for n in md["brokers"]}
-    out = {}
-    for x in md["topics"][0]["partitions"]:
-        p = x["partition_index"]
-        with WireClient(brokers[x["leader_id"]]) as w:
-            resp = w.request(ApiKey.LIST_OFFSETS, version, list_offsets_request({topic: {p: spec}}))
-        r = resp["topics"][0]["partitions"][0]
-        if quiet and r["error_code"]:
-            return {}
-        assert r["error_code"] == 0, r
-        out[p] = (r["offset"], r["leader_epoch"])
-    return out
-
-
