@@ -1,6 +1,6 @@
 """A sans-IO request/response client: numbers, encodes and sends requests; matches and decodes their responses.
 
-What the blocking `tierproxy.wireclient.WireClient` and the asyncio `tierproxy.asyncclient.AsyncWireClient`
+What the blocking `tierproxy.kafka.wireclient.WireClient` and the asyncio `tierproxy.kafka.asyncclient.AsyncWireClient`
 share; they only move the bytes (the chunks `send` returns out, received bytes in).
 """
 

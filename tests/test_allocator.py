@@ -1,10 +1,10 @@
-"""The allocator tuning `serve` applies at start (tierproxy.allocator): glibc accepts it; elsewhere it is a no-op."""
+"""The allocator tuning `serve` applies at start (`tierproxy.remote.allocator`): glibc accepts it, elsewhere a no-op."""
 
 from __future__ import annotations
 
 import platform
 
-from tierproxy.allocator import MMAP_THRESHOLD_MAX, keep_freed_memory
+from tierproxy.remote.allocator import MMAP_THRESHOLD_MAX, keep_freed_memory
 
 
 def test_glibc_takes_the_thresholds() -> None:

@@ -11,8 +11,8 @@ from confluent_kafka import Producer
 from protocol.constants import ApiKey, IsolationLevel, OffsetSpec
 from protocol.requests import list_offsets_request, listed_offsets
 from tests.support.kafka import create_topic
-from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.kafka.asyncclient import AsyncWireClient
 
 pytestmark = pytest.mark.kafka
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tierproxy.cli import build_parser
+from tierproxy.config.propfile import TRAILING_COMMENT, read_properties
 from tierproxy.config.sources import _normalize, all_keys
-from tierproxy.propfile import TRAILING_COMMENT, read_properties
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -14,10 +14,10 @@ from cryptography.x509 import load_pem_x509_certificate
 from tests.support.certs import client_cert, make_certs
 from tests.support.waiting import wait_until
 from tierproxy.config import ConfigError, TierSettings, load_settings
-from tierproxy.identity import IdentityError, load_command_config
-from tierproxy.identity.clients import aiokafka_options
-from tierproxy.identity.properties import identity_from_properties, parse_jaas
-from tierproxy.identity.sasl import conversation
+from tierproxy.config.identity import IdentityError, load_command_config
+from tierproxy.config.identity.clients import aiokafka_options
+from tierproxy.config.identity.properties import identity_from_properties, parse_jaas
+from tierproxy.config.identity.sasl import conversation
 
 SCRAM = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="tp" '
          'password="s3cr=t;\\"x";')
@@ -140,8 +140,8 @@ def test_oauth_tokens_are_renewed_before_they_expire() -> None:
     from pydantic import SecretStr
 
     from tests.support.oauth import oauth_server
-    from tierproxy.identity.oauth import TokenSource
-    from tierproxy.identity.properties import OAuthClient
+    from tierproxy.config.identity.oauth import TokenSource
+    from tierproxy.config.identity.properties import OAuthClient
 
     with oauth_server({"tp": "s3cret"}, lifetime_s=2) as srv:
         src = TokenSource(OAuthClient(srv.token_url, "tp", SecretStr("s3cret"), "kafka"))

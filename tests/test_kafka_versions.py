@@ -27,8 +27,8 @@ from tests.support.kafka import (
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import OTHER_VERSIONS, KafkaCluster
+from tierproxy.kafka.wireclient import WireClient
 from tierproxy.proxy.rewrite import INTERCEPTED
-from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark, pytest.mark.process]
 DOC = Path(__file__).resolve().parents[1] / "docs" / "development.md"  # "Kafka versions tested"

@@ -19,8 +19,8 @@ from tierproxy.config import (
     load_settings,
     redact,
 )
-from tierproxy.iceberg.catalog import CatalogConfig, CatalogError, open_catalog
-from tierproxy.iceberg.registry import RegistryConfig
+from tierproxy.jobs.iceberg.catalog import CatalogConfig, CatalogError, open_catalog
+from tierproxy.jobs.iceberg.registry import RegistryConfig
 
 PASSWORDS = st.text(alphabet=string.printable, min_size=1, max_size=40)
 USERS = st.text(alphabet=string.ascii_letters + string.digits + "._-", min_size=1, max_size=12)

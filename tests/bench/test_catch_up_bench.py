@@ -36,7 +36,7 @@ from tests.support.kafka import create_topic, set_retention, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
 MIB = int(os.environ.get("TIERPROXY_BENCH_CATCH_UP_MIB", "128"))

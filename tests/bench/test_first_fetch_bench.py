@@ -29,7 +29,7 @@ from tests.support.kafka import create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
 ROUNDS = int(os.environ.get("TIERPROXY_BENCH_FIRST_FETCH_ROUNDS", "7"))

@@ -20,9 +20,9 @@ from tests.bench.report import report
 from tests.support.kafka import create_topic
 from tests.support.spark import local_session, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.iceberg.catalog import catalog_config
-from tierproxy.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync
-from tierproxy.spark.plan import READ_BYTES
+from tierproxy.jobs.iceberg.catalog import catalog_config
+from tierproxy.jobs.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync
+from tierproxy.jobs.spark.plan import READ_BYTES
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_ICEBERG_RECORDS", str(256 << 10)))

@@ -20,7 +20,7 @@ from tests.bench.conftest import BENCH_RECORDS, RECORD_SIZE
 from tests.bench.report import busy_share, cpu_seconds, machine_ticks, report
 from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka]
 ROUNDS = 2

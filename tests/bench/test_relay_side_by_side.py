@@ -29,7 +29,7 @@ from tests.support.kafka import create_topic
 from tests.support.parts import stop_process
 from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_RELAY_RECORDS", str(512 << 10)))

@@ -27,7 +27,7 @@ from tests.support.relay import DelayRelay
 from tests.support.s3 import S3Server
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 # catch-up with slow S3 reads 512 MiB: long enough that a cold proxy's first round trips (index, first chunk) are

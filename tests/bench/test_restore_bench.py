@@ -17,8 +17,8 @@ from confluent_kafka import Producer
 from tests.bench.report import report
 from tests.support.kafka import create_topic, watermarks
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.restore.fill import fill_partition
-from tierproxy.restore.run import FILL_THREADS
+from tierproxy.jobs.restore.fill import fill_partition
+from tierproxy.jobs.restore.run import FILL_THREADS
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka]
 

@@ -34,7 +34,7 @@ class ArrowCeiling:
     def register(spark: Any, rows: int, partitions: int) -> None:
         from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-        from tierproxy.spark.rows import SCHEMA_DDL
+        from tierproxy.jobs.spark.rows import SCHEMA_DDL
 
         class Reader(DataSourceReader):
             def __init__(self, schema: Any) -> None:

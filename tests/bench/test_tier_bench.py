@@ -18,8 +18,8 @@ from protocol.requests import fetch_request
 from tests.bench.report import report
 from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.tiering.job import TieringJob
-from tierproxy.wireclient import WireClient
+from tierproxy.jobs.tiering.job import TieringJob
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
 
@@ -50,7 +50,7 @@ def _raw_fetch_seconds(bootstrap: str, topic: str, sink: Path | None = None) -> 
 
 def _import_copy(_: int) -> int:
     """Run on a Python worker: start it and import what a copy task needs."""
-    import tierproxy.tiering.copy  # noqa: F401
+    import tierproxy.jobs.tiering.copy  # noqa: F401
 
     return 0
 

@@ -27,10 +27,10 @@ from tests.support.kafka import create_topic
 from tests.support.registry import Registry
 from tests.support.spark import local_session, spark_avro_jars, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.iceberg.catalog import catalog_config
-from tierproxy.iceberg.registry import RegistryConfig
-from tierproxy.iceberg.sync import IcebergOptions, IcebergSync
-from tierproxy.iceberg.typed_tables import TypedOptions
+from tierproxy.jobs.iceberg.catalog import catalog_config
+from tierproxy.jobs.iceberg.registry import RegistryConfig
+from tierproxy.jobs.iceberg.sync import IcebergOptions, IcebergSync
+from tierproxy.jobs.iceberg.typed_tables import TypedOptions
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.registry]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_TYPED_RECORDS", str(256 << 10)))

@@ -24,8 +24,8 @@ from tests.support.spark import local_session
 from tests.support.tiering import settings, tier_once, tiered
 from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.kafka.wireclient import WireClient
 from tierproxy.tier.open import open_metadata
-from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

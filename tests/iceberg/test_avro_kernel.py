@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tierproxy.iceberg.avro_kernel import AvroProgram
-from tierproxy.iceberg.typed import (
+from tierproxy.jobs.iceberg.avro_kernel import AvroProgram
+from tierproxy.jobs.iceberg.typed import (
     DecodePlan,
     ValueDecoder,
     arrow_raw_type,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tierproxy.iceberg.catalog import catalog_config, open_catalog, open_table
-from tierproxy.iceberg.compaction import (
+from tierproxy.jobs.iceberg.catalog import catalog_config, open_catalog, open_table
+from tierproxy.jobs.iceberg.compaction import (
     COMPACTION,
     Candidate,
     CompactionOptions,
@@ -18,7 +18,7 @@ from tierproxy.iceberg.compaction import (
     compact,
     plan_groups,
 )
-from tierproxy.iceberg.ledger import LEDGER, WRITER, Ledger, current_ledger
+from tierproxy.jobs.iceberg.ledger import LEDGER, WRITER, Ledger, current_ledger
 
 
 def _c(partition: int, first: int, size: int) -> Candidate:
@@ -173,7 +173,7 @@ def test_a_commit_after_another_writer_removed_an_input_changes_nothing(raw_tabl
 
 
 def test_files_of_an_earlier_partition_spec_are_left_as_they_are(raw_table: Any) -> None:
-    from tierproxy.iceberg.catalog import catalog_config, open_catalog, open_table, raw_shape
+    from tierproxy.jobs.iceberg.catalog import catalog_config, open_catalog, open_table, raw_shape
 
     table = raw_table
     location = Path(table.location().removeprefix("file://"))
@@ -190,7 +190,7 @@ def test_files_of_an_earlier_partition_spec_are_left_as_they_are(raw_table: Any)
 def test_a_file_from_before_an_evolution_is_cast_to_the_current_columns() -> None:
     import pyarrow as pa
 
-    from tierproxy.iceberg.compaction import conform
+    from tierproxy.jobs.iceberg.compaction import conform
 
     old = pa.RecordBatch.from_pylist([{"id": 1, "qty": 5}, {"id": 2, "qty": None}],
                                      schema=pa.schema([("id", pa.int64()), ("qty", pa.int32())]))

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.protobuf import REPEATED, F, bundle, message_classes, order_file
-from tierproxy.iceberg.avro_types import UnsupportedSchema
-from tierproxy.iceberg.evolution import change_reason, fits_reason
-from tierproxy.iceberg.proto_types import message_index
-from tierproxy.iceberg.registry import RegistryConfig
-from tierproxy.iceberg.typed import DecodePlan, ValueDecoder, is_record, schema_fields
+from tierproxy.jobs.iceberg.avro_types import UnsupportedSchema
+from tierproxy.jobs.iceberg.evolution import change_reason, fits_reason
+from tierproxy.jobs.iceberg.proto_types import message_index
+from tierproxy.jobs.iceberg.registry import RegistryConfig
+from tierproxy.jobs.iceberg.typed import DecodePlan, ValueDecoder, is_record, schema_fields
 
 V1 = order_file()
 TEXT = bundle(V1)

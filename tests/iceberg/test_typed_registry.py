@@ -13,9 +13,9 @@ import pytest
 
 from tests.support.registry import Registry
 from tierproxy.dev.kafkadist import free_port
-from tierproxy.iceberg.catalog import catalog_config, open_catalog
-from tierproxy.iceberg.registry import RegistryClient, RegistryConfig, RegistryUnavailable, SchemaNotFound
-from tierproxy.iceberg.typed_tables import SCHEMAS, TypedOptions, open_typed
+from tierproxy.jobs.iceberg.catalog import catalog_config, open_catalog
+from tierproxy.jobs.iceberg.registry import RegistryClient, RegistryConfig, RegistryUnavailable, SchemaNotFound
+from tierproxy.jobs.iceberg.typed_tables import SCHEMAS, TypedOptions, open_typed
 
 pytestmark = [pytest.mark.registry]
 

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from tierproxy.config.values import typed_table_name, typed_table_rules
-from tierproxy.iceberg.avro_types import UnsupportedSchema, parse_avro, plain_avro, value_fields
-from tierproxy.iceberg.evolution import change_reason, evolve, fits_reason
-from tierproxy.iceberg.registry import RegistryConfig
-from tierproxy.iceberg.schema import iceberg_schema
-from tierproxy.iceberg.typed import (
+from tierproxy.jobs.iceberg.avro_types import UnsupportedSchema, parse_avro, plain_avro, value_fields
+from tierproxy.jobs.iceberg.evolution import change_reason, evolve, fits_reason
+from tierproxy.jobs.iceberg.registry import RegistryConfig
+from tierproxy.jobs.iceberg.schema import iceberg_schema
+from tierproxy.jobs.iceberg.typed import (
     DecodePlan,
     ValueDecoder,
     dlq_schema,
@@ -31,7 +31,7 @@ from tierproxy.iceberg.typed import (
     typed_schema,
     value_columns,
 )
-from tierproxy.iceberg.typed_files import split_batch
+from tierproxy.jobs.iceberg.typed_files import split_batch
 
 ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"},
@@ -272,7 +272,7 @@ def test_any_bytes_after_a_json_schema_id_decode_or_are_a_dead_letter(tail: byte
 def test_the_latest_record_per_key_is_the_highest_offset_then_the_latest_timestamp() -> None:
     import pyarrow as pa
 
-    from tierproxy.iceberg.upsert import KEY, OFFSET, PARTITION, TIMESTAMP, latest
+    from tierproxy.jobs.iceberg.upsert import KEY, OFFSET, PARTITION, TIMESTAMP, latest
 
     rows = [  # key, partition, offset, timestamp, file, row
         (b"a", 0, 1, 50, 0, 0), (b"a", 0, 7, 10, 1, 0), (b"a", 0, 3, 90, 0, 1),  # offset 7 wins: Kafka's rule
@@ -292,8 +292,8 @@ def test_upsert_splits_tombstones_and_keyless_records_from_the_rest() -> None:
     import pyarrow as pa
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    from tierproxy.iceberg.typed import dlq_schema
-    from tierproxy.iceberg.upsert import NO_KEY, split_for_upsert
+    from tierproxy.jobs.iceberg.typed import dlq_schema
+    from tierproxy.jobs.iceberg.upsert import NO_KEY, split_for_upsert
 
     raw = schema_to_pyarrow(iceberg_schema())
     recs = [{"key": k, "value": v, "topic": "t", "partition": 0, "offset": i, "timestamp": i, "timestampType": 0,

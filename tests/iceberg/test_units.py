@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch, iter_batches
-from tierproxy.iceberg.files import SliceWritten, TransactionTracker
-from tierproxy.iceberg.ledger import Ledger, ledger_of
-from tierproxy.iceberg.schema import iceberg_schema, same_columns
-from tierproxy.iceberg.sync import held_back_from
+from tierproxy.jobs.iceberg.files import SliceWritten, TransactionTracker
+from tierproxy.jobs.iceberg.ledger import Ledger, ledger_of
+from tierproxy.jobs.iceberg.schema import iceberg_schema, same_columns
+from tierproxy.jobs.iceberg.sync import held_back_from
 
 
 def _slice(opens: dict[Any, int], closes: list[int]) -> SliceWritten:
@@ -89,7 +89,7 @@ def test_the_slices_of_a_segment_are_accepted_in_byte_order() -> None:
     came first and the partition was held back for good; ordered by byte offset, every outcome is known."""
     from types import SimpleNamespace
 
-    from tierproxy.iceberg.sync import RAW_COLUMNS, IcebergSync, _rows, _Target
+    from tierproxy.jobs.iceberg.sync import RAW_COLUMNS, IcebergSync, _rows, _Target
 
     def result(byte: int, opens: dict[int, int], closes: list[int]) -> SliceWritten:
         return SliceWritten((f"data/00000000000000000000-seg-{byte}-pass.parquet",), rows=1, topic="t", partition=0,
@@ -114,7 +114,7 @@ def test_a_table_whose_ledger_is_ahead_takes_nothing_twice() -> None:
     them."""
     from types import SimpleNamespace
 
-    from tierproxy.iceberg.sync import RAW_COLUMNS, IcebergSync, _dead_letters, _rows, _Target
+    from tierproxy.jobs.iceberg.sync import RAW_COLUMNS, IcebergSync, _dead_letters, _rows, _Target
 
     results = [SliceWritten((f"rows-{s}",), rows=10, topic="t", partition=0, topic_id="id", segment=f"s{s}",
                             start=s * 100, segment_end=s * 100 + 99, dlq_paths=(f"dead-{s}",), dlq_rows=2)
@@ -135,7 +135,7 @@ def test_a_data_file_exists_only_for_rows_and_a_failed_slice_leaves_none(tmp_pat
     import pyarrow.parquet as pq
     from pyiceberg.io import load_file_io
 
-    from tierproxy.iceberg.files import LazyParquet
+    from tierproxy.jobs.iceberg.files import LazyParquet
 
     schema = pa.schema([("v", pa.int64())])
     io = load_file_io(location=str(tmp_path))
@@ -163,7 +163,7 @@ def test_a_slice_split_by_day_writes_a_file_per_day_its_rows_in_order_and_bounde
     import pyarrow.parquet as pq
     from pyiceberg.io import load_file_io
 
-    from tierproxy.iceberg.files import SplitParquet
+    from tierproxy.jobs.iceberg.files import SplitParquet
 
     schema = pa.schema([("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC"))])
     io = load_file_io(location=str(tmp_path))
@@ -203,7 +203,7 @@ def test_a_slice_split_by_day_writes_a_file_per_day_its_rows_in_order_and_bounde
 ])
 def test_partition_by_makes_the_raw_tables_spec(by: str, fields: list[tuple[str, str, str]]) -> None:
     from tierproxy.config.values import partition_by_fields
-    from tierproxy.iceberg.schema import partition_spec, spec_fields, time_bucket
+    from tierproxy.jobs.iceberg.schema import partition_spec, spec_fields, time_bucket
 
     spec = partition_spec(partition_by_fields(by))
     assert spec_fields(spec, iceberg_schema()) == fields
@@ -227,8 +227,8 @@ def test_an_existing_tables_spec_evolves_to_partition_by_and_keeps_its_files(tmp
     import pyarrow as pa
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    from tierproxy.iceberg.catalog import catalog_config, open_catalog, open_table, raw_shape
-    from tierproxy.iceberg.schema import spec_fields
+    from tierproxy.jobs.iceberg.catalog import catalog_config, open_catalog, open_table, raw_shape
+    from tierproxy.jobs.iceberg.schema import spec_fields
 
     cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
     catalog = open_catalog(cfg)

@@ -27,7 +27,7 @@ from protocol.requests import fetch_request
 from tests.support.kafka import create_topic
 from tests.support.samples import records_of
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 CODECS = [compression.NONE, compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD]
 

@@ -26,7 +26,7 @@ from tests.support.parts import free_port_block
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = pytest.mark.kafka
 

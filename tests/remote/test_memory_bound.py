@@ -25,7 +25,7 @@ from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka]
 

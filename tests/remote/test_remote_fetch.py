@@ -20,7 +20,7 @@ from tests.support.certs import make_certs
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -22,9 +22,9 @@ from tests.support.proxy import ProxyProcess
 from tests.support.spark import worker_session
 from tests.support.tiering import offsets_of, settings, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.tiering.copy import CopyResult, CopyTask
-from tierproxy.tiering.job import TieringJob
-from tierproxy.wireclient import WireClient
+from tierproxy.jobs.tiering.copy import CopyResult, CopyTask
+from tierproxy.jobs.tiering.job import TieringJob
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 

@@ -17,7 +17,7 @@ from tests.support.kafka import broker_forgets, create_topic, small_segment_prod
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import offsets_of, settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]
 

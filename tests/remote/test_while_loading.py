@@ -26,7 +26,7 @@ from tests.support.tiering import settings, tier_once
 from tests.support.waiting import connected_ports, wait_until
 from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]
 RECORDS = 4000

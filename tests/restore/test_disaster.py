@@ -49,12 +49,12 @@ from tests.support.restore import (
 from tests.support.tiering import tier_once
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
-from tierproxy.restore.epochs import partition_state
+from tierproxy.jobs.restore.epochs import partition_state
+from tierproxy.kafka.wireclient import WireClient
 from tierproxy.tier import snapshot as snapshots
 from tierproxy.tier.model import uuid_bytes
 from tierproxy.tier.ownership import WrongCluster, check_cluster, recorded_owner
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.wireclient import WireClient
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process, pytest.mark.kcat]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.support.segments import seg, tp
-from tierproxy.restore.plan import TargetPartition, check_target, plan_topics
+from tierproxy.jobs.restore.plan import TargetPartition, check_target, plan_topics
 from tierproxy.tier.model import SegmentState, uuid_str
 from tierproxy.tier.rlmm import ReplayedMetadata, transition
 from tierproxy.tier.serde import encode_value, record_key

@@ -41,15 +41,15 @@ from tests.support.restore import (
 )
 from tests.support.tiering import tier_once
 from tests.support.waiting import wait_until
-from tierproxy.restore.epochs import partition_state
-from tierproxy.restore.plan import replay
+from tierproxy.jobs.restore.epochs import partition_state
+from tierproxy.jobs.restore.plan import replay
+from tierproxy.jobs.tiering.job import RunSummary
 from tierproxy.tier import snapshot as snapshots
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.model import uuid_bytes
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rlmm_topic import DEFAULT_TOPIC
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.tiering.job import RunSummary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process]
 B_RECORDS = 500  # produced to the restored topic in B (then offloaded, and deleted by B's retention)

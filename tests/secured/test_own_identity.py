@@ -27,9 +27,9 @@ from tests.support.cli import run_cli
 from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
+from tierproxy.config.identity import load_command_config
 from tierproxy.dev.kafkadist import free_port
-from tierproxy.identity import load_command_config
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]
 RECORDS = 3000
@@ -201,7 +201,7 @@ def test_tierproxy_keeps_its_secrets(served: Served) -> None:
 
 def _client(served: Served, user: str) -> WireClient:
     """A raw client of the proxy authenticated as `user` (PLAIN, relayed to the broker)."""
-    from tierproxy.identity.properties import identity_from_properties
+    from tierproxy.config.identity.properties import identity_from_properties
 
     identity = identity_from_properties({
         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",

@@ -12,7 +12,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from tierproxy.spark import register
+from tierproxy.jobs.spark import register
 
 
 def digest(rows: list[tuple[object, ...]]) -> str:

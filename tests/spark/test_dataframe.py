@@ -27,8 +27,8 @@ from tests.support.spark import (
 )
 from tests.support.tiering import produce_everything
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.spark.options import parse_options
-from tierproxy.spark.plan import Planner
+from tierproxy.jobs.spark.options import parse_options
+from tierproxy.jobs.spark.plan import Planner
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from protocol import compression
 from protocol.errors import ProtocolError
 from protocol.records import ABORT, COMMIT, Header, Record, build_batch, build_control_batch, iter_batches
-from tierproxy.spark.columns import RecordColumns
-from tierproxy.spark.options import OptionError, parse_options
-from tierproxy.spark.rows import arrow_batches, visible_batches
-from tierproxy.spark.source import byte_range
+from tierproxy.jobs.spark.columns import RecordColumns
+from tierproxy.jobs.spark.options import OptionError, parse_options
+from tierproxy.jobs.spark.rows import arrow_batches, visible_batches
+from tierproxy.jobs.spark.source import byte_range
 from tierproxy.tier.indexes import build_segment
 
 # the Arrow schema Spark asks a Python data source for, with headers
@@ -198,7 +198,7 @@ def test_a_header_key_that_is_not_utf8_is_a_protocol_error() -> None:
 
 
 def test_slices_pack_into_input_partitions_as_spark_packs_files() -> None:
-    from tierproxy.spark.plan import Slice, pack
+    from tierproxy.jobs.spark.plan import Slice, pack
     from tierproxy.tier.model import RemoteLogSegmentMetadata
 
     def seg(start: int, size: int) -> Slice:

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import sys
 from pyspark.sql import SparkSession
-from tierproxy.spark import register
-from tierproxy.spark.workers import WorkerPythonError
+from tierproxy.jobs.spark import register
+from tierproxy.jobs.spark.workers import WorkerPythonError
 
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 try:

@@ -7,7 +7,7 @@ from typing import Any
 from protocol.constants import ApiKey
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 
 def fetch_raw(bootstrap: str, topic: str, partition: int = 0, start: int = 0, end: int | None = None,

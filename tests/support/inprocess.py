@@ -11,10 +11,10 @@ from protocol import registry
 from protocol.connection import ClientConnection, ServerConnection
 from protocol.headers import RequestHeader, request_header_version
 from tierproxy.config import ProxySettings
-from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.brokers import BrokerMap
 from tierproxy.proxy.flow import ByteBudget
 from tierproxy.proxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.proxy.metrics import RemoteFetchStats
 from tierproxy.proxy.session import ProxyContext, Session
 from tierproxy.remote.view import RemoteTierView
 

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.constants import ApiKey
 from protocol.requests import list_offsets_request
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 
 def small_segments(segment_bytes: int = 16 * 1024, version: str = "4.1") -> dict[str, str]:

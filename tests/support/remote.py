@@ -13,7 +13,7 @@ from tests.support.kafka import broker_forgets, create_topic, small_segment_prod
 from tests.support.s3 import S3Server
 from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 
 def timed_fetch(address: str, topic: str, offset: int) -> tuple[float, dict[str, Any]]:

@@ -25,7 +25,7 @@ from tests.support.kafka import create_topic, small_segment_producer, small_segm
 from tests.support.tiering import tier_once
 from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.restore.epochs import partition_state, raise_epochs
+from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
 
 TOPIC, OTHER, EXTRA = "orders", "audit", "extra"  # restored first; restored by a later run; left out
 LEDGER = "ledger"  # restored by the secured principal (tests/restore/test_restored_topic.py)

@@ -63,8 +63,8 @@ def worker_session() -> Any:
         return _WORKER_SESSION[0]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from tierproxy.spark import register
-    from tierproxy.tiering.job import spark_session
+    from tierproxy.jobs.spark import register
+    from tierproxy.jobs.tiering.job import spark_session
 
     spark = spark_session("tierproxy-tests", "local[2]", {
         "spark.jars": ",".join(spark_kafka_jars()), "spark.sql.session.timeZone": "UTC",

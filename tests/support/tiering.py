@@ -11,11 +11,11 @@ from confluent_kafka import Producer
 
 from protocol.records import iter_batches
 from tierproxy.config import TierSettings
+from tierproxy.jobs.tiering.job import RunSummary, run_loop
 from tierproxy.tier.indexes import decode_txn_index
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tiering.job import RunSummary, run_loop
 
 
 def settings(bootstrap: str, tmp: Path, topic: str, **kw: Any) -> TierSettings:

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.requests import list_offsets_request
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 T = TypeVar("T")
 

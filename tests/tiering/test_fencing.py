@@ -17,8 +17,8 @@ from tests.support.kafka import create_topic
 from tests.support.spark import worker_session
 from tests.support.tiering import offsets_of, settings, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.jobs.tiering.job import TieringJob
 from tierproxy.tier.rlmm import WriterFenced
-from tierproxy.tiering.job import TieringJob
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

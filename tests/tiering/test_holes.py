@@ -33,15 +33,15 @@ from tests.support.tiering import offsets_of, settings, tiered
 from tests.support.waiting import wait_until
 from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.iceberg.catalog import open_catalog, open_table
-from tierproxy.iceberg.run import options_of as iceberg_options
-from tierproxy.iceberg.run import run_pass
-from tierproxy.iceberg.sync import IcebergSync
-from tierproxy.spark.options import parse_options
-from tierproxy.spark.plan import Planner
-from tierproxy.tiering.copy import CopyResult, CopyTask
-from tierproxy.tiering.job import TieringJob
-from tierproxy.wireclient import WireClient
+from tierproxy.jobs.iceberg.catalog import open_catalog, open_table
+from tierproxy.jobs.iceberg.run import options_of as iceberg_options
+from tierproxy.jobs.iceberg.run import run_pass
+from tierproxy.jobs.iceberg.sync import IcebergSync
+from tierproxy.jobs.spark.options import parse_options
+from tierproxy.jobs.spark.plan import Planner
+from tierproxy.jobs.tiering.copy import CopyResult, CopyTask
+from tierproxy.jobs.tiering.job import TieringJob
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 RECORDS = 3000

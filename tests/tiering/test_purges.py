@@ -27,8 +27,8 @@ from tests.support.spark import local_session
 from tests.support.tiering import settings, tier_once, tiered
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster, ensure_kafka_libs
-from tierproxy.tiering.cluster import topic_configs
-from tierproxy.wireclient import WireClient
+from tierproxy.jobs.tiering.cluster import topic_configs
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 WORDS = [f"w{i}" for i in range(50)]

@@ -7,12 +7,12 @@ import asyncio
 from pathlib import Path
 
 from tests.support.segments import seg, tp
+from tierproxy.jobs.tiering.housekeeping import enforce_retention
 from tierproxy.tier.model import SegmentState as S
 from tierproxy.tier.rlmm import transition
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.storage import FileStore
-from tierproxy.tiering.housekeeping import enforce_retention
 
 
 async def _tier(root: Path, layout: dict[str, list[int]]) -> FileRLMM:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tierproxy.metrics import FETCH_LATENCY, REGISTRY
+from tierproxy.proxy.metrics import FETCH_LATENCY, REGISTRY
 
 if TYPE_CHECKING:
     from tierproxy.proxy.server import Proxy

@@ -83,7 +83,7 @@ async def partition_status(proxy: Proxy, topic: str, topic_id: bytes, p: Metadat
 
 async def iceberg_status(proxy: Proxy) -> dict[str, Any]:
     """The table's status from its catalog against the tier's metadata this replica holds."""
-    from tierproxy.iceberg.status import serve_catalog, table_status, typed_status
+    from tierproxy.jobs.iceberg.status import serve_catalog, table_status, typed_status
 
     s = proxy.settings
     cfg = serve_catalog(s.storage, s.iceberg_catalog, s.iceberg_catalog_credential, s.iceberg_catalog_token)

@@ -8,6 +8,7 @@ Modules: `values` (parsers and checks), `common`, `proxy`, `tier` (the settings 
 """
 
 from tierproxy.config.common import OVERRIDE_KEYS, CommonSettings
+from tierproxy.config.propfile import ConfigError
 from tierproxy.config.proxy import ProxySettings
 from tierproxy.config.sources import ENV_PREFIX, dotted, load_settings
 from tierproxy.config.tier import TierSettings
@@ -20,7 +21,6 @@ from tierproxy.config.values import (
     parse_duration_ms,
     redact,
 )
-from tierproxy.propfile import ConfigError
 
 __all__ = ["ENV_PREFIX", "OVERRIDE_KEYS", "SPARK_MASTER", "CommonSettings", "ConfigError", "ProxySettings",
            "TierSettings", "check_writable_dir", "dotted", "file_uri", "hide_url_password", "hide_url_passwords",

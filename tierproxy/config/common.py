@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from tierproxy.config.identity import ClientIdentity, load_command_config
 from tierproxy.config.values import (
     _hidden,
     _hostport,
@@ -18,7 +19,6 @@ from tierproxy.config.values import (
     parse_duration_ms,
     typed_table_rules,
 )
-from tierproxy.identity import ClientIdentity, load_command_config
 
 OVERRIDE_KEYS = {"retention.ms", "retention.bytes", "segment.bytes"}  # per topic in tier.topic.overrides
 

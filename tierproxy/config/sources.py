@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from tierproxy.config.common import CommonSettings
+from tierproxy.config.propfile import ConfigError, read_properties
 from tierproxy.config.proxy import ProxySettings
 from tierproxy.config.values import redact, url_password
-from tierproxy.propfile import ConfigError, read_properties
 
 ENV_PREFIX = "TIERPROXY_"
 S = TypeVar("S", bound=CommonSettings)

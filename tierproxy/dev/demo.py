@@ -17,8 +17,7 @@ from pathlib import Path
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
 from tierproxy.dev.kafkadist import KAFKA_VERSION, KafkaCluster, free_port, stop_processes
-from tierproxy.signals import stop_on_sigterm
-from tierproxy.wireclient import WireClient
+from tierproxy.kafka.wireclient import WireClient
 
 TOPIC = "demo-history"
 
@@ -69,7 +68,6 @@ def run_demo(duration: float = 0.0, records: int = 1000) -> int:
     if kcat is None:
         _say("kcat is needed for the demo (make install puts it there: apt-get install kcat)")
         return 1
-    stop_on_sigterm()  # SIGTERM stops the broker and the children too, as Ctrl-C does
     work = Path(tempfile.mkdtemp(prefix="tierproxy-demo-"))
     _say(f"Starting Apache Kafka {KAFKA_VERSION} (KRaft, resolved from Maven Central, cached after the first run)...")
     cluster = KafkaCluster(1, workdir=work / "kafka")

@@ -16,14 +16,14 @@ from typing import Any, cast
 
 from protocol.constants import ApiKey
 from protocol.messages import MetadataResponse, MetadataResponseTopic
-from tierproxy import tls
-from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
-from tierproxy.identity.sasl import AuthenticationFailed
-from tierproxy.metrics import RemoteFetchStats
+from tierproxy.config.identity.sasl import AuthenticationFailed
+from tierproxy.kafka import tls
+from tierproxy.kafka.asyncclient import AsyncWireClient
 from tierproxy.proxy.brokers import BrokerMap
 from tierproxy.proxy.flow import ByteBudget
 from tierproxy.proxy.handlers import REQUEST_HANDLERS, RESPONSE_HANDLERS
+from tierproxy.proxy.metrics import RemoteFetchStats
 from tierproxy.proxy.session import ClientProtocol, RequestHandler, ResponseHandler, Session, UpstreamProtocol
 from tierproxy.remote.service import RemoteTier
 

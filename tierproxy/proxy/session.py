@@ -22,9 +22,9 @@ from protocol.framing import frame_header
 from protocol.headers import RequestHeader
 from protocol.primitives import Buffer, Chunk, FileRegion
 from tierproxy.config import ProxySettings
-from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.brokers import BrokerMap
 from tierproxy.proxy.flow import ByteBudget, ReadGate
+from tierproxy.proxy.metrics import RemoteFetchStats
 from tierproxy.proxy.sendfile import FileSender, can_send_files
 from tierproxy.remote.view import RemoteTierView
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.constants import ApiKey
-from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
-from tierproxy.tls import upstream_context
+from tierproxy.kafka.asyncclient import AsyncWireClient
+from tierproxy.kafka.tls import upstream_context
 
 METADATA_VERSION = 12
 

@@ -18,9 +18,9 @@ from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.primitives import FileRegion
 from protocol.records import iter_batches
 from protocol.requests import PARTITION_BOUNDS, fetch_request, list_offsets_request, listed_offsets
-from tierproxy.asyncclient import AsyncWireClient
 from tierproxy.config import ProxySettings
-from tierproxy.identity.sasl import AuthenticationFailed
+from tierproxy.config.identity.sasl import AuthenticationFailed
+from tierproxy.kafka.asyncclient import AsyncWireClient
 from tierproxy.remote.leaders import OwnLeaders
 from tierproxy.remote.pool import ReaderPool
 from tierproxy.remote.quota import RemoteFetchQuota

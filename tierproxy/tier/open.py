@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from tierproxy.identity import ClientIdentity
-from tierproxy.identity.clients import aiokafka_options
+from tierproxy.config.identity import ClientIdentity
+from tierproxy.config.identity.clients import aiokafka_options
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rlmm_topic import DEFAULT_TOPIC, TopicRLMM

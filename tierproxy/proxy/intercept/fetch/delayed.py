@@ -13,11 +13,11 @@ from typing import Any
 from protocol.messages import FetchResponse
 from protocol.primitives import FileRegion
 from protocol.records import build_empty_batch
-from tierproxy.metrics import RemoteFetchStats
 from tierproxy.proxy.flow import ByteBudget
 from tierproxy.proxy.intercept.errors import LOST_OBJECT, OFFSETS_UNKNOWN, SEGMENT_GONE, error_for
 from tierproxy.proxy.intercept.fetch.answer import Entry, answered_bytes, by_key, merge_response, partition_entry
 from tierproxy.proxy.intercept.fetch.plan import Budget, FetchPlan, Key, fit_budget
+from tierproxy.proxy.metrics import RemoteFetchStats
 from tierproxy.remote.pool import PoolFull
 from tierproxy.remote.reader import ReadResult
 from tierproxy.remote.view import BrokerOffsets, RemoteTierView

@@ -15,7 +15,6 @@ from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
 from protocol.connection import RequestEvent, ResponseEvent
 from protocol.constants import ApiKey, ErrorCode
 from protocol.messages import FetchRequest, FetchResponse
-from tierproxy.metrics import FETCH_LATENCY
 from tierproxy.proxy import relay, rewrite
 from tierproxy.proxy.intercept.errors import LOADING
 from tierproxy.proxy.intercept.fetch.delayed import DelayedRemoteFetch, tiered_partition
@@ -29,6 +28,7 @@ from tierproxy.proxy.intercept.fetch.plan import (
     sessionless,
 )
 from tierproxy.proxy.intercept.fetch.window import broker_decided, no_broker_part, within_window
+from tierproxy.proxy.metrics import FETCH_LATENCY
 from tierproxy.proxy.session import Session, Slot
 from tierproxy.remote.view import RemoteTierView
 

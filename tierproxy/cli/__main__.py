@@ -1,0 +1,7 @@
+"""`python -m tierproxy.cli`: the `tierproxy` command."""
+
+import sys
+
+from tierproxy.cli import main
+
+sys.exit(main())

@@ -1,0 +1,211 @@
+"""Opening the catalog and the table, with errors that name what is wrong (exceptions translated here, once).
+
+Catalog URIs: `sqlite:///path/catalog.db` (pyiceberg's SQL catalog; the embedded default lives next to the tier),
+any other SQLAlchemy URL (`postgresql+psycopg2://...`) for the SQL catalog on a shared database, and
+`rest:http(s)://host/path` for an Iceberg REST catalog. The warehouse (where data files go) defaults to `iceberg/`
+under the tier's own storage, `file://` or `s3://`, with the tier's S3 endpoint and credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from tierproxy.config import hide_url_password, redact
+from tierproxy.jobs.iceberg.schema import iceberg_schema, partition_spec, same_columns, sort_order
+
+
+class CatalogError(RuntimeError):
+    """The catalog cannot be reached or refuses, the namespace is missing, or the table is not ours: the message
+    names the catalog, the namespace or the table."""
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    uri: str
+    warehouse: str
+    io: dict[str, str] = field(default_factory=dict)  # FileIO properties (S3 endpoint, region, credentials)
+    credential: str | None = None  # REST: client_id:secret for OAuth2 (never logged)
+    token: str | None = None  # REST: a bearer token (never logged)
+    embedded: bool = False  # the default SQLite catalog next to the tier: its namespace is created on first use
+
+    def __repr__(self) -> str:  # secrets stay out of logs and tracebacks
+        return f"CatalogConfig(uri={safe_uri(self.uri)!r}, warehouse={self.warehouse!r})"
+
+    def redact(self, text: str) -> str:
+        """`text` (an error from the catalog's client, which may quote the URI) without this catalog's secrets."""
+        from tierproxy.config.values import url_password
+
+        return redact(text, url_password(self.uri), self.credential, self.token,
+                      self.io.get("s3.secret-access-key"))
+
+
+def warehouse_for(storage: str) -> tuple[str, dict[str, str]]:
+    """The default warehouse under the tier's storage and the FileIO properties that reach it."""
+    u = urlparse(storage)
+    if u.scheme == "file":
+        return f"file://{u.path.rstrip('/')}/iceberg", {}
+    q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+    io: dict[str, str] = {"s3.region": q.get("region") or os.environ.get("AWS_REGION")
+                          or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    endpoint = q.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        io["s3.endpoint"] = endpoint
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        io["s3.access-key-id"] = os.environ["AWS_ACCESS_KEY_ID"]
+        io["s3.secret-access-key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    prefix = u.path.strip("/")
+    return f"s3://{u.netloc}/{prefix + '/' if prefix else ''}iceberg", io
+
+
+def catalog_config(uri: str | None, storage: str, state_dir: str, *, credential: str | None = None,
+                   token: str | None = None, warehouse: str | None = None) -> CatalogConfig:
+    default_wh, io = warehouse_for(storage)
+    if uri is None:
+        u = urlparse(storage)
+        base = u.path.rstrip("/") + "/iceberg" if u.scheme == "file" else os.path.abspath(state_dir)
+        os.makedirs(base, exist_ok=True)
+        return CatalogConfig(f"sqlite:///{base}/catalog.db", warehouse or default_wh, io, embedded=True)
+    return CatalogConfig(uri, warehouse or default_wh, io, credential, token)
+
+
+def open_catalog(cfg: CatalogConfig) -> Any:
+    props: dict[str, str] = {"warehouse": cfg.warehouse, **cfg.io}
+    try:
+        if cfg.uri.startswith("rest:"):
+            from pyiceberg.catalog.rest import RestCatalog
+
+            if cfg.credential:
+                props["credential"] = cfg.credential
+            if cfg.token:
+                props["token"] = cfg.token
+            return RestCatalog("tierproxy", uri=cfg.uri.removeprefix("rest:"), **props)
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        return SqlCatalog("tierproxy", uri=cfg.uri, **props)
+    except Exception as exc:
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)} cannot be used: {_reason(exc, cfg)}") from None
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """What a table of ours is: its schema, partition spec and sort order when created, and whether an existing
+    table with `schema` is one (a table of the same name and other columns is refused, never altered)."""
+
+    schema: Callable[[], Any]
+    spec: Callable[[Any], Any]  # the schema → the partition spec
+    order: Callable[[Any], Any]  # the schema → the sort order
+    matches: Callable[[Any], bool]
+    description: str
+
+
+def raw_shape(by: tuple[str, ...] = ("partition",)) -> TableShape:
+    """The raw history table partitioned by `topic` and `iceberg.partition.by`."""
+    return TableShape(iceberg_schema, lambda _: partition_spec(by), lambda _: sort_order(),
+                      lambda s: same_columns(s, iceberg_schema()), "kafka history from the tier")
+
+
+RAW = raw_shape()
+
+
+def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = RAW, *,
+               evolve_spec: bool = False) -> Any:
+    """The table `NS.NAME`, created with the shape's schema when it does not exist; refused when it exists with
+    other columns or its namespace does not exist (created only in the embedded catalog). `evolve_spec`: an existing
+    table partitioned otherwise than the shape says is moved to the shape's spec (a metadata commit: its data files
+    keep theirs; new ones are written in the new)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    if "." not in name.strip(".") or not all(name.split(".")):
+        raise CatalogError(f"iceberg.table {name!r}: name it NAMESPACE.TABLE")
+    namespace = name.rpartition(".")[0]
+    try:
+        try:
+            table = catalog.load_table(name)
+        except NoSuchTableError:
+            table = None
+        if table is not None:
+            if not shape.matches(table.schema()):
+                raise CatalogError(f"table {name} exists with another schema ({_columns(table.schema())}); "
+                                   f"tierproxy writes ({_columns(shape.schema())}): choose another "
+                                   "table name or drop that one")
+            return _evolve_spec(table, name, shape.spec(table.schema())) if evolve_spec else table
+        if not _namespace_exists(catalog, namespace):
+            if not cfg.embedded:
+                raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)} "
+                                   "(create it, or name another in iceberg.table)")
+            catalog.create_namespace(namespace)
+        schema = shape.schema()
+        return catalog.create_table(name, schema=schema, partition_spec=shape.spec(schema),
+                                    sort_order=shape.order(schema),
+                                    properties={"write.parquet.compression-codec": "zstd",
+                                                "tierproxy.table": shape.description})
+    except CatalogError:
+        raise
+    except NoSuchNamespaceError:
+        raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)}") from None
+    except Exception as exc:
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc, cfg)}") from None
+
+
+def _evolve_spec(table: Any, name: str, wanted: Any) -> Any:
+    from tierproxy.jobs.iceberg.schema import spec_fields
+
+    have, want = spec_fields(table.spec(), table.schema()), spec_fields(wanted, table.schema())
+    if set(have) == set(want):  # the fields' order does not change which rows a file may hold
+        return table
+    with table.update_spec() as update:
+        for field in set(have) - set(want):
+            update.remove_field(field[2])
+        for column, _, field_name in (f for f in want if f not in have):
+            update.add_field(column, next(f.transform for f in wanted.fields if f.name == field_name), field_name)
+    log.info("iceberg: table %s now partitioned by %s (was %s); its existing files keep theirs", name,
+             ", ".join(f"{t}({c})" for c, t, _ in want), ", ".join(f"{t}({c})" for c, t, _ in have))
+    return table.refresh()
+
+
+def load_existing(catalog: Any, cfg: CatalogConfig, name: str) -> Any | None:
+    """The table `name` as it is (any of ours: raw, typed, dead letters), None when it does not exist."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return catalog.load_table(name)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+    except Exception as exc:
+        raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc, cfg)}") from None
+
+
+def _namespace_exists(catalog: Any, namespace: str) -> bool:
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        catalog.load_namespace_properties(namespace)
+        return True
+    except NoSuchNamespaceError:
+        return False
+
+
+_IDS = re.compile(r"\b\d+: ")  # nested field ids, which each catalog assigns its own way
+
+
+def _columns(schema: Any) -> str:
+    return ", ".join(f"{f.name} {_IDS.sub('', str(f.field_type))}" for f in schema.fields)
+
+
+def safe_uri(uri: str) -> str:
+    """A catalog URI without its password."""
+    return hide_url_password(uri)
+
+
+def _reason(exc: BaseException, cfg: CatalogConfig) -> str:
+    """An exception's first line, without the catalog's secrets (a client's error may quote its URI whole)."""
+    text = cfg.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__

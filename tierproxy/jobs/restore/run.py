@@ -1,0 +1,314 @@
+"""`tierproxy restore`: the tier's history into a new cluster, every offset kept.
+
+Steps, each one resumable (a rerun after kill -9 finds what is done and goes on):
+1. read the tier's newest snapshot (`tier.snapshot`; a rerun: the one its first run used) and plan every topic
+   (`restore.plan`); refuse, changing nothing, what would lose or overwrite data;
+2. hand the tier to the new cluster (`tier.ownership.hand_over`: the lost cluster joins the lineage);
+3. create the topics (recorded partition count and configs), raise their leader epochs (`restore.epochs`), fill
+   and purge them to S (`restore.fill`), verify log start = high watermark = S;
+4. write the snapshot's metadata records into the new cluster's metadata topic, then a mount per lost topic id
+   (`TopicMount`: the restored topic's id there is an alias of the old id, so the same history continues);
+5. commit the recorded group offsets (`restore.groups`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from tierproxy.config import TierSettings
+from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
+from tierproxy.jobs.restore.fill import FillFailed, FillResult, fill_partition
+from tierproxy.jobs.restore.groups import GroupsResult, commit_groups
+from tierproxy.jobs.restore.plan import RestoreRefused, TargetPartition, TopicPlan, check_target, plan_topics, replay
+from tierproxy.jobs.tiering.cluster import ClusterView, describe_cluster, list_offsets
+from tierproxy.tier import snapshot as snapshots
+from tierproxy.tier.cache import MetadataCache
+from tierproxy.tier.model import NO_ALIAS, TopicMount, uuid_bytes, uuid_str
+from tierproxy.tier.open import open_metadata
+from tierproxy.tier.ownership import hand_over, recorded_owner
+from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.storage import ObjectMissing
+
+log = logging.getLogger("tierproxy.jobs.restore")
+T = TypeVar("T")
+STATE_PREFIX = "restore/"
+FILL_THREADS = 4
+
+
+@dataclass
+class RestoreReport:
+    source_cluster: str
+    target_cluster: str
+    snapshot: str
+    snapshot_taken_ms: int
+    dry_run: bool
+    partitions: list[dict[str, Any]] = field(default_factory=list)  # topic, partition, tier_end, start, lost, epoch
+    groups: dict[str, Any] = field(default_factory=dict)
+    filled_offsets: int = 0
+    fill_seconds: float = 0.0
+    leader_moves: int = 0
+    done_ms: int = 0  # a restore found finished before (nothing done this time)
+
+    def lines(self) -> list[str]:
+        if self.done_ms:
+            return [f"the restore of cluster {self.source_cluster} into cluster {self.target_cluster} from tier "
+                    f"snapshot {self.snapshot} finished at {self.done_ms} (ms): nothing to do"]
+        out = [f"{'would restore' if self.dry_run else 'restored'} {len(self.partitions)} partitions of cluster "
+               f"{self.source_cluster} into cluster {self.target_cluster} from tier snapshot {self.snapshot}"]
+        for p in self.partitions:
+            lost = f"; LOST offsets {p['lost'][0]}..{p['lost'][1] - 1} (produced after the last pass)" \
+                if p["lost"] else ""
+            out.append(f"  {p['topic']}-{p['partition']}: tier 0..{p['tier_end'] - 1}, begins at {p['start']}, "
+                       f"leader epoch above {p['min_epoch']}{lost}")
+        if self.filled_offsets:
+            rate = self.filled_offsets / self.fill_seconds if self.fill_seconds else 0.0
+            out.append(f"  filled {self.filled_offsets} offsets in {self.fill_seconds:.1f}s ({rate:,.0f} offsets/s, "
+                       f"{FILL_THREADS} partitions at a time); {self.leader_moves} leader moves")
+        for key in ("committed", "active", "failed", "not_recorded"):
+            if self.groups.get(key):
+                out.append(f"  groups {key.replace('_', ' ')}: {self.groups[key]}")
+        return out
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+class Restore:
+    """One restore of the tier at `settings.storage` into the cluster at `settings.own_bootstrap`."""
+
+    def __init__(self, settings: TierSettings, pattern: str = ".*", dry_run: bool = False,
+                 say: Callable[[str], None] = print) -> None:
+        self.s, self.pattern, self.dry_run, self.say = settings, pattern, dry_run, say
+        self.rsm = RemoteStorageManager.from_uri(settings.storage)
+
+    def _state_key(self, cluster: str) -> str:
+        return self.rsm.object_key(f"{STATE_PREFIX}{cluster}.json")
+
+    async def _state(self, cluster: str) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads(await self.rsm.store.get(self._state_key(cluster))))
+        except ObjectMissing:
+            return None
+
+    async def _save(self, cluster: str, state: dict[str, Any]) -> None:
+        await self.rsm.store.put(self._state_key(cluster), json.dumps(state, indent=1).encode())
+
+    def run(self) -> RestoreReport:
+        try:
+            return self._run()
+        finally:
+            _run(self.rsm.close())
+
+    def _run(self) -> RestoreReport:
+        s = self.s
+        view = describe_cluster(s.own_bootstrap, s.identity)
+        target = view.cluster_id or ""
+        state = _run(self._state(target))
+        snap = _run(self._snapshot(state))
+        owner = _run(recorded_owner(self.rsm))
+        self._check_owner(owner.cluster_id if owner else None, owner.lineage_ids if owner else [], snap, target)
+        if len(view.brokers) < 2:
+            raise RestoreRefused(
+                f"the cluster at {s.own_bootstrap} has one broker: a restored partition's leader epoch must rise "
+                "above the history's, and only a leader move raises it (use a cluster of 2+ brokers, or the "
+                "offline method in docs/restore.md)")
+        history = replay(snap)  # the tier's view from the snapshot alone
+        plans = plan_topics(snap, history, self.pattern)
+        ours = set((state or {}).get("topics", {}))
+        if state is not None and state.get("done_ms") and {plan.facts.name for plan in plans} <= ours:
+            report = RestoreReport(snap.cluster_id, target, snap.name, snap.taken_ms, True)
+            report.done_ms = int(state["done_ms"])
+            return report  # finished before: the topics are B's now (clients may have written), nothing to redo
+        existing = self._existing(view, plans)
+        problems = [p for plan in plans if (p := check_target(plan, existing.get(plan.facts.name),
+                                                              plan.facts.name in ours)) is not None]
+        for plan in plans:
+            for pp in plan.partitions:
+                end = existing.get(plan.facts.name, {}).get(pp.partition, TargetPartition(0, 0)).high_watermark
+                if pp.start - end > s.restore_fill_max_offsets:
+                    problems.append(f"{pp.topic}-{pp.partition} needs {pp.start - end} offsets filled, more than "
+                                    f"restore.fill.max.offsets={s.restore_fill_max_offsets}: use the offline "
+                                    "method (docs/restore.md), or raise the bound")
+        if problems:
+            raise RestoreRefused("; ".join(problems))
+        report = RestoreReport(snap.cluster_id, target, snap.name, snap.taken_ms, self.dry_run)
+        report.partitions = [{**asdict(pp), "lost": pp.lost} for plan in plans for pp in plan.partitions]
+        report.groups["not_recorded"] = snap.groups_unreadable or ""
+        if self.dry_run:
+            return report
+
+        state = state or {"source": snap.cluster_id, "snapshot": snap.name, "started_ms": int(time.time() * 1000),
+                          "topics": {}}
+        state["topics"].update({plan.facts.name: state["topics"].get(plan.facts.name) for plan in plans})
+        state.pop("done_ms", None)  # this run's topics are not done until it ends
+        _run(self._save(target, state))
+        if owner is not None:
+            _run(hand_over(self.rsm, owner, target))
+        self._create(view, plans, existing)
+        floors = {(pp.topic, pp.partition): pp.min_epoch for plan in plans for pp in plan.partitions}
+        report.leader_moves = raise_epochs(s.own_bootstrap, floors, s.identity)
+        fills = self._fill(plans)
+        report.filled_offsets = sum(f.filled for f in fills)
+        report.fill_seconds = max((f.seconds for f in fills), default=0.0)
+        view = describe_cluster(s.own_bootstrap, s.identity)
+        ids = {p.topic: p.topic_id for p in view.partitions}
+        state["topics"].update({plan.facts.name: uuid_str(ids[plan.facts.name]) for plan in plans})
+        _run(self._save(target, state))
+        self._verify(plans)
+        _run(self._metadata(snap, history, plans, ids, target))
+        restored = {plan.facts.name for plan in plans}
+        groups: GroupsResult = commit_groups(s.own_bootstrap, list(view.brokers.values()), snap.groups, restored,
+                                             s.identity, set(state.get("groups_committed", [])))
+        report.groups.update(committed=groups.committed, active=groups.active, failed=groups.failed)
+        state["groups_committed"] = sorted({*state.get("groups_committed", []), *groups.committed})
+        if not groups.failed:
+            state["done_ms"] = int(time.time() * 1000)
+        _run(self._save(target, state))
+        return report
+
+    async def _snapshot(self, state: dict[str, Any] | None) -> snapshots.TierSnapshot:
+        if state is not None:  # a rerun: the snapshot the first run planned from, not one the new cluster wrote
+            try:
+                return snapshots.TierSnapshot.decode(await self.rsm.store.get(self.rsm.object_key(state["snapshot"])))
+            except (ObjectMissing, ValueError) as exc:
+                raise RestoreRefused(f"the snapshot {state['snapshot']} this restore began from is gone: {exc}") \
+                    from None
+        snap = await snapshots.newest(self.rsm.store, self.rsm.prefix)
+        if snap is None:
+            raise RestoreRefused(f"the tier at {self.s.storage} holds no snapshot (a `tier` pass of this version "
+                                 "writes one): nothing says what its segments are")
+        return snap
+
+    def _check_owner(self, owner: str | None, lineage: list[str], snap: snapshots.TierSnapshot, target: str) -> None:
+        if snap.cluster_id == target:
+            raise RestoreRefused(f"the tier's snapshot is of cluster {target}, the cluster at {self.s.own_bootstrap}"
+                                 ": it is not lost, nothing to restore")
+        if owner is None or owner == snap.cluster_id:
+            return
+        if owner == target and snap.cluster_id in lineage:
+            return  # a rerun of this restore
+        raise RestoreRefused(f"the tier belongs to cluster {owner} now (restored from {', '.join(lineage) or '?'}), "
+                             f"not to the snapshot's cluster {snap.cluster_id}: refusing a second restore onto "
+                             f"cluster {target}")
+
+    def _existing(self, view: ClusterView, plans: list[TopicPlan]) -> dict[str, dict[int, TargetPartition]]:
+        names = {plan.facts.name for plan in plans}
+        parts = [p for p in view.partitions if p.topic in names]
+        offs = list_offsets(view, parts)
+        out: dict[str, dict[int, TargetPartition]] = {}
+        for p in parts:
+            o = offs.get((p.topic, p.partition))
+            if o is None:
+                raise RestoreRefused(f"{p.topic}-{p.partition} exists in the new cluster but its offsets cannot be "
+                                     "read (no leader?): retry when it has one")
+            out.setdefault(p.topic, {})[p.partition] = TargetPartition(o.log_start, o.high_watermark)
+        return out
+
+    def _create(self, view: ClusterView, plans: list[TopicPlan], existing: dict[str, Any]) -> None:
+        missing = [plan.facts for plan in plans if plan.facts.name not in existing]
+        if not missing:
+            return
+
+        async def create() -> None:
+            from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+            from tierproxy.config.identity.clients import aiokafka_options
+
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.s.own_bootstrap, **aiokafka_options(self.s.identity))
+            await admin.start()
+            try:
+                rf = len(view.brokers)
+                topics = [NewTopic(f.name, f.partitions, max(2, min(f.replication_factor, rf)), topic_configs=f.configs)
+                          for f in missing]
+                resp = await admin.create_topics(topics)
+                for name, code, *rest in getattr(resp, "topic_errors", []):
+                    if code not in (0, 36):  # 36 TOPIC_ALREADY_EXISTS: a rerun
+                        raise RestoreRefused(f"creating topic {name} in the new cluster: error {code} {rest[:1]}")
+            finally:
+                await admin.close()
+
+        _run(create())
+        names = [f.name for f in missing]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until every partition has a leader
+            state = partition_state(self.s.own_bootstrap, names, self.s.identity)
+            if sum(f.partitions for f in missing) == len([v for v in state.values() if v[0] >= 0]):
+                return
+            time.sleep(0.2)
+        raise RestoreRefused(f"the new topics {names} have no leaders after 30s")
+
+    def _fill(self, plans: list[TopicPlan]) -> list[FillResult]:
+        jobs = [(pp.topic, pp.partition, pp.start) for plan in plans for pp in plan.partitions]
+        with ThreadPoolExecutor(FILL_THREADS, thread_name_prefix="tierproxy-fill") as pool:
+            return [f.result() for f in [pool.submit(self._fill_one, *job) for job in jobs]]
+
+    def _fill_one(self, topic: str, partition: int, start: int) -> FillResult:
+        """One partition's fill at its leader as the cluster names it now; a leader that moved (or a broker whose
+        view trails) costs a retry at the leader named then: the fill goes on from the partition's end."""
+        delay, last = 0.2, None
+        for _ in range(6):
+            view = describe_cluster(self.s.own_bootstrap, self.s.identity)
+            p = next((p for p in view.partitions if (p.topic, p.partition) == (topic, partition)), None)
+            if p is not None and p.leader >= 0:
+                try:
+                    return fill_partition(view.leader_address(p), topic, partition, start,
+                                          self.s.restore_fill_batch_records, self.s.identity)
+                except (FillFailed, OSError) as exc:
+                    last = exc
+            time.sleep(delay)
+            delay = min(delay * 2, 3.0)
+        raise FillFailed(f"{topic}-{partition}: not filled to {start}: {last}")
+
+    def _verify(self, plans: list[TopicPlan]) -> None:
+        """Log start = high watermark = S and the epoch above the history's, as the leaders answer. A broker's view
+        may trail the controller's for a moment (a leader just moved): asked again, bounded, before giving up."""
+        names = {plan.facts.name for plan in plans}
+        wrong: list[str] = []
+        delay = 0.1
+        for _ in range(12):
+            view = describe_cluster(self.s.own_bootstrap, self.s.identity)
+            parts = {(p.topic, p.partition): p for p in view.partitions if p.topic in names}
+            offs = list_offsets(view, list(parts.values()))
+            wrong = [f"{pp.topic}-{pp.partition}: {offs.get((pp.topic, pp.partition))}, leader epoch "
+                     f"{parts[(pp.topic, pp.partition)].leader_epoch if (pp.topic, pp.partition) in parts else '?'}"
+                     for plan in plans for pp in plan.partitions
+                     if (o := offs.get((pp.topic, pp.partition))) is None or (pp.topic, pp.partition) not in parts
+                     or (o.log_start, o.high_watermark) != (pp.start, pp.start)
+                     or parts[(pp.topic, pp.partition)].leader_epoch <= pp.min_epoch]
+            if not wrong:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 3.0)
+        raise FillFailed(f"after the fill, expected log start = high watermark = S and the epoch above the "
+                         f"history's; found {'; '.join(wrong[:3])}")
+
+    async def _metadata(self, snap: snapshots.TierSnapshot, history: MetadataCache, plans: list[TopicPlan],
+                        ids: dict[str, bytes], target: str) -> None:
+        s = self.s
+        rlmm = open_metadata(s.metadata, s.own_bootstrap, None, s.identity, writer=True)
+        await rlmm.start()
+        try:
+            await rlmm.catch_up()
+            restored = {plan.origin_id: ids[plan.facts.name] for plan in plans}
+            origins = {uuid_bytes(f.topic_id): f.name for f in snap.topics.values()}
+            origins.update({tid: pc.tp.topic for (tid, _), pc in history.partitions.items()})
+            now = int(time.time() * 1000)
+            mounts = [TopicMount(name, tid, restored.get(tid, NO_ALIAS), snap.cluster_id, target, now)
+                      for tid, name in sorted(origins.items())]
+            # what this cluster's metadata already has (an earlier run's, and what its tier job did since) stays
+            if unknown := rlmm.unknown_records(snap.records):
+                await rlmm.put_records(unknown)
+            changed = [m for m in mounts if (old := rlmm.cache.mounts.get(m.origin_id)) is None
+                       or (old.alias_id != m.alias_id and m.mounted)]
+            if changed:
+                await rlmm.put_mounts(changed)  # last: a mount says the history under it is complete
+        finally:
+            await rlmm.close()

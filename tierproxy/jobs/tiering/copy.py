@@ -1,0 +1,172 @@
+"""The executor side: copy one planned segment range from the partition leader to remote storage.
+
+Raw record batches are fetched with the `protocol` package (READ_COMMITTED up to the last stable offset, so the
+broker also reports aborted transactions; control batches are kept) and stored exactly as served — never
+decoded or re-compressed. A segment holds the whole batches with `start ≤ base offset < end`; the first range
+of a partition also takes the batch straddling its start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from protocol.constants import ApiKey, ErrorCode, IsolationLevel
+from protocol.records import RecordBatch, iter_batches
+from protocol.requests import fetch_request
+from tierproxy.config.identity import ClientIdentity
+from tierproxy.kafka.wireclient import WireClient
+from tierproxy.tier.indexes import SegmentBuilder
+from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition
+from tierproxy.tier.rsm import RemoteStorageManager
+
+FETCH_VERSION = 12
+FETCH_BY_ID_VERSION = 13
+FETCH_MAX_BYTES = 8 << 20
+
+
+class CopyError(RuntimeError):
+    """A copy task failed (broker error, storage error); the driver retries with a new segment id."""
+
+
+class LeaderMoved(CopyError):
+    """The broker asked is no longer (or not yet) the partition's leader, or cannot be reached: the driver waits
+    for the cluster to name a live leader and retries there."""
+
+
+LEADER_ERRORS = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
+                           ErrorCode.UNKNOWN_LEADER_EPOCH})
+
+
+class DataGone(CopyError):
+    """The broker no longer has the range (OFFSET_OUT_OF_RANGE): retrying cannot help; the next pass reports
+    the gap and starts from the broker's log start."""
+
+
+def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
+               isolation: int = IsolationLevel.READ_COMMITTED, client_id: str = "tierproxy-tier",
+               identity: ClientIdentity | None = None, topic_id: bytes | None = None
+               ) -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
+    """Raw batches from `start` up to `end` (or the last stable offset / high watermark, by `isolation`), one
+    fetch response at a time, with the aborted transactions (producer id, first offset) that response reports.
+    The first batch may begin before `start` (the one holding it). With `topic_id` the topic is fetched by id
+    (Fetch v13): a topic deleted and created again under its name answers UNKNOWN_TOPIC_ID, not the new data."""
+    offset = start
+    version = FETCH_BY_ID_VERSION if topic_id else FETCH_VERSION
+    ids = {topic: topic_id} if topic_id else None
+    with WireClient(leader, client_id=client_id, timeout=60, identity=identity) as w:
+        while offset < end:
+            resp = w.request(ApiKey.FETCH, version, fetch_request({topic: {partition: offset}}, topic_ids=ids,
+                                                                  max_bytes=FETCH_MAX_BYTES, isolation=isolation))
+            part = resp["responses"][0]["partitions"][0]
+            if part["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise DataGone(f"{topic}-{partition}: offset {offset} is no longer on the broker")
+            if part["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID:
+                raise DataGone(f"{topic}-{partition}: topic id {topic_id.hex() if topic_id else '?'} is gone "
+                               "(the topic was deleted, or deleted and created again)")
+            if part["error_code"] in LEADER_ERRORS:
+                raise LeaderMoved(f"{topic}-{partition}: {leader} answered error {part['error_code']} (not leader)")
+            if part["error_code"] != 0:
+                raise CopyError(f"{topic}-{partition} fetch at {offset}: error {part['error_code']}")
+            aborted = [(a["producer_id"], a["first_offset"]) for a in part["aborted_transactions"] or []]
+            served = list(iter_batches(part["records"]))
+            batches = [b for b in served if b.last_offset >= offset and b.base_offset < end]
+            if batches:
+                offset = batches[-1].last_offset + 1
+                yield batches, aborted
+            limit = part["last_stable_offset"] if isolation == IsolationLevel.READ_COMMITTED else part["high_watermark"]
+            if not batches or served[-1].base_offset >= end:  # batches ascend: the last tells if `end` was passed
+                if not batches and limit > offset:
+                    raise CopyError(f"{topic}-{partition}: no whole batch at {offset} within {FETCH_MAX_BYTES} bytes")
+                return
+
+
+def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, first: bool,
+                identity: ClientIdentity | None = None, topic_id: bytes | None = None
+                ) -> tuple[list[memoryview], list[tuple[int, int]]]:
+    """Whole batches for [start, end) and the aborted transactions (producer id, first offset) around them."""
+    batches: list[memoryview] = []
+    aborted: set[tuple[int, int]] = set()
+    for got, txns in iter_fetch(leader, topic, partition, start, end, identity=identity, topic_id=topic_id):
+        aborted |= set(txns)
+        batches += [b.view() for b in got if b.base_offset >= start or (first and not batches)]
+    return batches, sorted(aborted)
+
+
+@dataclass(frozen=True)
+class CopyTask:
+    """One segment to copy, as the driver ships it to an executor (pickled: plain values only, no secrets)."""
+
+    leader: str | None  # HOST:PORT of the partition's leader when planned
+    topic: str
+    topic_id: bytes
+    partition: int
+    start: int  # [start, end): the offsets planned
+    end: int
+    first: bool  # the first range after the tier's end: a batch straddling `start` is kept
+    segment_id: bytes
+    storage: str
+    fetch_topic_id: bytes | None = None  # the cluster's id when it is not `topic_id` (a restored topic)
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """What an executor answers: the copied segment's facts, or why it was not copied."""
+
+    task: CopyTask
+    ok: bool
+    empty: bool = False  # nothing below the LSO in the range after all
+    start_offset: int = -1
+    end_offset: int = -1
+    max_timestamp_ms: int = -1
+    leader_epochs: dict[int, int] = field(default_factory=dict)
+    size: int = 0
+    txn_index_empty: bool = True
+    seconds: float = 0.0
+    gone: bool = False  # the broker no longer holds the range (a gap, reported by the next pass)
+    leader_moved: bool = False  # refused, reset or timed out: retried at the partition's next leader
+    error: str = ""
+
+
+def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyResult:
+    """Run on an executor: fetch, build indexes, upload. Returns the segment facts or the error.
+
+    `identity` (tierproxy's own, secrets and key material included) comes bound to the function Spark ships, never
+    in the tasks that come back to the driver and its summaries."""
+    started = time.monotonic()
+    try:
+        if not task.leader:
+            raise LeaderMoved(f"{task.topic}-{task.partition} has no leader the cluster can name")
+        batches, aborted = fetch_range(task.leader, task.topic, task.partition, task.start, task.end,
+                                       task.first, identity, task.fetch_topic_id or task.topic_id)
+        if not batches:
+            return CopyResult(task, ok=True, empty=True)
+        builder = SegmentBuilder(txn_starts=aborted)
+        for view in batches:
+            builder.add(next(iter_batches(view)))
+        files = builder.finish()
+        tp = TopicIdPartition(task.topic, task.topic_id, task.partition)
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, task.segment_id), files.start_offset,
+                                      files.end_offset, files.max_timestamp_ms, -1, 0,
+                                      files.leader_epochs or {0: files.start_offset}, files.log_size,
+                                      SegmentState.COPY_SEGMENT_STARTED, files.txn_index_empty)
+
+        async def upload() -> None:
+            rsm = RemoteStorageManager.from_uri(task.storage)
+            try:
+                await rsm.copy_segment(md, files)
+            finally:
+                await rsm.close()
+
+        asyncio.run(upload())
+        return CopyResult(task, ok=True, start_offset=files.start_offset, end_offset=files.end_offset,
+                          max_timestamp_ms=files.max_timestamp_ms,
+                          leader_epochs=files.leader_epochs or {0: files.start_offset}, size=files.log_size,
+                          txn_index_empty=files.txn_index_empty, seconds=time.monotonic() - started)
+    except Exception as exc:  # the driver decides: retry with a new segment id
+        moved = isinstance(exc, (LeaderMoved, OSError))  # refused, reset or timed out: the leader may be gone
+        return CopyResult(task, ok=False, gone=isinstance(exc, DataGone), leader_moved=moved,
+                          error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,501 @@
+"""One tiering pass (`tierproxy tier --once`) or a loop of them, with Spark running the copies.
+
+The driver plans, writes COPY_SEGMENT_STARTED for every planned segment (fresh segment ids), runs one Spark
+task per segment (`copy.copy_task`), and writes COPY_SEGMENT_FINISHED with each copied segment's facts as
+results stream back. A failed copy is cleaned (objects deleted, DELETE_SEGMENT_*) and retried with a new segment
+id; what still fails is left as a hole that the next pass fills first (the copies after it stay: the broker may
+have deleted their data since), and fetches inside it are answered from the next tiered segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tierproxy.config import TierSettings
+from tierproxy.jobs.tiering import housekeeping
+from tierproxy.jobs.tiering.cluster import (
+    ClusterView,
+    PartitionInfo,
+    PartitionOffsets,
+    deleted_topic_ids,
+    describe_cluster,
+    list_offsets,
+    mounted,
+    topic_configs,
+)
+from tierproxy.jobs.tiering.copy import CopyResult, CopyTask, copy_task
+from tierproxy.jobs.tiering.describe import build_snapshot, write_snapshot
+from tierproxy.jobs.tiering.plan import Gap, Range, plan_partition, select_topics
+from tierproxy.tier.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    TierPass,
+    TopicIdPartition,
+    new_uuid,
+    uuid_bytes,
+    uuid_str,
+)
+from tierproxy.tier.open import open_metadata
+from tierproxy.tier.ownership import check_cluster
+from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
+from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
+
+log = logging.getLogger("tierproxy.tier")
+T = TypeVar("T")
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    started_ms: int
+    seconds: float = 0.0
+    segments: int = 0
+    bytes: int = 0
+    failed: int = 0
+    orphans_cleaned: int = 0
+    expired: int = 0
+    purged: int = 0  # segments deleted wholly below a recorded purge (DeleteRecords through a proxy)
+    retention_refused: list[str] = field(default_factory=list)  # tier retention that would delete too much at once
+    partitions_deleted: int = 0
+    topics_pending_deletion: list[str] = field(default_factory=list)  # proven gone, within the delete delay
+    gaps: list[dict[str, Any]] = field(default_factory=list)
+    lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
+    errors: list[str] = field(default_factory=list)
+    recopied: int = 0  # segments whose file:// tier file was short, copied again (once per job, at its first pass)
+    snapshot: str = ""  # the tier snapshot this pass wrote (`tier.snapshot`: what a restore reads)
+
+    @property
+    def exit_code(self) -> int:
+        """What `tier --once` exits with after this pass: 1 when copies failed and none succeeded, 5 when a
+        deletion was refused by the guard, else 0."""
+        if self.failed and self.segments == 0:
+            return 1
+        return 5 if self.retention_refused else 0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds else 0.0
+
+    def line(self) -> str:
+        return (f"tiered {self.segments} segments, {self.bytes / 1e6:.1f} MB in {self.seconds:.1f}s "
+                f"({self.mb_per_s:.1f} MB/s); lag to LSO {sum(self.lag.values())} offsets; "
+                f"{len(self.gaps)} gaps; {self.expired} expired; {self.purged} purged; "
+                f"{len(self.retention_refused)} retention refused; {self.orphans_cleaned} orphans cleaned; "
+                f"{self.partitions_deleted} partitions deleted; {len(self.topics_pending_deletion)} deleted topics "
+                f"within the delete delay; {self.failed} failed copies")
+
+
+def spark_session(app_name: str, master: str, spark_conf: dict[str, str]) -> Any:
+    """The Spark session of a tierproxy job: this Python on the executors, the AWS_* settings of the storage's
+    credential chain passed on, `spark.master` unless spark-submit set it."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.enabled", "false") \
+        .config("spark.task.maxFailures", "1").config("spark.python.worker.reuse", "true")
+    if not os.environ.get("SPARK_SUBMIT_MASTER_SET"):
+        builder = builder.master(master)
+    for k, v in os.environ.items():  # storage credentials from the usual chain reach the executors too
+        if k.startswith("AWS_"):
+            builder = builder.config(f"spark.executorEnv.{k}", v)
+    for k, v in spark_conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def running_spark() -> Any | None:
+    """The SparkSession this process already runs (a notebook's, a PySpark shell's, a test worker's), or None.
+    A job given one uses it as it is (its configuration was settled when it started) and never stops it."""
+    if "pyspark" not in sys.modules:
+        return None  # nothing imported PySpark: no session can be running (and the import costs half a second)
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:
+        return None
+    # the active session is the JVM's per thread; a job run in another thread of the process finds the one made
+    return SparkSession.getActiveSession() or SparkSession._instantiatedSession
+
+
+class JobSpark:
+    """A job's Spark session, started on first use: the one given (or already running in this process), which the
+    job never stops, or one of its own, stopped by `close`."""
+
+    def __init__(self, app_name: str, master: str, spark_conf: dict[str, str], given: Any | None = None) -> None:
+        self.app_name, self.master, self.spark_conf = app_name, master, spark_conf
+        self._session = given
+        self._owned = False
+
+    def __call__(self) -> Any:
+        if self._session is None:
+            self._session = running_spark()
+            if self._session is None:
+                self._session = spark_session(self.app_name, self.master, self.spark_conf)
+                self._owned = True
+        return self._session
+
+    def close(self) -> None:
+        if self._owned and self._session is not None:
+            self._session.stop()
+        self._session, self._owned = None, False
+
+
+class TieringJob:
+    """Owns the RLMM (on a background event loop) and the storage; uses a Spark session (`JobSpark`: the one given,
+    or one it starts and stops)."""
+
+    def __init__(self, settings: TierSettings, spark_conf: dict[str, str] | None = None,
+                 progress: bool = True, spark: Any | None = None) -> None:
+        self.settings = settings
+        self.spark_conf = spark_conf or {}
+        self.progress = progress
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tierproxy-rlmm", daemon=True)
+        self._thread.start()
+        self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.own_bootstrap,
+                                                            settings.metadata_checkpoint_dir, settings.identity,
+                                                            writer=True)
+        self.rsm = RemoteStorageManager.from_uri(settings.storage)
+        self.spark = JobSpark("tierproxy-tier", settings.spark_master, self.spark_conf, spark)
+        self._started = False
+        self._files_checked = False
+        self._view: ClusterView | None = None  # the cluster as last described: where copies fetch from
+        self.serving: TierPass | None = None  # the requested pass the current one serves
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        if self._started:
+            self.run(self.rlmm.close())
+        self.run(self.rsm.close())
+        self.spark.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    # --- one pass ----------------------------------------------------------------------------------------------
+    def run_once(self) -> RunSummary:
+        s = self.settings
+        summary = RunSummary(uuid.uuid4().hex[:12], int(time.time() * 1000))
+        started = time.monotonic()
+        # first: a refused identity (command.config) fails here with its reason, not as aiokafka's bootstrap error
+        view = self._view = describe_cluster(s.own_bootstrap, s.identity)
+        self.run(check_cluster(self.rsm, view.cluster_id, record=True, brokers=s.own_bootstrap))
+        if not self._started:
+            self.run(self.rlmm.start())
+            self._started = True
+        self.run(self.rlmm.catch_up())
+        view = self._view = mounted(view, self.rlmm.cache.aliases)  # restored topics continue their history
+        self.serving = self.rlmm.cache.pass_pending()  # a pass asked for through the admin API: this one serves it
+        topics = sorted({p.topic for p in view.partitions})
+        configs = topic_configs(s.own_bootstrap, topics, s.identity) if topics else {}
+        parts = select_topics(view, configs, s.tier_topics, s.tier_topics_exclude)
+
+        summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
+        summary.partitions_deleted = self._delete_gone_topics(view, summary)
+
+        offsets = list_offsets(view, parts)
+        if not self._files_checked:  # after a crash: a file tier's segment recorded finished but short on disk
+            short = self.run(housekeeping.recopy_short_files(
+                self.rlmm, self.rsm, {k: o.log_start for k, o in offsets.items()}))
+            summary.recopied = short.recopied
+            summary.errors += [f"LOST {lost}" for lost in short.lost]
+            self._files_checked = True
+        ranges: list[Range] = []
+        for p in parts:
+            o = offsets.get((p.topic, p.partition))
+            if o is None:
+                continue
+            pc = self.rlmm.cache.get(p.topic_id, p.partition)
+            tiered_end = pc.latest_tiered_offset() if pc else -1
+            seg_bytes = topic_setting(s.tier_topic_overrides, p.topic, "segment.bytes", s.tier_segment_bytes)
+            try:
+                rs, gaps = plan_partition(view, p, o, tiered_end, seg_bytes, pc.holes() if pc else [],
+                                          pc.log_start_offset if pc else 0)
+            except OSError as exc:  # its leader died since the view was taken: the next pass plans it
+                log.warning("not planning %s-%d this pass: %s", p.topic, p.partition, exc)
+                continue
+            for gap in gaps:
+                log.error("GAP %s", gap.describe())
+                summary.gaps.append(asdict(gap))
+            ranges += rs
+
+        self._copy(ranges, summary)
+
+        # the tier's own retention, never the broker topic's (that is the local retention: tier.rules)
+        retention = {t: (topic_setting(s.tier_topic_overrides, t, "retention.ms", s.tier_retention_ms),
+                         topic_setting(s.tier_topic_overrides, t, "retention.bytes", s.tier_retention_bytes))
+                     for t in topics}
+        view = self._view or view  # leaders may have moved during the copies
+        current = {(p.topic_id, p.partition): p for p in view.partitions}
+        parts = [current.get((p.topic_id, p.partition), p) for p in parts]
+        after = list_offsets(view, parts)
+        log_starts = {k: o.log_start for k, o in after.items()}
+        kept = self.run(housekeeping.enforce_retention(self.rlmm, self.rsm, retention, log_starts,
+                                                       s.tier_retention_max_delete_fraction, s.confirm_retention))
+        summary.expired, summary.purged = kept.expired, kept.purged
+        summary.retention_refused += kept.refused
+
+        for p in parts:
+            o = after.get((p.topic, p.partition))
+            pc = self.rlmm.cache.get(p.topic_id, p.partition)
+            if o is not None:
+                end = pc.latest_tiered_offset() if pc else -1
+                summary.lag[f"{p.topic}-{p.partition}"] = tiering_lag(end, o.log_start, o.last_stable)
+        self._describe_tier(summary, view, parts, configs, after)
+        summary.seconds = time.monotonic() - started
+        self._write_state(summary)
+        return summary
+
+    def _describe_tier(self, summary: RunSummary, view: ClusterView, parts: list[PartitionInfo],
+                       configs: dict[str, dict[str, str]], offsets: dict[tuple[str, int], PartitionOffsets]) -> None:
+        """The tier's description of itself (`tier.snapshot`), written after the pass: what a restore needs."""
+        snap = build_snapshot(summary.run_id, int(time.time() * 1000), view, parts, configs, offsets, self.rlmm,
+                              getattr(self.rlmm, "topic", None))
+        if snap.groups_unreadable:
+            summary.errors.append(f"group offsets not in the tier snapshot: {snap.groups_unreadable}")
+        summary.snapshot = write_snapshot(self.rsm, snap, self.loop)
+
+    def report(self, summary: RunSummary) -> None:
+        """Record that this pass served the pass asked for through the admin API (its run turns succeeded or
+        failed there)."""
+        if self.serving is not None:
+            done = TierPass(self.serving.request_id, False, int(time.time() * 1000), summary.line(), summary.exit_code)
+            self.run(self.rlmm.put_tier_pass(done))
+            self.serving = None
+
+    def wait(self, seconds: float) -> None:
+        """Until the next pass is due, or one is asked for through the admin API (looked for every second)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(1.0, left))
+            if self._started:
+                self.run(self.rlmm.catch_up())
+                if (asked := self.rlmm.cache.pass_pending()) is not None:
+                    log.info("a tiering pass was asked for (run %s): starting it now", asked.request_id)
+                    return
+
+    def _delete_gone_topics(self, view: ClusterView, summary: RunSummary) -> int:
+        """Tiered topics the cluster no longer lists are asked for by id; those it answers UNKNOWN_TOPIC_ID for,
+        in passes at least `tier.topic.delete.delay.ms` apart, leave the tier (`rules.topic_deletions_due`).
+        When each was first seen gone is kept in the state directory (lost with it: the delay starts again)."""
+        s = self.settings
+        listed = {p.topic_id for p in view.partitions}
+        cache = self.rlmm.cache
+        absent = {tid for (tid, p) in cache.partitions if tid not in listed and not cache.is_deleted(tid, p)}
+        # an id inherited from a lost cluster is proven gone only through its alias here (the restored topic):
+        # this cluster never had the id itself, and its UNKNOWN_TOPIC_ID for it proves nothing
+        asked = {tid: cache.mounts[tid].alias_id if cache.inherited(tid) else tid for tid in absent
+                 if not cache.inherited(tid) or cache.mounts[tid].mounted}
+        for tid in sorted(absent - set(asked)):
+            log.info("tiered topic id %s came from cluster %s and was not restored: kept", uuid_str(tid),
+                     cache.mounts[tid].origin_cluster)
+        answered = deleted_topic_ids(s.own_bootstrap, set(asked.values()), s.identity)
+        gone = {tid for tid, asked_id in asked.items() if asked_id in answered}
+        for tid in sorted(absent - gone):
+            log.info("tiered topic id %s is not in the cluster's answer but not proven deleted: kept", uuid_str(tid))
+        path = Path(s.tier_state_dir) / "topics_gone.json"
+        seen = {uuid_bytes(k): int(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+        due, seen = topic_deletions_due(gone, seen, int(time.time() * 1000), s.tier_topic_delete_delay_ms)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({uuid_str(k): v for k, v in seen.items()}, indent=1))
+        names = {tid: pc.tp.topic for (tid, _), pc in cache.partitions.items()}
+        summary.topics_pending_deletion = sorted(f"{names[t]} ({uuid_str(t)})" for t in gone - due)
+        for t in gone - due:
+            log.warning("topic %s (id %s) is deleted from the cluster; its tier data goes once it has been gone for "
+                        "tier.topic.delete.delay.ms=%d", names[t], uuid_str(t), s.tier_topic_delete_delay_ms)
+        deleted, refusal = self.run(housekeeping.delete_gone_topics(
+            self.rlmm, self.rsm, due, s.tier_retention_max_delete_fraction, s.confirm_retention))
+        if refusal is not None:
+            summary.retention_refused.append(refusal)
+        return deleted
+
+    def _copy(self, ranges: list[Range], summary: RunSummary) -> None:
+        pending = ranges
+        moved: set[tuple[bytes, int, int]] = set()  # (topic id, partition, the leader that failed)
+        for attempt in range(1, self.settings.tier_task_max_attempts + 1):
+            if not pending:
+                return
+            if attempt > 1:
+                pending = self._await_leaders(pending, moved)
+            tasks = self._start(pending)
+            retry: list[Range] = []
+            moved = set()
+            for result in self._run_tasks(tasks):
+                t = result.task
+                r = next(x for x in pending if (x.part.topic_id, x.part.partition, x.start) ==
+                         (t.topic_id, t.partition, t.start))
+                if result.ok:
+                    self.run(self._finish(result))
+                    if not result.empty:
+                        summary.segments += 1
+                        summary.bytes += result.size
+                else:
+                    summary.failed += 1
+                    summary.errors.append(result.error)
+                    log.warning("copy of %s-%d [%d, %d) failed (attempt %d): %s", r.part.topic, r.part.partition,
+                                r.start, r.end, attempt, result.error)
+                    self.run(self._discard(result))
+                    if not result.gone:  # data gone from the broker: the next pass reports the gap
+                        retry.append(r)
+                        if result.leader_moved:
+                            moved.add((r.part.topic_id, r.part.partition, r.part.leader))
+            pending = retry
+        for r in pending:  # the segments copied after it stay (the broker may have deleted their data by now)
+            log.warning("%s-%d [%d, %d) not copied after %d attempts: left as a hole for the next pass",
+                        r.part.topic, r.part.partition, r.start, r.end, self.settings.tier_task_max_attempts)
+
+    def _start(self, ranges: list[Range]) -> list[CopyTask]:
+        tasks, mds = [], []
+        for r in ranges:
+            tp = TopicIdPartition(r.part.topic, r.part.topic_id, r.part.partition)
+            seg_id = new_uuid()
+            mds.append(new_segment(tp, seg_id, r.start, r.end - 1, -1, {max(r.part.leader_epoch, 0): r.start}, 0,
+                                   broker_leader_epoch=max(r.part.leader_epoch, 0)))
+            tasks.append(CopyTask(self._leader(r), r.part.topic, r.part.topic_id, r.part.partition, r.start, r.end,
+                                  r.first, seg_id, self.settings.storage, r.part.cluster_topic_id or None))
+        self.run(self.rlmm.add_segments(mds))
+        return tasks
+
+    def _leader(self, r: Range) -> str | None:
+        return self._view.brokers.get(r.part.leader) if self._view is not None else None
+
+    def _await_leaders(self, pending: list[Range], moved: set[tuple[bytes, int, int]]) -> list[Range]:
+        """Before a retry: ask the cluster again and, where a copy failed because its leader was unreachable or no
+        longer the leader, wait (backoff doubling from `remote.log.manager.task.retry.backoff.ms`, at most
+        `...backoff.max.ms` in all) until another broker leads the partition — a killed leader stays in the
+        metadata until the controller fences it (broker.session.timeout.ms, 9 s by default). The retried ranges
+        go to the partitions' current leaders and carry their current leader epochs."""
+        s = self.settings
+        delay = s.remote_log_manager_task_retry_backoff_ms / 1000
+        deadline = time.monotonic() + s.remote_log_manager_task_retry_backoff_max_ms / 1000
+        while True:
+            time.sleep(delay)
+            view = mounted(describe_cluster(s.own_bootstrap, s.identity), self.rlmm.cache.aliases)
+            current = {(p.topic_id, p.partition): p for p in view.partitions}
+            waiting = [k for k in moved if (p := current.get(k[:2])) is None or p.leader < 0 or p.leader == k[2]]
+            if not waiting or time.monotonic() + delay >= deadline:
+                break
+            delay = min(delay * 2, max(0.0, deadline - time.monotonic()))
+        if waiting:
+            log.warning("%d partitions still have no new leader after %.1fs; retrying where the cluster says",
+                        len(waiting), s.remote_log_manager_task_retry_backoff_max_ms / 1000)
+        self._view = view
+        return [replace(r, part=current.get((r.part.topic_id, r.part.partition), r.part)) for r in pending]
+
+    def _run_tasks(self, tasks: list[CopyTask]) -> list[CopyResult]:
+        """One Spark task per segment, all in parallel; a live progress bar follows Spark's task counters."""
+        sc = self.spark().sparkContext
+        rdd = sc.parallelize(tasks, max(1, len(tasks))).map(functools.partial(copy_task,
+                                                                              identity=self.settings.identity))
+        out: list[list[CopyResult]] = []
+        errors: list[BaseException] = []
+
+        def collect() -> None:
+            try:
+                out.append(rdd.collect())
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=collect, name="tierproxy-spark-collect")
+        worker.start()
+        if self.progress:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = (TextColumn("[bold]tiering"), BarColumn(), TextColumn("{task.completed}/{task.total} segments"),
+                       TimeElapsedColumn())
+            with Progress(*columns) as bar:
+                t = bar.add_task("copy", total=len(tasks))
+                while worker.is_alive():
+                    worker.join(0.25)
+                    tracker = sc.statusTracker()
+                    done = sum(info.numCompletedTasks for sid in tracker.getActiveStageIds()
+                               if (info := tracker.getStageInfo(sid)) is not None)
+                    bar.update(t, completed=len(tasks) if not worker.is_alive() else done)
+        worker.join()
+        if errors:
+            raise errors[0]
+        return out[0]
+
+    async def _finish(self, result: CopyResult) -> None:
+        t = result.task
+        tp = TopicIdPartition(t.topic, t.topic_id, t.partition)
+        seg_id = RemoteLogSegmentId(tp, t.segment_id)
+        pc = self.rlmm.cache.get(tp.topic_id, tp.partition)
+        planned = pc.segments[seg_id.id] if pc else None
+        assert planned is not None
+        if result.empty:  # nothing below the LSO in this range after all
+            await housekeeping.delete_segment(self.rlmm, self.rsm, planned)
+            return
+        facts = RemoteLogSegmentMetadata(
+            seg_id, result.start_offset, result.end_offset, result.max_timestamp_ms, -1, 0, dict(result.leader_epochs),
+            result.size, SegmentState.COPY_SEGMENT_FINISHED, result.txn_index_empty, None, planned.broker_leader_epoch)
+        await self.rlmm.finish_copy(facts)
+
+    async def _discard(self, result: CopyResult) -> None:
+        t = result.task
+        pc = self.rlmm.cache.get(t.topic_id, t.partition)
+        md = pc.segments.get(t.segment_id) if pc else None
+        if md is not None:
+            await housekeeping.delete_segment(self.rlmm, self.rsm, md)
+
+    def _write_state(self, summary: RunSummary) -> None:
+        d = Path(self.settings.tier_state_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "last_run.json").write_text(json.dumps(asdict(summary), indent=1))
+        gaps_file = d / "gaps.json"
+        known = json.loads(gaps_file.read_text()) if gaps_file.exists() else []
+        for g in summary.gaps:
+            if g not in known:
+                known.append(g)
+        gaps_file.write_text(json.dumps(known, indent=1))
+
+
+def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] | None = None,
+             progress: bool = True, max_passes: int | None = None,
+             after_pass: Callable[[TieringJob], None] | None = None, spark: Any | None = None) -> list[RunSummary]:
+    """`--once`: one pass. Otherwise a pass every `tier.interval.ms` until interrupted (or `max_passes`).
+    `after_pass` runs after each pass with the job (its Spark session): the Iceberg step when one is configured.
+    `spark`: a session to use (never stopped here); by default the one running in this process, else its own."""
+    job = TieringJob(settings, spark_conf, progress, spark)
+    out: list[RunSummary] = []
+    try:
+        while True:
+            summary = job.run_once()
+            out.append(summary)
+            job.report(summary)
+            log.info("run %s: %s", summary.run_id, summary.line())
+            print(summary.line(), flush=True)
+            for refusal in summary.retention_refused:
+                print(f"RETENTION REFUSED {refusal}", flush=True)
+            for g in summary.gaps:
+                print(f"GAP {g['topic']}-{g['partition']}: offsets {g['first_missing']}..{g['last_missing']} "
+                      "were deleted by the broker before they were tiered", flush=True)
+            if after_pass is not None:
+                after_pass(job)
+            if once or (max_passes is not None and len(out) >= max_passes):
+                return out
+            job.wait(settings.tier_interval_ms / 1000)
+    finally:
+        job.close()
+
+
+__all__ = ["Gap", "JobSpark", "RunSummary", "TieringJob", "run_loop", "running_spark", "spark_session"]
