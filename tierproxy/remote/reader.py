@@ -17,6 +17,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cachetools import LRUCache
 
@@ -78,7 +79,7 @@ def _chunks_in(md: RemoteLogSegmentMetadata, chunk: int) -> int:
     return -(-md.segment_size_in_bytes // chunk)
 
 
-def _retrieved(task: asyncio.Task[bytes]) -> None:
+def _retrieved(task: asyncio.Task[Any]) -> None:
     """Read-ahead nobody ends up waiting for may fail (it is retried by the read that needs it): no warning."""
     if not task.cancelled():
         task.exception()
@@ -86,6 +87,7 @@ def _retrieved(task: asyncio.Task[bytes]) -> None:
 
 # a direct reader reads an index this small on the loop (the offset index of a 512 MiB segment at Kafka's default
 # index.interval.bytes; a producer snapshot of thousands of producers): at most ~100 us of the loop, once a segment
+Chunk = bytes | bytearray  # a log read from storage (from S3: received into a buffer of its own, never written)
 INDEX_READ_AT_ONCE_BYTES = 1 << 20
 
 
@@ -102,7 +104,7 @@ class RemoteReader:
         self.direct = direct
         # a direct reader's next read, started when the last one ended: (segment id, start) → (end, bytes task);
         # oldest first, their bytes within `cache_bytes` in all
-        self._next: OrderedDict[tuple[bytes, int], tuple[int, asyncio.Task[bytes]]] = OrderedDict()
+        self._next: OrderedDict[tuple[bytes, int], tuple[int, asyncio.Task[Chunk]]] = OrderedDict()
         self._next_bytes = 0
         self.chunk = chunk_bytes
         self.prefetch = prefetch_chunks
@@ -114,10 +116,10 @@ class RemoteReader:
         self.ahead_peak = 0  # most chunks read ahead at once
         self._index_tasks: dict[tuple[bytes, str], asyncio.Task[bytes]] = {}
         self.backoff = backoff or Backoff()
-        self.chunks: LRUCache[tuple[bytes, int], bytes] = LRUCache(maxsize=max(1, cache_bytes), getsizeof=len)
+        self.chunks: LRUCache[tuple[bytes, int], Chunk] = LRUCache(maxsize=max(1, cache_bytes), getsizeof=len)
         self.indexes: LRUCache[tuple[bytes, str], bytes] = LRUCache(maxsize=max(1, index_cache_bytes),
                                                                      getsizeof=len)
-        self._inflight: dict[tuple[bytes, int], asyncio.Task[bytes]] = {}
+        self._inflight: dict[tuple[bytes, int], asyncio.Task[Chunk]] = {}
         self.hits = self.misses = 0
         self.short_reads = 0  # chunks storage returned shorter than asked (retried)
         self.corrupt_batches = 0  # batches that failed their CRC (answered KAFKA_STORAGE_ERROR, chunks dropped)
@@ -189,23 +191,23 @@ class RemoteReader:
         return task
 
     def _chunk_task(self, md: RemoteLogSegmentMetadata, n: int, deadline: float,
-                    ahead: bool = False) -> asyncio.Task[bytes]:
+                    ahead: bool = False) -> asyncio.Task[Chunk]:
         key = (md.segment_id.id, n)
         task = self._inflight.get(key)
         if task is None:
             start, end = n * self.chunk, min((n + 1) * self.chunk, md.segment_size_in_bytes)
 
-            async def fetch() -> bytes:
-                got = await self.rsm.fetch_log(md, start, end)
+            async def fetch() -> Chunk:
+                got = await self.rsm.read_log(md, start, end)
                 if len(got) != end - start:  # a truncated body that still looked complete: never served
                     self.short_reads += 1
                     raise StorageUnavailable(f"segment {md.segment_id.id.hex()} bytes {start}..{end}: storage "
                                              f"returned {len(got)} bytes")
                 return got
 
-            async def load() -> bytes:
+            async def load() -> Chunk:
                 try:
-                    data: bytes = await self._retrying("log", fetch, deadline)
+                    data: Chunk = await self._retrying("log", fetch, deadline)
                     if len(data) <= self.chunks.maxsize:
                         self.chunks[key] = data
                     self.bytes_read += len(data)
@@ -230,7 +232,7 @@ class RemoteReader:
         for rkey in [k for k in self.resume if k[0] == seg]:  # positions found in bad bytes are not trusted
             self.resume.pop(rkey, None)
 
-    async def _chunk(self, md: RemoteLogSegmentMetadata, n: int, deadline: float) -> bytes:
+    async def _chunk(self, md: RemoteLogSegmentMetadata, n: int, deadline: float) -> Chunk:
         data = self.chunks.get((md.segment_id.id, n))
         if data is not None:
             self.hits += 1
@@ -270,7 +272,7 @@ class RemoteReader:
         views[0] = views[0][start - base:]
         return memoryview(b"".join(views))
 
-    def _taken(self, key: tuple[bytes, int], end: int) -> asyncio.Task[bytes] | None:
+    def _taken(self, key: tuple[bytes, int], end: int) -> asyncio.Task[Chunk] | None:
         """The read started ahead from this position, if it covers up to `end` (dropped either way)."""
         found = self._next.pop(key, None)
         if found is None:
@@ -302,10 +304,10 @@ class RemoteReader:
         self._next[key] = (end, task)
         self._next_bytes += end - start
 
-    async def _exactly(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+    async def _exactly(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> Chunk:
         """Bytes [start, end) of the segment straight from storage (a direct reader's every read)."""
         self.misses += 1
-        got = await self.rsm.fetch_log(md, start, end)
+        got = await self.rsm.read_log(md, start, end)
         if len(got) != end - start:  # a file shorter than its metadata says: never served
             self.short_reads += 1
             raise StorageUnavailable(f"segment {md.segment_id.id.hex()} bytes {start}..{end}: storage returned "

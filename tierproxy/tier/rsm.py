@@ -65,6 +65,10 @@ class RemoteStorageManager:
         """Bytes [start, end) of the segment's log (to its end when `end` is None)."""
         return await self.store.get(self.key(md, LOG_EXT), start, end)
 
+    async def read_log(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes | bytearray:
+        """Bytes [start, end) of the segment's log for a remote read (from S3: into a buffer of its own size)."""
+        return await self.store.read_range(self.key(md, LOG_EXT), start, end)
+
     def log_file(self, md: RemoteLogSegmentMetadata) -> str | None:
         """The segment's log as a local file (a tier of files), which a reader may send from; None on S3."""
         if isinstance(self.store, FileStore):

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import random
+import ssl
 import tempfile
 import threading
 import time
@@ -18,11 +19,14 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, urlparse
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
+
+from tierproxy.tier.s3body import HttpStatus, RangedGets, Unsupported
 
 _boto_lock = threading.Lock()
 T = TypeVar("T")
 # S3 error codes worth retrying besides 5xx: throttling and timeouts
+PRESIGNED_VALID_S, PRESIGNED_REUSE_S = 900, 300  # a ranged GET's signed URL: valid 15 min, signed afresh after 5
 RETRIABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
                    "ServiceUnavailable", "InternalError", "TooManyRequests"}
 
@@ -64,6 +68,8 @@ class ObjectStore(Protocol):
     async def put(self, key: str, data: bytes) -> None: ...
     async def put_parts(self, key: str, parts: list[memoryview]) -> None: ...
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes: ...
+    async def read_range(self, key: str, start: int, end: int) -> bytes | bytearray:
+        """Bytes [start, end) of a segment's log (the remote reads' every read): `get`, or into a buffer of its own."""
     async def size(self, key: str) -> int: ...
     async def delete(self, key: str) -> None: ...
     async def delete_many(self, keys: list[str]) -> None: ...
@@ -137,6 +143,9 @@ class FileStore:
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         return await asyncio.to_thread(self.get_blocking, key, start, end)
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        return await self.get(key, start, end)
 
     def get_blocking(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         """`get` without an event loop (Spark reader tasks: a loop and its thread per task cost more than the read)."""
@@ -234,6 +243,9 @@ class S3Store:
         self._client: Any = None
         self._ctx: Any = None
         self._lock = asyncio.Lock()
+        self._ranged: RangedGets | None = None  # ranged GETs read into their own buffer (`s3body`)
+        self._urls: TTLCache[str, str] = TTLCache(maxsize=4096, ttl=PRESIGNED_REUSE_S)
+        self.ranged_fallbacks = 0  # ranged GETs the full client answered (a response `s3body` does not read)
 
     async def _c(self) -> Any:
         if self._client is None:
@@ -324,6 +336,42 @@ class S3Store:
         except Exception as exc:
             if _invalid_range(exc):
                 return b""
+            raise self._map(key, exc) from exc
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes | bytearray:
+        """Into one buffer of its size (`s3body`); by the full client when the answer is not one `s3body` reads."""
+        if end <= start:
+            return b""
+        try:
+            return await self._ranged_get(key, start, end)
+        except Unsupported:
+            self.ranged_fallbacks += 1
+            return await self.get(key, start, end)
+
+    async def _ranged_get(self, key: str, start: int, end: int) -> bytearray:
+        try:
+            url = self._urls.get(key)
+            if url is None:
+                c = await self._c()
+                url = self._urls[key] = await c.generate_presigned_url(
+                    "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=PRESIGNED_VALID_S)
+            if self._ranged is None:
+                self._ranged = RangedGets(_https_context, connect_timeout=5, read_timeout=30)
+            return await self._ranged.get(url, start, end)
+        except Unsupported:
+            raise
+        except HttpStatus as exc:
+            if exc.status == 416 or exc.code == "InvalidRange":
+                return bytearray()
+            if exc.status == 404 or exc.code in ("NoSuchKey", "NotFound"):
+                raise ObjectMissing(key) from None
+            if exc.status == 403:  # a presigned URL refused (clock, credentials rotated): signed afresh next time
+                self._urls.pop(key, None)
+            retriable = exc.status >= 500 or exc.status == 429 or exc.code in RETRIABLE_CODES
+            raise StorageUnavailable(f"s3 {exc.code or exc.status} on {key}: {exc}", retriable) from None
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            raise StorageUnavailable(f"s3 unreachable for {key}: {exc!r}") from exc
+        except Exception as exc:
             raise self._map(key, exc) from exc
 
     async def size(self, key: str) -> int:
@@ -417,10 +465,20 @@ class S3Store:
         return await self._retrying(prefix, lambda: self._list_once(prefix))
 
     async def close(self) -> None:
+        if self._ranged is not None:
+            self._ranged.close()
+            self._ranged = None
         if self._ctx is not None:
             with contextlib.suppress(Exception):
                 await self._ctx.__aexit__(None, None, None)
         self._client = self._ctx = None
+
+
+def _https_context() -> ssl.SSLContext:
+    """What botocore verifies an https endpoint with: AWS_CA_BUNDLE, else its default bundle."""
+    from botocore.httpsession import get_cert_path
+
+    return ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True))
 
 
 def _server_time(answer: dict[str, Any]) -> float:
