@@ -62,6 +62,9 @@ class InMemoryTier:
         self.refresh_gate: asyncio.Event | None = None
         self.unnamed_on_refresh: set[str] = set()  # topics the next refreshes' answers do not name without error
         self.refreshes = 0
+        # like the real service, answer "fresh" from what was asked in the last second (the fetch then completes
+        # without waiting, `DelayedRemoteFetch.complete_now`); off: every answer asks, as the tests drive it
+        self.at_once = False
         self.purges: list[tuple[TopicIdPartition, int]] = []
         self.ready = True
         self._quota = quota or RemoteFetchQuota()
@@ -118,6 +121,9 @@ class InMemoryTier:
         self.current_ids.update(self.ids_on_refresh)
         return set(topics) - self.unnamed_on_refresh
 
+    def fresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
+        return set(topics) - self.unnamed_on_refresh if self.at_once else set()
+
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
                     deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:
         md = pc.segment_for_offset(offset)
@@ -169,6 +175,8 @@ class InMemoryTier:
         return out
 
     def last_broker_offsets(self, topic: str, partition: int, max_age: float) -> BrokerOffsets | None:
+        if max_age <= 1.0 and not self.at_once:  # what counts as fresh enough to answer at once: see `at_once`
+            return None
         c = self._remembered.get((topic, partition))
         return c if c is not None and time.monotonic() - c.at < max_age else None
 

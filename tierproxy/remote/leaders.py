@@ -71,6 +71,11 @@ class OwnLeaders:
                     self._topics.pop(t, None)
         return confirmed
 
+    def fresh(self, topics: set[str], max_age: float) -> set[str]:
+        """The topics a Metadata answer of ours named within `max_age` seconds (what `refresh` returns unasked)."""
+        now = time.monotonic()
+        return {t for t in topics if (hit := self._topics.get(t)) is not None and now - hit[0] <= max_age}
+
     async def cluster_id(self) -> str | None:
         """The cluster's id, as a broker names it in a Metadata answer (for no topic)."""
         cluster: str | None = (await self._metadata([]))["cluster_id"]

@@ -188,6 +188,13 @@ class RemoteTier:
             return named
         return named | await self.leaders.refresh(topics - named, max_age)
 
+    def fresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
+        """The topics whose current id is known at most `max_age` seconds old, asking nothing: what
+        `refresh_topic_ids` would return without a request."""
+        now = time.monotonic()
+        named = {t for t in topics if now - self._ids_named.get(t, -math.inf) <= max_age}
+        return named | self.leaders.fresh(topics - named, max_age)
+
     def partition(self, topic: str, partition: int) -> PartitionCache | None:
         """The tiered history of `topic` by name, only under the topic's current id: a topic deleted and created
         again under the same name never gets the old topic's history (O item 9). Until an id is known for the

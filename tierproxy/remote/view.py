@@ -45,6 +45,9 @@ class RemoteTierView(Protocol):
     async def refresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
         """The current ids of `topics` at most `max_age` old; returns the topics whose id is known that fresh."""
 
+    def fresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
+        """What `refresh_topic_ids` would return without asking anything."""
+
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
                     deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:
         """Whole batches from `offset`; None when no served segment holds it; raises PoolFull. `as_file`: the

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from protocol.messages import FetchResponse
@@ -27,7 +29,20 @@ from tierproxy.tier.storage import ObjectMissing
 
 log = logging.getLogger("tierproxy.proxy.intercept.fetch")
 STALE_OFFSETS_S = 30.0
+FRESH_OFFSETS_S = 1.0  # a leader's offsets this recent are used as they are (`broker_offsets_many`'s max age)
 Reads = dict[Key, asyncio.Task[ReadResult]]
+
+
+@dataclass
+class Settled:
+    """A remote fetch's final budget and its reads, settled once the broker has answered."""
+
+    oor: list[Key]
+    budget: Budget
+    reads: Reads
+    errors: dict[Key, int]
+    rejected: set[Key]
+    throttle_ms: int
 
 
 def tiered_partition(tier: RemoteTierView, key: Key) -> PartitionCache | None:
@@ -117,39 +132,82 @@ class DelayedRemoteFetch:
             await asyncio.wait(pending, timeout=max(0.0, self.deadline - asyncio.get_running_loop().time()))
 
     # --- completion -----------------------------------------------------------------------------------------------
+    def complete_now(self, upstream: FetchResponse, oor: list[Key], beyond: list[Key]
+                     ) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
+        """The answer at once when waiting would find everything already there — a catch-up's steady state: the
+        reads started at the request are done, and the topics' current ids and the leader's offsets were asked less
+        than a second ago (what `complete` would wait for, it would get without a request). The same steps as
+        `complete`, without its tasks and loop turns. Otherwise the coroutine that completes it (`complete`, or its
+        rest once the budget is settled here)."""
+        plan, tier = self.plan, self.tier
+        if beyond or any(not t.done() for t in plan.lookups):
+            return self.complete(upstream, oor, beyond)
+        if not plan.by_id:
+            names = {str(k[0]) for k in oor}
+            if tier.fresh_topic_ids(names) != names:
+                return self.complete(upstream, oor, beyond)
+            oor = [k for k in oor if self.tier_answers(k)]  # as `under_current_ids` would, with nothing to ask
+        offsets: dict[Key, BrokerOffsets] = {}
+        for key in oor:
+            pc = self.partition(key)
+            last = tier.last_broker_offsets(pc.tp.topic, key[1], FRESH_OFFSETS_S) if pc is not None else None
+            if last is None or (key in plan.reads and plan.read_from.get(key) is not pc):
+                return self.complete(upstream, oor, beyond)
+            offsets[key] = last
+        settled = self._settle(upstream, oor)
+        if settled.rejected or any(not t.done() for t in settled.reads.values()):
+            # a read to wait for, or one the pool or the memory bound refused (answered empty at the deadline, so
+            # the client does not ask again at once)
+            return self._finish(upstream, settled, [], None)
+        return self._answer(upstream, settled, offsets, {})
+
     async def complete(self, upstream: FetchResponse, oor: list[Key], beyond: list[Key]) -> FetchResponse:
         """The answer: the broker's entries, the tier's for `oor` (read in time, an error, or empty), and an
         answer across the gap for each of `beyond` (`across_the_gap`). Returns the response to encode."""
-        plan, tier, loop = self.plan, self.tier, asyncio.get_running_loop()
         # by name: the tier answers only under the topic's current id (never a deleted topic's); the ids are asked
         # while the reads and the leader's offsets go on, and a read the answer disowns is never served
-        ids = None if plan.by_id else loop.create_task(self.under_current_ids(oor))
-        allowed, throttle_ms = tier.quota.allowance(plan.client_id)
+        ids = None if self.plan.by_id else asyncio.get_running_loop().create_task(self.under_current_ids(oor))
+        return await self._finish(upstream, self._settle(upstream, oor), beyond, ids)
+
+    def _settle(self, upstream: FetchResponse, oor: list[Key]) -> Settled:
+        """The fetch's final byte budget (the remote quota's allowance, the request's max bytes less what the broker
+        answered, the process-wide memory bound) and its reads: those started early where the budget allows them,
+        the others now. Partitions beyond the budget have no read and no error: empty, read on a later fetch."""
+        plan = self.plan
+        allowed, throttle_ms = self.tier.quota.allowance(plan.client_id)
         wanted = fit_budget(plan, oor, answered_bytes(upstream), allowed)
         self.memory.give_back(plan.reserved)  # the early reads' grant: the final budget takes its own
         plan.reserved = 0
         budget = self.reserve(wanted)
         plan.requested_reads = set(budget)
         reads, errors, rejected = self._reads_for(budget, wanted)
-        # partitions beyond this fetch's budget have no read and no error: answered empty, read on a later fetch
-        offsets_task = loop.create_task(self.broker_offsets(oor + beyond))
+        return Settled(oor, budget, reads, errors, rejected, throttle_ms)
+
+    async def _finish(self, upstream: FetchResponse, s: Settled, beyond: list[Key],
+                      ids: asyncio.Task[list[Key]] | None) -> FetchResponse:
+        loop = asyncio.get_running_loop()
+        offsets_task = loop.create_task(self.broker_offsets(s.oor + beyond))
         offsets_task.add_done_callback(consume_exception)
         if ids is not None:
-            oor = self._under_ids(set(await ids), oor, budget, reads, errors, rejected)
+            s.oor = self._under_ids(set(await ids), s.oor, s.budget, s.reads, s.errors, s.rejected)
             beyond = [k for k in beyond if self.partition(k) is not None]
         gaps = {k: loop.create_task(self.across_the_gap(k, offsets_task)) for k in beyond}
-        await self._purgatory(reads, rejected, gaps)
+        await self._purgatory(s.reads, s.rejected, gaps)
         try:
             fresh = await asyncio.wait_for(asyncio.shield(offsets_task),
                                            timeout=max(0.05, self.deadline - loop.time()))
         except (TimeoutError, OSError, ConnectionError):
             fresh = {}
-        offsets = self.last_known(oor + beyond, fresh)
+        return self._answer(upstream, s, self.last_known(s.oor + beyond, fresh), gaps)
+
+    def _answer(self, upstream: FetchResponse, s: Settled, offsets: dict[Key, BrokerOffsets],
+                gaps: dict[Key, asyncio.Task[Entry | None]]) -> FetchResponse:
+        plan = self.plan
         broker_entries = by_key(plan, upstream)
         entries: dict[Key, Entry] = dict(broker_entries)
-        for key in oor:
-            entries[key] = self.remote_entry(key, broker_entries.get(key), offsets.get(key), reads.get(key),
-                                             errors.get(key))
+        for key in s.oor:
+            entries[key] = self.remote_entry(key, broker_entries.get(key), offsets.get(key), s.reads.get(key),
+                                             s.errors.get(key))
         for key, task in gaps.items():
             if not task.done():  # the leader did not answer in time: retriable, the client asks again
                 task.cancel()
@@ -157,12 +215,12 @@ class DelayedRemoteFetch:
                 entries[key]["error_code"] = OFFSETS_UNKNOWN
             elif (entry := task.result()) is not None:
                 entries[key] = entry
-        served = sum(len(entries[k]["records"] or b"") for k in oor if k in entries)
+        served = sum(len(entries[k]["records"] or b"") for k in s.oor if k in entries)
         if served:
-            tier.quota.served(plan.client_id, served)
+            self.tier.quota.served(plan.client_id, served)
         response = merge_response(plan, upstream, entries)
-        if throttle_ms:  # a spent remote fetch quota: the client waits before asking again (KIP-219)
-            response["throttle_time_ms"] = max(response["throttle_time_ms"], throttle_ms)
+        if s.throttle_ms:  # a spent remote fetch quota: the client waits before asking again (KIP-219)
+            response["throttle_time_ms"] = max(response["throttle_time_ms"], s.throttle_ms)
         return response
 
     def _under_ids(self, current: set[Key], oor: list[Key], budget: Budget, reads: Reads, errors: dict[Key, int],

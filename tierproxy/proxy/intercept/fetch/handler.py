@@ -8,7 +8,8 @@ import asyncio
 import logging
 import math
 import time
-from typing import cast
+from collections.abc import Coroutine
+from typing import Any, cast
 
 from protocol import registry
 from protocol.apis.fetch_scan import FetchScan, scan_fetch_response
@@ -77,7 +78,8 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
             slot = Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan))
             session.add_slot(slot)
             session.proxy.fetch_stats.within_window += 1
-            session.complete_later(slot, complete(session, slot, op, no_broker_part(plan), list(plan.remote), []))
+            answering = op.complete(no_broker_part(plan), list(plan.remote), [])
+            session.complete_later(slot, complete(session, slot, op, answering))
             return
     session.forward(ev, registry.encode_request(ev.header, data) if changed else None,
                     Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
@@ -129,24 +131,37 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         relay.relay_with_endpoints(session, slot, ev, scan=scan)
         TAIL_LATENCY.observe(time.monotonic() - plan.started)
         return
-    data = decode_fetch_response(ev)
-    session.complete_later(slot, complete(session, slot, op, data, oor, beyond))
+    answer = op.complete_now(decode_fetch_response(ev), oor, beyond)
+    if asyncio.iscoroutine(answer):
+        session.complete_later(slot, complete(session, slot, op, answer))
+        return
+    try:  # everything it needed was there: answered in this turn of the loop, no task
+        write_answer(session, slot, plan, answer)
+    except Exception:
+        log.exception("client %s: answering a Fetch from the tier failed; closing the connection", session.peer)
+        session.close()
+    finally:
+        release_memory(session, plan)
 
 
 def decode_fetch_response(ev: ResponseEvent) -> FetchResponse:
     return cast(FetchResponse, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset))
 
 
-async def complete(session: Session, slot: Slot, op: DelayedRemoteFetch, upstream: FetchResponse, oor: list[Key],
-                   beyond: list[Key]) -> None:
-    """Run the delayed remote fetch and write its answer; its memory goes back once the bytes leave."""
+def write_answer(session: Session, slot: Slot, plan: FetchPlan, response: FetchResponse) -> None:
+    """The remote fetch's answer into its slot, written in order."""
+    rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
+    slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
+                                           response)
+    REMOTE_LATENCY.observe(time.monotonic() - plan.started)
+    session.flush()
+
+
+async def complete(session: Session, slot: Slot, op: DelayedRemoteFetch,
+                   answering: Coroutine[Any, Any, FetchResponse]) -> None:
+    """Wait for the delayed remote fetch and write its answer; its memory goes back once the bytes leave."""
     try:
-        response = await op.complete(upstream, oor, beyond)
-        rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
-        slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
-                                               response)
-        REMOTE_LATENCY.observe(time.monotonic() - op.plan.started)
-        session.flush()
+        write_answer(session, slot, op.plan, await answering)
     finally:
         release_memory(session, op.plan)
 
