@@ -199,15 +199,16 @@ def test_tierproxy_keeps_its_secrets(served: Served) -> None:
         assert json.loads(r.read())["ready"] is True
 
 
-def _client(served: Served, user: str) -> WireClient:
-    """A raw client of the proxy authenticated as `user` (PLAIN, relayed to the broker)."""
+def _client(served: Served, user: str, *, direct: bool = False) -> WireClient:
+    """A raw client authenticated as `user` (PLAIN): of the proxy (relayed to the broker), or of the broker itself."""
     from tierproxy.config.identity.properties import identity_from_properties
 
     identity = identity_from_properties({
         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
         "sasl.jaas.config": f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{user}" '
                             f'password="{PASSWORDS[user]}";'})
-    return WireClient(served.proxy.bootstrap, client_id=user, timeout=30, identity=identity)
+    address = served.secured.listener("SASL") if direct else served.proxy.bootstrap
+    return WireClient(address, client_id=user, timeout=30, identity=identity)
 
 
 def _fetch(w: WireClient, topic: str, offset: int) -> tuple[int, int]:
@@ -239,21 +240,53 @@ def test_a_client_without_read_gets_nothing_from_the_tier(served: Served, kcat: 
         assert p["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED and p["end_offset"] == -1
 
 
-def test_an_acl_removed_mid_read_refuses_the_next_fetch(served: Served) -> None:
+def test_an_acl_removed_mid_read_refuses_the_very_next_fetch(served: Served) -> None:
+    """Window 0 (the default): once the broker refuses alice (its authorizer learns the revocation from the
+    metadata log; asked directly, as alice, until it does), the very next fetch of the tier through the proxy is
+    refused, and every one after it: no tier read started before, or overlapping, the broker's answer is served."""
     acl = reader_acls("alice", served.topic)[:1]
-    with _client(served, "alice") as w:
+    with _client(served, "alice") as w, _client(served, "alice", direct=True) as broker:
         wait_until(lambda: _fetch(w, served.topic, 0)[1] > 0, "the tier serves alice", timeout=90, interval=1)
         assert _fetch(w, served.topic, 100)[0] == ErrorCode.NONE  # reading the tier: the partition is known remote
+        assert _fetch(w, served.topic, 150)[1] > 0
         delete_acls(served.secured.admin, acl)
         try:
-            def refused() -> tuple[int, int] | None:
-                got = _fetch(w, served.topic, 200)
-                return got if got[0] != ErrorCode.NONE else None
-
-            got = wait_until(refused, "the broker refuses alice", timeout=30, interval=0.2)
-            assert got == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+            wait_until(lambda: _fetch(broker, served.topic, served.log_start)[0] != ErrorCode.NONE,
+                       "the broker refuses alice", timeout=30, interval=0.05)
+            for offset in (200, 0, 250, 100, 300):  # each of them tiered, each the next fetch answered
+                assert _fetch(w, served.topic, offset) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0), offset
         finally:
             create_acls(served.secured.admin, acl)
+
+
+def _fetch_v13(w: WireClient, topic: str, topic_id: bytes, offset: int, leader_epoch: int) -> dict[str, object]:
+    body = fetch_request({topic: {0: offset}}, max_bytes=1 << 20, topic_ids={topic: topic_id})
+    body["topics"][0]["partitions"][0]["current_leader_epoch"] = leader_epoch
+    resp = w.request(ApiKey.FETCH, 13, body)
+    part: dict[str, object] = resp["responses"][0]["partitions"][0]
+    return {**part, "records": bytes(part["records"] or b"")}
+
+
+@pytest.mark.parametrize("served", ["PLAIN"], indirect=True)
+def test_an_error_of_the_authorizing_fetch_reaches_the_client_as_the_broker_answered_it(served: Served) -> None:
+    """A fetch of tiered offsets that the broker refuses for another reason than the offset (a leader epoch from
+    the future, an unknown topic id) is answered with the broker's answer, unchanged: the proxy's early read of
+    the tier (started before the broker's answer) is dropped, never served."""
+    with _client(served, "alice") as w, _client(served, "alice", direct=True) as broker:
+        wait_until(lambda: _fetch(w, served.topic, 0)[1] > 0, "the tier serves alice", timeout=90, interval=1)
+        md = broker.request(ApiKey.METADATA, 12, {"topics": [{"name": served.topic, "topic_id": bytes(16)}],
+                                                  "allow_auto_topic_creation": False,
+                                                  "include_topic_authorized_operations": False})
+        topic_id = md["topics"][0]["topic_id"]
+        read = _fetch_v13(w, served.topic, topic_id, 100, -1)  # known remote by id: read early from now on
+        assert read["error_code"] == ErrorCode.NONE and read["records"]
+        cases = {"UNKNOWN_LEADER_EPOCH": (topic_id, 1000), "UNKNOWN_TOPIC_ID": (os.urandom(16), -1)}
+        for name, (tid, epoch) in cases.items():
+            through = _fetch_v13(w, served.topic, tid, 100, epoch)
+            direct = _fetch_v13(broker, served.topic, tid, 100, epoch)
+            assert through["error_code"] == getattr(ErrorCode, name), (name, through)
+            assert through == direct, name
+        assert _fetch_v13(w, served.topic, topic_id, 100, -1)["records"] == read["records"]  # and reads on after
 
 
 @pytest.mark.parametrize("served", ["PLAIN"], indirect=True)
