@@ -182,8 +182,7 @@ class RemoteTier:
         that fresh (a topic the cluster did not name without error is not among them). Topics a Metadata answer
         passing through named that recently are not asked again: a client's Metadata just before its first Fetch
         (what every client does) makes that fetch's own lookup unnecessary."""
-        now = time.monotonic()
-        named = {t for t in topics if now - self._ids_named.get(t, -math.inf) <= max_age}
+        named = self._named_within(topics, max_age)
         if named == topics:
             return named
         return named | await self.leaders.refresh(topics - named, max_age)
@@ -191,9 +190,13 @@ class RemoteTier:
     def fresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
         """The topics whose current id is known at most `max_age` seconds old, asking nothing: what
         `refresh_topic_ids` would return without a request."""
-        now = time.monotonic()
-        named = {t for t in topics if now - self._ids_named.get(t, -math.inf) <= max_age}
+        named = self._named_within(topics, max_age)
         return named | self.leaders.fresh(topics - named, max_age)
+
+    def _named_within(self, topics: set[str], max_age: float) -> set[str]:
+        """The topics a Metadata answer passing through named within `max_age` seconds."""
+        now = time.monotonic()
+        return {t for t in topics if now - self._ids_named.get(t, -math.inf) <= max_age}
 
     def partition(self, topic: str, partition: int) -> PartitionCache | None:
         """The tiered history of `topic` by name, only under the topic's current id: a topic deleted and created

@@ -271,10 +271,7 @@ class S3Store:
         if isinstance(exc, errors.ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            if code in ("NoSuchKey", "404", "NotFound") or status == 404:
-                return ObjectMissing(key)
-            retriable = status >= 500 or status == 429 or code in RETRIABLE_CODES
-            return StorageUnavailable(f"s3 {code or status} on {key}: {exc}", retriable)
+            return _answered(key, status, code, exc)
         if isinstance(exc, errors.BotoCoreError | OSError | asyncio.TimeoutError):
             return StorageUnavailable(f"s3 unreachable for {key}: {exc}")
         return StorageUnavailable(f"s3 error on {key}: {exc!r}")
@@ -363,12 +360,9 @@ class S3Store:
         except HttpStatus as exc:
             if exc.status == 416 or exc.code == "InvalidRange":
                 return bytearray()
-            if exc.status == 404 or exc.code in ("NoSuchKey", "NotFound"):
-                raise ObjectMissing(key) from None
             if exc.status == 403:  # a presigned URL refused (clock, credentials rotated): signed afresh next time
                 self._urls.pop(key, None)
-            retriable = exc.status >= 500 or exc.status == 429 or exc.code in RETRIABLE_CODES
-            raise StorageUnavailable(f"s3 {exc.code or exc.status} on {key}: {exc}", retriable) from None
+            raise _answered(key, exc.status, exc.code, exc) from None
         except (OSError, ConnectionError, TimeoutError) as exc:
             raise StorageUnavailable(f"s3 unreachable for {key}: {exc!r}") from exc
         except Exception as exc:
@@ -472,6 +466,14 @@ class S3Store:
             with contextlib.suppress(Exception):
                 await self._ctx.__aexit__(None, None, None)
         self._client = self._ctx = None
+
+
+def _answered(key: str, status: int, code: str, exc: Exception) -> StorageError:
+    """An S3 error answer (HTTP status, S3 error code) as the storage error callers handle."""
+    if code in ("NoSuchKey", "404", "NotFound") or status == 404:
+        return ObjectMissing(key)
+    retriable = status >= 500 or status == 429 or code in RETRIABLE_CODES
+    return StorageUnavailable(f"s3 {code or status} on {key}: {exc}", retriable)
 
 
 def _https_context() -> ssl.SSLContext:
