@@ -21,7 +21,9 @@ from tests.support.parts import descendants, free_port_block, unavailable, wait_
 from tests.support.tiering import offsets_of, settings, tiered
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
-pytestmark = [pytest.mark.kafka, pytest.mark.image]
+# the module's first test waits for the image build `make test` started beside the suite (2-4 min on an idle
+# machine, twice that on a loaded one): its own hang limit, above the suite's
+pytestmark = [pytest.mark.kafka, pytest.mark.image, pytest.mark.timeout(1500)]
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 IMAGE = f"localhost/tierproxy:{VERSION}"  # serve, admin, restore
