@@ -12,6 +12,9 @@ WORKERS ?= 3
 # the real parts a test may need (markers); the fast lane runs the tests needing none of them
 PARTS := kafka or cluster or s3 or spark or image or registry or kcat
 export TIERPROXY_CACHE ?= $(HOME)/.cache/tierproxy
+# bytecode caches on: without them every test worker and every `tierproxy` process a test starts compiles the
+# project (and pytest rewrites the tests) again
+unexport PYTHONDONTWRITEBYTECODE
 DEBIAN_PACKAGES := kcat haproxy chromium
 
 .PHONY: install tools image test test-fast check lint typecheck demo bench clean

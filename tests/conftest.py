@@ -3,6 +3,7 @@ contrast), kcat."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import inspect
@@ -66,22 +67,42 @@ def _starts_tierproxy(item: pytest.Item, info: Any) -> bool:
         return True
     function = getattr(item, "function", None)
     module = getattr(item, "module", None)
-    if function is None or module is None:
+    if function is None or module is None or getattr(module, "__file__", None) is None:
         return False
-    calls = PROCESS_CALLS + _starters(module)
-    return any(call in inspect.getsource(function) for call in calls)
+    sources = _sources(module.__file__)
+    source = sources.get(function.__qualname__)
+    if source is None:  # defined elsewhere and imported
+        with contextlib.suppress(OSError, TypeError):
+            source = inspect.getsource(function)
+    calls = PROCESS_CALLS + _starters(module.__file__)
+    return source is not None and any(call in source for call in calls)
 
 
 @functools.cache
-def _starters(module: Any) -> tuple[str, ...]:
+def _sources(path: str) -> dict[str, str]:
+    """The source of each function of a module by qualified name, from one parse of its file (inspect.getsource
+    per test took half of the suite's collection)."""
+    text = Path(path).read_text()
+    lines = text.splitlines(keepends=True)
+    found: dict[str, str] = {}
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                found[prefix + node.name] = "".join(lines[first - 1:node.end_lineno])
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, f"{prefix}{node.name}.")
+
+    visit(ast.parse(text, path).body, "")
+    return found
+
+
+@functools.cache
+def _starters(path: str) -> tuple[str, ...]:
     """`name(` of each function of the module that starts tierproxy as a process."""
-    found = []
-    for name, obj in vars(module).items():
-        if inspect.isfunction(obj) and obj.__module__ == module.__name__ and not name.startswith("test_"):
-            with contextlib.suppress(OSError, TypeError):
-                if any(call in inspect.getsource(obj) for call in PROCESS_CALLS):
-                    found.append(f"{name}(")
-    return tuple(found)
+    return tuple(f"{name}(" for name, source in _sources(path).items()
+                 if "." not in name and not name.startswith("test_") and any(call in source for call in PROCESS_CALLS))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook is registered after this file)

@@ -27,7 +27,7 @@ from tests.support.iceberg import duckdb_connect, iceberg_cli, killed_at, pyiceb
 from tests.support.kafka import create_topic, watermarks
 from tests.support.registry import Registry
 from tests.support.spark import delete_on_broker, tier_once
-from tests.support.spark_iceberg import spark_iceberg_rows
+from tests.support.spark_iceberg import spark_iceberg_reads, spark_iceberg_rows
 from tierproxy.dev.kafkadist import KafkaCluster, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.registry]
@@ -178,15 +178,16 @@ def test_the_typed_table_equals_the_avro_deserializer_and_every_other_record_is_
                   for r in seen) == sorted((k[0], k[1], v["id"], v["item"], v["qty"], v.get("note"),
                                             int(v["at"].timestamp() * 1000)) for k, v in decoded.items())
     # Spark with Iceberg's runtime, from the same metadata file: the same typed rows and dead letters
-    spark = spark_iceberg_rows(meta, ["_kafka_partition", "_kafka_offset", "id", "item", "qty", "note",
-                                      "unix_millis(at) AS at_ms"])
+    dlq_meta = iceberg_cli(t.tmp, *t.args("metadata-location", "--table", f"{t.table}_dlq"),
+                           env=t.env()).stdout.strip()
+    spark, spark_dlq = spark_iceberg_reads(
+        (meta, ["_kafka_partition", "_kafka_offset", "id", "item", "qty", "note", "unix_millis(at) AS at_ms"]),
+        (dlq_meta, ["partition", "offset", "error"]))
     assert sorted((r["_kafka_partition"], r["_kafka_offset"], r["id"], r["item"], r["qty"], r["note"], r["at_ms"])
                   for r in spark) == sorted((k[0], k[1], v["id"], v["item"], v["qty"], v.get("note"),
                                              int(v["at"].timestamp() * 1000)) for k, v in decoded.items())
-    dlq_meta = iceberg_cli(t.tmp, *t.args("metadata-location", "--table", f"{t.table}_dlq"),
-                           env=t.env()).stdout.strip()
-    assert sorted((r["partition"], r["offset"], r["error"]) for r in spark_iceberg_rows(
-        dlq_meta, ["partition", "offset", "error"])) == sorted((k[0], k[1], e) for k, e in reasons.items())
+    assert sorted((r["partition"], r["offset"], r["error"]) for r in spark_dlq) == \
+        sorted((k[0], k[1], e) for k, e in reasons.items())
     # a rerun adds nothing: exactly once
     again = iceberg_cli(t.tmp, *t.args("--once"), env=t.env())
     assert " 0 rows added" in again.stdout and " 0 dead letters" in again.stdout, again.stdout

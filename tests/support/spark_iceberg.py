@@ -18,12 +18,13 @@ RUNTIME = Artifact("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", "1.12
 _READ = """
 import json, sys
 from pyspark.sql import SparkSession
-metadata, jar, columns = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+jar, reads = sys.argv[1], json.loads(sys.argv[2])
 spark = (SparkSession.builder.master("local[2]").config("spark.jars", jar)
          .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
-for row in spark.read.format("iceberg").load(metadata).selectExpr(*columns).collect():
-    print(json.dumps(row.asDict(), default=str))
+for i, (metadata, columns) in enumerate(reads):
+    for row in spark.read.format("iceberg").load(metadata).selectExpr(*columns).collect():
+        print(json.dumps([i, row.asDict()], default=str))
 spark.stop()
 """
 
@@ -47,10 +48,20 @@ def iceberg_runtime_jar() -> str:
 def spark_iceberg_rows(metadata: str, columns: list[str]) -> list[dict[str, Any]]:
     """The table's rows as Spark reads them from `metadata` (a metadata.json location), `columns` as Spark SQL
     expressions (`selectExpr`), each row a dict (values Spark cannot put in JSON as their text)."""
+    return spark_iceberg_reads((metadata, columns))[0]
+
+
+def spark_iceberg_reads(*reads: tuple[str, list[str]]) -> list[list[dict[str, Any]]]:
+    """Several tables' rows (as `spark_iceberg_rows` reads one) from one Spark: a JVM started once."""
     # its own Spark: none of the test process's (SPARK_HOME would point PySpark 4.1 at Spark 4.2's jars)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_")) and k != "PYTHONPATH"}
-    out = subprocess.run([str(spark_iceberg_python()), "-c", _READ, metadata, iceberg_runtime_jar(),
-                          json.dumps(columns)], capture_output=True, text=True, timeout=600, env=env)
+    out = subprocess.run([str(spark_iceberg_python()), "-c", _READ, iceberg_runtime_jar(), json.dumps(reads)],
+                         capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, "\n".join([ln for ln in out.stderr.splitlines() if "Exception" in ln][:5]
                                           or out.stderr.splitlines()[-40:])
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    rows: list[list[dict[str, Any]]] = [[] for _ in reads]
+    for line in out.stdout.splitlines():
+        if line.startswith("["):
+            i, row = json.loads(line)
+            rows[i].append(row)
+    return rows
