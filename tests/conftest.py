@@ -10,6 +10,7 @@ import inspect
 import itertools
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
     starts: its Python workers inherit its environment."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", S3Server.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
+    if getattr(config, "workerinput", None) is None:  # the run's first process: the last run's spans go
+        for old in (config.rootpath / ".pytest-artifacts").glob("timeline-*.tsv"):
+            old.unlink(missing_ok=True)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -226,3 +230,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if p.log.exists():
                 report.sections.append((f"tierproxy log {p.log}", "\n".join(p.log_text().splitlines()[-60:])))
     return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Each test's span (setup to teardown) on this worker, for `.ci/timeline.py`: which worker carried what, and
+    which groups (a module's shared parts) weigh most on the suite's wall time."""
+    started = time.time()
+    try:
+        return (yield)
+    finally:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        marker = item.get_closest_marker("xdist_group")
+        group = marker.args[0] if marker and marker.args else marker.kwargs.get("name", "") if marker else ""
+        out = item.config.rootpath / ".pytest-artifacts"
+        with contextlib.suppress(OSError):
+            out.mkdir(exist_ok=True)
+            with open(out / f"timeline-{worker}.tsv", "a") as f:
+                f.write(f"{started:.3f}\t{time.time():.3f}\t{worker}\t{group}\t{item.nodeid}\n")
