@@ -11,6 +11,7 @@
 #   3. .ci/image/Containerfile: a venv from those wheels, copied into a clean base; non-root user; labels.
 set -euo pipefail
 started=$(date +%s)
+at() { echo "[$(( $(date +%s) - started )) s]"; }  # each step's start in the log: what the build's time went to
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${TIERPROXY_CACHE:-$HOME/.cache/tierproxy}/image
 PY=${PY:-python3}
@@ -35,7 +36,10 @@ revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
 image=localhost/tierproxy
 jobs_image=localhost/tierproxy-jobs
 # what goes into the image: an image built from the same files is not built again
-source_key=$(cd "$repo" && find tierproxy protocol pyproject.toml README.md .ci/image -type f ! -name '*.pyc' -print0 \
+# (not __pycache__: the suite writes bytecode and numba's kernel caches there while the image builds, and a key
+# that moved with them built both images twice)
+source_key=$(cd "$repo" && find tierproxy protocol pyproject.toml README.md .ci/image -name __pycache__ -prune -o -type f \
+  -print0 \
   | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 annotation() { buildah inspect --type image --format '{{index .ImageAnnotations "tierproxy.source"}}' "$1" 2>/dev/null; }
 if [ "$(annotation "$image:$version")" = "$source_key" ] && [ "$(annotation "$jobs_image:$version")" = "$source_key" ]; then
@@ -51,7 +55,7 @@ base_image() {  # NAME PACKAGES → prints the base image's name, building it wh
   base=localhost/tierproxy-base-$name:$key
   if ! buildah inspect --type image "$base" >/dev/null 2>&1; then
     if [ ! -f "$rootfs_tar" ]; then
-      echo "debootstrap $SUITE (minbase) from $MIRROR" >&2
+      echo "$(at) debootstrap $SUITE (minbase) from $MIRROR" >&2
       tmp=$(mktemp -d)
       debootstrap --variant=minbase "$SUITE" "$tmp/rootfs" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
         || { tail -20 "$CACHE/debootstrap.log" >&2; exit 1; }
@@ -59,7 +63,7 @@ base_image() {  # NAME PACKAGES → prints the base image's name, building it wh
       mv "$rootfs_tar.part" "$rootfs_tar"
       rm -rf "$tmp"
     fi
-    echo "base image $base: $packages" >&2
+    echo "$(at) base image $base: $packages" >&2
     ctr=$(buildah from scratch)
     trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
     buildah add "$ctr" "$rootfs_tar" / >/dev/null
@@ -83,13 +87,13 @@ jobs_base=$(base_image jobs "$JOBS_PACKAGES")
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/wheels"
-echo "wheels for tierproxy $version and its dependencies"
+echo "$(at) wheels for tierproxy $version and its dependencies"
 "$PY" -m pip wheel -q --wheel-dir "$ctx/wheels" "$repo[all]"  # every extra (the jobs), uvloop: the default event loop where installed
 cp "$repo/.ci/image/Containerfile" "$ctx/Containerfile"
 
 # --- 3. images ----------------------------------------------------------------------------------------------------
 build() {  # IMAGE BASE EXTRAS TITLE DESCRIPTION JAVA_HOME
-  echo "building $1:$version"
+  echo "$(at) building $1:$version"
   buildah bud --quiet --isolation chroot --network host --annotation "tierproxy.source=$source_key" \
     --build-arg "BASE=$2" --build-arg "EXTRAS=$3" --build-arg "TITLE=$4" --build-arg "DESCRIPTION=$5" \
     --build-arg "JAVA_HOME=$6" --build-arg "VERSION=$version" \
