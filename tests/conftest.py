@@ -139,6 +139,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 group = f"{Path(where).relative_to(config.rootpath)}::{'package' if scope == 'package' else 'module'}"
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+    # a stable sort: a module's (a group's) tests keep their order among themselves
+    items[:] = sorted(items, key=_heavy_rank)
+
+
+# the heaviest parts of the suite (worker-seconds in a measured run, `.ci/timeline.py`), started first so that none of
+# them runs alone at the end while the other workers idle; the rest keep their collection order
+HEAVY_FIRST = ("schema_registry", "tests/restore", "tests/secured", "tests/iceberg/test_lifecycle.py",
+               "tests/spark/test_dataframe.py", "tests/iceberg/test_writers.py",
+               "tests/remote/test_three_brokers.py", "tests/remote/test_remote_txn_outage.py",
+               "tests/iceberg/test_table.py", "tests/admin/test_admin_api.py", "tests/test_kafka_versions.py",
+               "tests/fleet", "tests/tiering/test_s3_gib.py", "tests/proxy/test_faults.py",
+               "tests/spark/test_worker_python.py", "tests/tiering/test_holes.py",
+               "tests/remote/test_fetch_semantics.py",
+               "tests/test_image.py")  # last of them: it waits for the image build `make test` starts beside the suite
+
+
+def _heavy_rank(item: pytest.Item) -> int:
+    marker = item.get_closest_marker("xdist_group")
+    names = [str(marker.args[0]) if marker and marker.args else "", item.nodeid.split("::")[0]]
+    for rank, heavy in enumerate(HEAVY_FIRST):
+        if any(name == heavy or name.startswith(heavy + "/") or name.startswith(heavy + "::") for name in names):
+            return rank
+    return len(HEAVY_FIRST)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

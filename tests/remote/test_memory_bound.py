@@ -108,11 +108,11 @@ def test_100_remote_and_100_tail_consumers_stay_within_the_memory_bound(kafka: K
         for i in range(CONSUMERS):  # tail consumers wait at the end (offset 0: the topic is empty, so one that
             # starts after the first records misses none) for records not yet written
             procs.append(subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", tail, "-p", str(i % PARTITIONS),
-                                           "-o", "0", "-c", str(tail_records), "-q", "-f", "%o\n"],
+                                           "-o", "0", "-c", str(tail_records), "-q", "-f", "%o\n", "-m", "60"],
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for i in range(CONSUMERS):  # catch-up consumers read their partition's whole history from offset 0
             procs.append(subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", history_topic, "-p",
-                                           str(i % PARTITIONS), "-o", "0", "-c", str(PER_PARTITION), "-q",
+                                           str(i % PARTITIONS), "-o", "0", "-c", str(PER_PARTITION), "-q", "-m", "60",
                                            "-f", "%o\n"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5})
         for i in range(tail_records):

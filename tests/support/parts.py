@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -43,13 +43,17 @@ def kcat_path() -> str:
     return path
 
 
-def wait_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
+def wait_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1",
+              proc: subprocess.Popen[Any] | None = None) -> None:
+    """Until something listens on the port; TimeoutError after `timeout` s, at once if `proc` (the server) exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             socket.create_connection((host, port), timeout=0.5).close()
             return
         except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise TimeoutError(f"the server of {host}:{port} exited with {proc.returncode}") from None
             time.sleep(0.05)
     raise TimeoutError(f"nothing listens on {host}:{port}")
 

@@ -37,7 +37,9 @@ class ProxyProcess:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            wait_port(self.port, 20)
+            # an interpreter's start and imports take seconds on a machine its tests keep busy: up to 90 s, over at
+            # once when the process ends
+            wait_port(self.port, 90, proc=self.proc)
         except TimeoutError:
             self.stop()
             unavailable("tierproxy serve", self.log.read_text(errors="replace")[-3000:])
