@@ -155,9 +155,16 @@ HEAVY_FIRST = ("schema_registry", "tests/restore", "tests/secured", "tests/icebe
                "tests/test_image.py")  # last of them: it waits for the image build `make test` starts beside the suite
 
 
-def _heavy_rank(item: pytest.Item) -> int:
+def _group_of(item: pytest.Item) -> str:
+    """The test's xdist group ("" for none)."""
     marker = item.get_closest_marker("xdist_group")
-    names = [str(marker.args[0]) if marker and marker.args else "", item.nodeid.split("::")[0]]
+    if marker is None:
+        return ""
+    return str(marker.args[0] if marker.args else marker.kwargs.get("name", ""))
+
+
+def _heavy_rank(item: pytest.Item) -> int:
+    names = [_group_of(item), item.nodeid.split("::")[0]]
     for rank, heavy in enumerate(HEAVY_FIRST):
         if any(name == heavy or name.startswith(heavy + "/") or name.startswith(heavy + "::") for name in names):
             return rank
@@ -264,8 +271,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        marker = item.get_closest_marker("xdist_group")
-        group = marker.args[0] if marker and marker.args else marker.kwargs.get("name", "") if marker else ""
+        group = _group_of(item)
         out = item.config.rootpath / ".pytest-artifacts"
         with contextlib.suppress(OSError):
             out.mkdir(exist_ok=True)
