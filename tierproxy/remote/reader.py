@@ -34,7 +34,7 @@ from tierproxy.tier.indexes import (
 )
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tier.storage import ObjectMissing, StorageUnavailable
+from tierproxy.tier.storage import ObjectMissing, ReadBuffer, StorageUnavailable
 
 
 class BrokerLogUnavailable(RuntimeError):
@@ -87,7 +87,7 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
 
 # a direct reader reads an index this small on the loop (the offset index of a 512 MiB segment at Kafka's default
 # index.interval.bytes; a producer snapshot of thousands of producers): at most ~100 us of the loop, once a segment
-Chunk = bytes | bytearray  # a log read from storage (from S3: received into a buffer of its own, never written)
+Chunk = ReadBuffer  # a log read from storage (from S3: received into a buffer of its own, never written)
 INDEX_READ_AT_ONCE_BYTES = 1 << 20
 
 

@@ -14,7 +14,7 @@ import re
 
 from tierproxy.tier.indexes import SegmentFiles
 from tierproxy.tier.model import RemoteLogSegmentMetadata, TopicIdPartition, uuid_str
-from tierproxy.tier.storage import FileStore, ObjectStore, open_store
+from tierproxy.tier.storage import FileStore, ObjectStore, ReadBuffer, open_store
 
 
 class IndexType(enum.Enum):
@@ -65,7 +65,7 @@ class RemoteStorageManager:
         """Bytes [start, end) of the segment's log (to its end when `end` is None)."""
         return await self.store.get(self.key(md, LOG_EXT), start, end)
 
-    async def read_log(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes | bytearray:
+    async def read_log(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> ReadBuffer:
         """Bytes [start, end) of the segment's log for a remote read (from S3: into a buffer of its own size)."""
         return await self.store.read_range(self.key(md, LOG_EXT), start, end)
 

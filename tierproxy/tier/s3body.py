@@ -5,7 +5,7 @@ and a task wake-up per receive, a pause and a resume of the transport per 128 Ki
 At the hundreds of MB/s of a catch-up that was most of the proxy's CPU per GB served from S3 (1.2 of 1.75
 core-s/GB). Here a ranged GET is signed by botocore (a presigned URL: query authentication, which every S3 API
 takes; the Range header is not signed), sent on a kept-alive HTTP/1.1 connection, and its body is received with
-`recv_into` straight into a bytearray of its Content-Length: one short Python call per receive, no copy after
+`recv_into` straight into a buffer of its Content-Length: one short Python call per receive, no copy after
 the kernel's.
 
 The client knows the one response shape S3 gives a GET: a status line, headers, a body of Content-Length bytes.
@@ -23,6 +23,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 HEAD_LIMIT = 64 * 1024  # a response head (status line and headers) longer than this is not S3's
+ERROR_BODY_LIMIT = 64 * 1024  # an error's XML body longer than this is not S3's
 MAX_IDLE = 64  # kept-alive connections per endpoint, as the full client's pool
 _CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
 
@@ -49,6 +50,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.body: bytearray | None = None
         self.filled = 0
         self.status = 0
+        self.ranged = False  # a Range was asked: a 200 (the whole object) is not the answer
+        self.most: int | None = None  # the most body bytes a 206 may bring (the range asked)
         self.done: asyncio.Future[None] | None = None
         self.reusable = True
 
@@ -60,8 +63,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._fail(ConnectionError(f"the S3 connection closed after {self.filled} body bytes"
                                    + (f": {exc}" if exc else "")))
 
-    def expect(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+    def expect(self, loop: asyncio.AbstractEventLoop, ranged: bool, most: int | None) -> asyncio.Future[None]:
         self.head, self.body, self.filled, self.status = 0, None, 0, 0
+        self.ranged, self.most = ranged, most
         self.done = loop.create_future()
         return self.done
 
@@ -98,6 +102,8 @@ class _Connection(asyncio.BufferedProtocol):
         if extra > length:
             self._fail(Unsupported("more bytes than the response's Content-Length"))
             return
+        # from the heap, where `remote.allocator` keeps freed chunks' pages for the next ones (a mapping of its own
+        # per body, huge pages or not, cost 3-6x the CPU per GiB measured: fresh memory from the kernel each time)
         self.body = bytearray(length)
         memoryview(self.body)[:extra] = memoryview(self.scratch)[end + 4:self.head]
         self.filled = extra
@@ -126,6 +132,13 @@ class _Connection(asyncio.BufferedProtocol):
             raise Unsupported(f"Content-Length {headers[b'content-length'][:40]!r}") from None
         if length < 0:
             raise Unsupported(f"Content-Length {length}")
+        # checked before a byte of the body is taken in: memory follows the request, not what the store claims
+        if self.status == 200 and self.ranged:
+            raise Unsupported("the store ignored the Range header")
+        if self.status == 206 and self.most is not None and length > self.most:
+            raise Unsupported(f"a body of {length} bytes for a range of {self.most}")
+        if self.status not in (200, 206) and length > ERROR_BODY_LIMIT:
+            raise Unsupported(f"an HTTP {self.status} body of {length} bytes")
         return length
 
     def _fail(self, exc: Exception) -> None:
@@ -158,7 +171,8 @@ class RangedGets:
                    f"User-Agent: tierproxy\r\n\r\n").encode("ascii")
         for attempt in range(2):  # a kept-alive connection the store closed meanwhile: once more on a new one
             conn, reused = await self._connection(endpoint)
-            done = conn.expect(asyncio.get_running_loop())
+            done = conn.expect(asyncio.get_running_loop(), bool(start or end is not None),
+                               None if end is None else end - start)
             assert conn.transport is not None
             conn.transport.write(request)
             try:
@@ -175,8 +189,6 @@ class RangedGets:
             assert body is not None
             self._release(endpoint, conn)
             if conn.status in (200, 206):
-                if conn.status == 200 and (start or end is not None):
-                    raise Unsupported("the store ignored the Range header")
                 return body
             found = _CODE.search(body)
             raise HttpStatus(conn.status, found.group(1).decode("ascii", "replace") if found else "")

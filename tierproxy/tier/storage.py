@@ -24,6 +24,7 @@ from cachetools import LRUCache, TTLCache
 from tierproxy.tier.s3body import HttpStatus, RangedGets, Unsupported
 
 _boto_lock = threading.Lock()
+ReadBuffer = bytes | bytearray  # a range of a segment's log: bytes, or the buffer its body was received into
 T = TypeVar("T")
 # S3 error codes worth retrying besides 5xx: throttling and timeouts
 PRESIGNED_VALID_S, PRESIGNED_REUSE_S = 900, 300  # a ranged GET's signed URL: valid 15 min, signed afresh after 5
@@ -68,7 +69,7 @@ class ObjectStore(Protocol):
     async def put(self, key: str, data: bytes) -> None: ...
     async def put_parts(self, key: str, parts: list[memoryview]) -> None: ...
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes: ...
-    async def read_range(self, key: str, start: int, end: int) -> bytes | bytearray:
+    async def read_range(self, key: str, start: int, end: int) -> ReadBuffer:
         """Bytes [start, end) of a segment's log (the remote reads' every read): `get`, or into a buffer of its own."""
     async def size(self, key: str) -> int: ...
     async def delete(self, key: str) -> None: ...
@@ -335,7 +336,7 @@ class S3Store:
                 return b""
             raise self._map(key, exc) from exc
 
-    async def read_range(self, key: str, start: int, end: int) -> bytes | bytearray:
+    async def read_range(self, key: str, start: int, end: int) -> ReadBuffer:
         """Into one buffer of its size (`s3body`); by the full client when the answer is not one `s3body` reads."""
         if end <= start:
             return b""
