@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.jvm import quick_jit
 from tests.support.parts import kcat_path, unavailable
 from tests.support.proxy import ProxyProcess
 from tests.support.registry import Registry, apicurio_registry
@@ -42,9 +43,23 @@ def pytest_configure(config: pytest.Config) -> None:
     starts: its Python workers inherit its environment."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", S3Server.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
+    if not _selects_benchmarks(config):
+        quick_jit()  # the run's JVMs with C1 alone (tests/support/jvm.py); benchmarks keep the full JIT
     if getattr(config, "workerinput", None) is None:  # the run's first process: the last run's spans go
         for old in (config.rootpath / ".pytest-artifacts").glob("timeline-*.tsv"):
             old.unlink(missing_ok=True)
+
+
+def _selects_benchmarks(config: pytest.Config) -> bool:
+    """Whether the run's marker expression (-m; "not bench" by default) selects benchmarks: a test marked `bench`
+    alone, or `bench` and every other marker (`-m bench`, `-m "bench and kafka"`, `-m kafka` all do)."""
+    from _pytest.mark.expression import Expression
+
+    expression = config.getoption("markexpr") or ""
+    if not expression:
+        return True  # no marker expression at all: everything, benchmarks too
+    compiled = Expression.compile(expression)
+    return compiled.evaluate(lambda name, **_: name == "bench") or compiled.evaluate(lambda name, **_: True)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -23,6 +23,28 @@ def test_broker_is_the_pinned_kafka(kafka: KafkaCluster) -> None:
     assert all(n.alive for n in kafka.nodes)
 
 
+def test_the_runs_brokers_compile_with_c1_alone_and_benchmarks_keep_the_full_jit(kafka: KafkaCluster,
+                                                                                   pytestconfig: pytest.Config) -> None:
+    """tests/support/jvm.py: the suite's JVMs with C1 alone (a CPU-bound suite on 2 cores), never a benchmark's."""
+    from tests.conftest import _selects_benchmarks
+
+    def selects(expression: str) -> bool:
+        pytestconfig.option.markexpr = expression
+        return _selects_benchmarks(pytestconfig)
+
+    given = pytestconfig.option.markexpr
+    try:
+        assert [selects(e) for e in ("not bench", "not (kafka or spark or process or bench)", "bench", "kafka",
+                                     "bench and kafka")] == [False, False, True, True, True]
+    finally:
+        pytestconfig.option.markexpr = given
+    assert not _selects_benchmarks(pytestconfig)  # this run: no benchmarks, so its brokers run C1 alone
+    for node in kafka.nodes:
+        assert node.proc is not None
+        with open(f"/proc/{node.proc.pid}/cmdline", "rb") as f:
+            assert b"-XX:TieredStopAtLevel=1" in f.read().split(b"\0")
+
+
 def test_aiokafka_produce_consume(kafka: KafkaCluster, topic_name: str) -> None:
     create_topic(kafka.bootstrap, topic_name, partitions=2)
     sent = {f"k{i}".encode(): f"v{i}".encode() * (i + 1) for i in range(50)}

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support import jvm
 from tests.support.parts import stop_process, unavailable
 from tierproxy.dev.kafkadist import free_port
 from tierproxy.dev.maven import Artifact, MavenUnavailable, fetch
@@ -101,7 +102,7 @@ def apicurio_registry(workdir: Path, timeout: float = 180) -> Iterator[Registry]
     log = workdir / "apicurio.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [java, "-Xmx384m", "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}",
+            [java, "-Xmx384m", *jvm.options, "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}",
              "-Dquarkus.management.host=127.0.0.1", f"-Dquarkus.management.port={management}",
              "-jar", str(home / "quarkus-run.jar")], cwd=home, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
