@@ -5,7 +5,7 @@ and a task wake-up per receive, a pause and a resume of the transport per 128 Ki
 At the hundreds of MB/s of a catch-up that was most of the proxy's CPU per GB served from S3 (1.2 of 1.75
 core-s/GB). Here a ranged GET is signed by botocore (a presigned URL: query authentication, which every S3 API
 takes; the Range header is not signed), sent on a kept-alive HTTP/1.1 connection, and its body is received with
-`recv_into` straight into a buffer of its Content-Length: one short Python call per receive, no copy after
+`recv_into` straight into a bytearray of its Content-Length: one short Python call per receive, no copy after
 the kernel's.
 
 The client knows the one response shape S3 gives a GET: a status line, headers, a body of Content-Length bytes.
