@@ -97,7 +97,7 @@ def test_a_tiering_pass_moves_to_the_new_leader_and_records_its_epoch(kafka_clus
     _produce(cluster.bootstrap, topic, 0, 3000, roll_every=1000)
     s = settings(cluster.bootstrap, tmp_path, topic, tier_segment_bytes=32 * 1024,
                  remote_log_manager_task_retry_backoff_ms=200)
-    job = _KillLeaderOnFirstCopy(cluster, topic, s, progress=False)
+    job = _KillLeaderOnFirstCopy(cluster, topic, s, progress=False, spark=worker_session())
     try:
         first = job.run_once()
         old = job.killed

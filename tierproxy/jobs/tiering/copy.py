@@ -41,6 +41,12 @@ LEADER_ERRORS = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_
                            ErrorCode.UNKNOWN_LEADER_EPOCH})
 
 
+class BehindPlan(CopyError):
+    """The leader's stable end is below a range planned under its earlier stable end: a new leader that has not
+    yet advanced its high watermark over what the old one had committed. The driver waits until it has, then
+    retries — never taken as "nothing to copy"."""
+
+
 class DataGone(CopyError):
     """The broker no longer has the range (OFFSET_OUT_OF_RANGE): retrying cannot help; the next pass reports
     the gap and starts from the broker's log start."""
@@ -48,12 +54,14 @@ class DataGone(CopyError):
 
 def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
                isolation: int = IsolationLevel.READ_COMMITTED, client_id: str = "tierproxy-tier",
-               identity: ClientIdentity | None = None, topic_id: bytes | None = None
+               identity: ClientIdentity | None = None, topic_id: bytes | None = None, planned: bool = False
                ) -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
     """Raw batches from `start` up to `end` (or the last stable offset / high watermark, by `isolation`), one
     fetch response at a time, with the aborted transactions (producer id, first offset) that response reports.
     The first batch may begin before `start` (the one holding it). With `topic_id` the topic is fetched by id
-    (Fetch v13): a topic deleted and created again under its name answers UNKNOWN_TOPIC_ID, not the new data."""
+    (Fetch v13): a topic deleted and created again under its name answers UNKNOWN_TOPIC_ID, not the new data.
+    A `planned` range lies below a stable end the leader reported before: a stable end below it now raises
+    `BehindPlan` instead of ending the range short."""
     offset = start
     version = FETCH_BY_ID_VERSION if topic_id else FETCH_VERSION
     ids = {topic: topic_id} if topic_id else None
@@ -81,6 +89,9 @@ def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
             if not batches or served[-1].base_offset >= end:  # batches ascend: the last tells if `end` was passed
                 if not batches and limit > offset:
                     raise CopyError(f"{topic}-{partition}: no whole batch at {offset} within {FETCH_MAX_BYTES} bytes")
+                if not batches and planned and offset < end:
+                    raise BehindPlan(f"{topic}-{partition}: {leader} says the stable end is {limit}, below the "
+                                     f"planned range's end {end} (a new leader catching up)")
                 return
 
 
@@ -90,7 +101,8 @@ def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, f
     """Whole batches for [start, end) and the aborted transactions (producer id, first offset) around them."""
     batches: list[memoryview] = []
     aborted: set[tuple[int, int]] = set()
-    for got, txns in iter_fetch(leader, topic, partition, start, end, identity=identity, topic_id=topic_id):
+    for got, txns in iter_fetch(leader, topic, partition, start, end, identity=identity, topic_id=topic_id,
+                                planned=True):
         aborted |= set(txns)
         batches += [b.view() for b in got if b.base_offset >= start or (first and not batches)]
     return batches, sorted(aborted)
@@ -128,6 +140,7 @@ class CopyResult:
     seconds: float = 0.0
     gone: bool = False  # the broker no longer holds the range (a gap, reported by the next pass)
     leader_moved: bool = False  # refused, reset or timed out: retried at the partition's next leader
+    behind: bool = False  # the leader's stable end is below the plan: retried once it has caught up
     error: str = ""
 
 
@@ -169,4 +182,5 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
     except Exception as exc:  # the driver decides: retry with a new segment id
         moved = isinstance(exc, (LeaderMoved, OSError))  # refused, reset or timed out: the leader may be gone
         return CopyResult(task, ok=False, gone=isinstance(exc, DataGone), leader_moved=moved,
+                          behind=isinstance(exc, BehindPlan),
                           error=f"{type(exc).__name__}: {exc}")

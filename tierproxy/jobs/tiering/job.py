@@ -331,14 +331,15 @@ class TieringJob:
     def _copy(self, ranges: list[Range], summary: RunSummary) -> None:
         pending = ranges
         moved: set[tuple[bytes, int, int]] = set()  # (topic id, partition, the leader that failed)
+        behind: dict[tuple[bytes, int], int] = {}  # (topic id, partition) → the stable end the plan saw
         for attempt in range(1, self.settings.tier_task_max_attempts + 1):
             if not pending:
                 return
             if attempt > 1:
-                pending = self._await_leaders(pending, moved)
+                pending = self._await_leaders(pending, moved, behind)
             tasks = self._start(pending)
             retry: list[Range] = []
-            moved = set()
+            moved, behind = set(), {}
             for result in self._run_tasks(tasks):
                 t = result.task
                 r = next(x for x in pending if (x.part.topic_id, x.part.partition, x.start) ==
@@ -358,6 +359,9 @@ class TieringJob:
                         retry.append(r)
                         if result.leader_moved:
                             moved.add((r.part.topic_id, r.part.partition, r.part.leader))
+                        if result.behind:
+                            key = (r.part.topic_id, r.part.partition)
+                            behind[key] = max(behind.get(key, 0), r.end)
             pending = retry
         for r in pending:  # the segments copied after it stay (the broker may have deleted their data by now)
             log.warning("%s-%d [%d, %d) not copied after %d attempts: left as a hole for the next pass",
@@ -378,28 +382,42 @@ class TieringJob:
     def _leader(self, r: Range) -> str | None:
         return self._view.brokers.get(r.part.leader) if self._view is not None else None
 
-    def _await_leaders(self, pending: list[Range], moved: set[tuple[bytes, int, int]]) -> list[Range]:
+    def _await_leaders(self, pending: list[Range], moved: set[tuple[bytes, int, int]],
+                       behind: dict[tuple[bytes, int], int] | None = None) -> list[Range]:
         """Before a retry: ask the cluster again and, where a copy failed because its leader was unreachable or no
         longer the leader, wait (backoff doubling from `remote.log.manager.task.retry.backoff.ms`, at most
         `...backoff.max.ms` in all) until another broker leads the partition — a killed leader stays in the
-        metadata until the controller fences it (broker.session.timeout.ms, 9 s by default). The retried ranges
-        go to the partitions' current leaders and carry their current leader epochs."""
+        metadata until the controller fences it (broker.session.timeout.ms, 9 s by default) — and where the leader
+        answered with a stable end below the plan (`behind`: a new leader), until its stable end reaches the
+        planned one. The retried ranges go to the partitions' current leaders and carry their current leader
+        epochs."""
         s = self.settings
+        behind = behind or {}
         delay = s.remote_log_manager_task_retry_backoff_ms / 1000
         deadline = time.monotonic() + s.remote_log_manager_task_retry_backoff_max_ms / 1000
         while True:
             time.sleep(delay)
             view = mounted(describe_cluster(s.own_bootstrap, s.identity), self.rlmm.cache.aliases)
             current = {(p.topic_id, p.partition): p for p in view.partitions}
-            waiting = [k for k in moved if (p := current.get(k[:2])) is None or p.leader < 0 or p.leader == k[2]]
+            waiting = [k[:2] for k in moved if (p := current.get(k[:2])) is None or p.leader < 0 or p.leader == k[2]]
+            waiting += self._still_behind(view, current, behind)
             if not waiting or time.monotonic() + delay >= deadline:
                 break
             delay = min(delay * 2, max(0.0, deadline - time.monotonic()))
         if waiting:
-            log.warning("%d partitions still have no new leader after %.1fs; retrying where the cluster says",
-                        len(waiting), s.remote_log_manager_task_retry_backoff_max_ms / 1000)
+            log.warning("%d partitions still have no new leader or one behind the plan after %.1fs; retrying where "
+                        "the cluster says", len(waiting), s.remote_log_manager_task_retry_backoff_max_ms / 1000)
         self._view = view
         return [replace(r, part=current.get((r.part.topic_id, r.part.partition), r.part)) for r in pending]
+
+    @staticmethod
+    def _still_behind(view: ClusterView, current: dict[tuple[bytes, int], PartitionInfo],
+                      behind: dict[tuple[bytes, int], int]) -> list[tuple[bytes, int]]:
+        """The partitions of `behind` whose leader's stable end is still below the end the plan saw."""
+        parts = {k: p for k in behind if (p := current.get(k)) is not None and p.leader >= 0}
+        offsets = list_offsets(view, list(parts.values())) if parts else {}
+        return [k for k in behind if k not in parts or
+                (o := offsets.get((parts[k].topic, parts[k].partition))) is None or o.last_stable < behind[k]]
 
     def _run_tasks(self, tasks: list[CopyTask]) -> list[CopyResult]:
         """One Spark task per segment, all in parallel; a live progress bar follows Spark's task counters."""
