@@ -44,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", S3Server.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
     if not _selects_benchmarks(config):
-        quick_jit()  # Spark's JVMs and the registry with C1 alone (tests/support/jvm.py); not for benchmarks
+        quick_jit()  # the run's JVMs with C1 alone (tests/support/jvm.py); benchmarks keep the full JIT
     if getattr(config, "workerinput", None) is None:  # the run's first process: the last run's spans go
         for old in (config.rootpath / ".pytest-artifacts").glob("timeline-*.tsv"):
             old.unlink(missing_ok=True)

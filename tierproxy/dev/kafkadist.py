@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from tierproxy.dev.maven import Artifact, MavenUnavailable, resolve
 
@@ -194,6 +195,10 @@ class KafkaNode:
 class KafkaCluster:
     """1 or 3 combined KRaft nodes on free loopback ports, with logs under ``workdir``."""
 
+    # options on every node's (and storage format's) java command line, before the cluster's own: a test run sets
+    # them once (tests/conftest.py: C1 only, which halves what a short-lived broker spends compiling itself)
+    default_jvm_options: ClassVar[list[str]] = []
+
     def __init__(self, nodes: int = 1, workdir: Path | None = None,
                  broker_config: dict[str, str] | None = None, heap: str = "768m",
                  extra_listeners: dict[str, str] | None = None, jvm_options: list[str] | None = None,
@@ -260,7 +265,7 @@ class KafkaCluster:
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self, main: str, *args: str, node: KafkaNode) -> list[str]:
-        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", *self.jvm_options,
+        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", *self.default_jvm_options, *self.jvm_options,
                 f"-Dkafka.logs.dir={node.workdir}",
                 f"-Dlog4j2.configurationFile={self.libs.parent / 'log4j2.properties'}" if _major(self.version) >= 4
                 else f"-Dlog4j.configuration=file:{self.libs.parent / 'log4j.properties'}",
