@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.jvm import quick_jit
+from tests.support.jvm import finish_training, quick_jit, start_training
 from tests.support.parts import kcat_path, unavailable
 from tests.support.proxy import ProxyProcess
 from tests.support.registry import Registry, apicurio_registry
@@ -43,11 +43,32 @@ def pytest_configure(config: pytest.Config) -> None:
     starts: its Python workers inherit its environment."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", S3Server.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
+    first = getattr(config, "workerinput", None) is None  # the run's first process (xdist's controller)
     if not _selects_benchmarks(config):
         quick_jit()  # the run's JVMs with C1 alone (tests/support/jvm.py); benchmarks keep the full JIT
-    if getattr(config, "workerinput", None) is None:  # the run's first process: the last run's spans go
+        if first and (_selects(config, "kafka") or _selects(config, "spark")):
+            try:  # the class sharing archives, made beside the run's first minutes where missing
+                config.stash[_TRAINING] = start_training(config.rootpath / ".pytest-artifacts" / "class-sharing.log")
+            except Exception as exc:  # an optimisation: the JVMs start without it
+                print(f"class sharing archives not trained: {exc}", file=sys.stderr)
+    if first:  # the last run's spans go
         for old in (config.rootpath / ".pytest-artifacts").glob("timeline-*.tsv"):
             old.unlink(missing_ok=True)
+
+
+_TRAINING = pytest.StashKey[Any]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    finish_training(config.stash.get(_TRAINING, None))
+
+
+def _selects(config: pytest.Config, marker: str) -> bool:
+    """Whether the run's marker expression selects a test marked `marker` alone."""
+    from _pytest.mark.expression import Expression
+
+    expression = config.getoption("markexpr") or ""
+    return not expression or Expression.compile(expression).evaluate(lambda name, **_: name == marker)
 
 
 def _selects_benchmarks(config: pytest.Config) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from tierproxy.dev import classshare
 from tierproxy.dev.maven import Artifact, MavenUnavailable, resolve
 
 KAFKA_VERSION = "4.1.1"
@@ -198,6 +199,9 @@ class KafkaCluster:
     # options on every node's (and storage format's) java command line, before the cluster's own: a test run sets
     # them once (tests/conftest.py: C1 only, which halves what a short-lived broker spends compiling itself)
     default_jvm_options: ClassVar[list[str]] = []
+    # a class data sharing archive for the nodes and their storage format (dev.classshare), made on first use; for
+    # the pinned version only (training one costs about three starts: other versions start once or twice a run)
+    class_sharing: ClassVar[bool] = False
 
     def __init__(self, nodes: int = 1, workdir: Path | None = None,
                  broker_config: dict[str, str] | None = None, heap: str = "768m",
@@ -219,6 +223,8 @@ class KafkaCluster:
         self.scram_users = dict(scram_users or {})
         for n in self.nodes:
             n.listener_ports = {name: free_port() for name in self.extra_listeners}
+        self._shared: list[str] = []  # the class data sharing options of every JVM of this cluster
+        self._dumping: list[str] = []  # a training cluster's node: where it writes the archive at its exit
 
     def bootstrap_for(self, listener: str) -> str:
         return ",".join(n.address(listener) for n in self.nodes)
@@ -265,7 +271,8 @@ class KafkaCluster:
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self, main: str, *args: str, node: KafkaNode) -> list[str]:
-        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", *self.default_jvm_options, *self.jvm_options,
+        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", *self.default_jvm_options, *self._shared,
+                *self.jvm_options,
                 f"-Dkafka.logs.dir={node.workdir}",
                 f"-Dlog4j2.configurationFile={self.libs.parent / 'log4j2.properties'}" if _major(self.version) >= 4
                 else f"-Dlog4j.configuration=file:{self.libs.parent / 'log4j.properties'}",
@@ -274,6 +281,8 @@ class KafkaCluster:
     def start(self, timeout: float = 120.0) -> KafkaCluster:
         if shutil.which("java") is None:
             raise KafkaUnavailable("java not found on PATH: Kafka 4.x needs Java 17+")
+        if self.class_sharing and self.version == KAFKA_VERSION and not self._dumping:
+            self._shared = classshare.sharing_options(class_archive(self.version))
         for node in self.nodes:
             node.workdir.mkdir(parents=True, exist_ok=True)
             props = node.workdir / "server.properties"
@@ -294,7 +303,8 @@ class KafkaCluster:
     def start_node(self, node_id: int, wait: bool = True, timeout: float = 120.0) -> None:
         node = self.node(node_id)
         out = open(node.workdir / "stdout.log", "ab")  # noqa: SIM115 - owned by the child process
-        node.proc = subprocess.Popen(self._java("kafka.Kafka", str(node.workdir / "server.properties"), node=node),
+        cmd = self._java("kafka.Kafka", str(node.workdir / "server.properties"), node=node)
+        node.proc = subprocess.Popen(cmd[:1] + self._dumping + cmd[1:],
                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         if wait:
@@ -359,3 +369,24 @@ class KafkaCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def class_archive(version: str = KAFKA_VERSION) -> Path:
+    """Where the class data sharing archive of this version's nodes lives (`dev.classshare`), made or not."""
+    return classshare.archive_path(f"kafka-{version}", f"{ensure_kafka_libs(version)}/*",
+                                   KafkaCluster.default_jvm_options)
+
+
+def train_class_archive(version: str = KAFKA_VERSION) -> bool:
+    """Make the nodes' class data sharing archive unless it is there: a node started and stopped, writing it at
+    its exit."""
+    def run(dump: list[str]) -> None:
+        with tempfile.TemporaryDirectory(prefix="tierproxy-cds-") as d:
+            trainer = KafkaCluster(1, workdir=Path(d), version=version)
+            trainer._dumping = dump
+            try:
+                trainer.start()
+            finally:
+                trainer.stop(timeout=60)
+
+    return classshare.train(class_archive(version), run)
