@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -51,8 +52,17 @@ class PassA:
         wait_until(lambda: self.marker.exists() or self.proc.poll() is not None, f"pass A at {point}", timeout=240)
         assert self.proc.poll() is None, self.proc.communicate()
 
-    def freeze(self) -> None:  # the whole process, its lease renewal and its Spark JVM (a stall, a long GC)
-        os.killpg(self.proc.pid, signal.SIGSTOP)
+    def freeze(self, catalog: Path | None = None) -> None:
+        """Stop the whole process, its lease renewal and its Spark JVM (a stall, a long GC). With `catalog` (a
+        SQLite file) only while it holds no write lock on it: stopped inside a lease renewal's transaction, it
+        would lock every other pass out of the catalog, which is SQLite's rule, not the lease's."""
+        for _ in range(50):
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+            if catalog is None or _unlocked(catalog):
+                return
+            os.killpg(self.proc.pid, signal.SIGCONT)
+            time.sleep(0.1)
+        raise AssertionError(f"pass A held a write lock on {catalog} at each of 50 tries")
 
     def thaw(self) -> None:
         os.killpg(self.proc.pid, signal.SIGCONT)
@@ -66,6 +76,19 @@ class PassA:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.communicate(timeout=30)
+
+
+def _unlocked(catalog: Path) -> bool:
+    """Whether a write transaction can begin on the SQLite file now (then rolled back)."""
+    con = sqlite3.connect(catalog, timeout=0.5)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.rollback()
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        con.close()
 
 
 @contextmanager
@@ -115,7 +138,7 @@ def test_a_live_writer_is_waited_for_and_a_frozen_one_loses_its_commit(tiered: t
     with pass_a(step, "kafka.w_commit", "files", **lease) as a:
         busy = pass_b(step, "kafka.w_commit", **lease)
         assert busy.returncode == 7 and "is being written by pass" in busy.stderr, busy.stderr[-2000:]
-        a.freeze()
+        a.freeze(Path(step.uri.removeprefix("sqlite:///")))
         deadline = time.monotonic() + 60
         while (taken := pass_b(step, "kafka.w_commit", **lease)).returncode != 0:  # until A's lease has expired
             assert taken.returncode == 7 and time.monotonic() < deadline, taken.stderr[-2000:]
