@@ -42,6 +42,8 @@ def test_the_runs_brokers_compile_with_c1_alone_and_benchmarks_keep_the_full_jit
         pytestconfig.option.markexpr = given
     assert not _selects_benchmarks(pytestconfig)  # this run: no benchmarks, so its brokers run C1 alone
     assert "-XX:TieredStopAtLevel=1" in os.environ["SPARK_SUBMIT_OPTS"].split()  # and its Spark drivers
+    props = (kafka.nodes[0].workdir / "server.properties").read_text().splitlines()
+    assert "metadata.max.idle.interval.ms=5000" in props  # fewer idle wake-ups (tests/support/jvm.py)
     for node in kafka.nodes:
         assert node.proc is not None
         with open(f"/proc/{node.proc.pid}/cmdline", "rb") as f:
