@@ -5,25 +5,23 @@ A JVM spends much of its start loading and verifying classes from jars; a dynami
 (`-XX:ArchiveClassesAtExit`, JDK 13+) holds those classes as one mapped, pre-parsed file, and a JVM started with
 `-XX:SharedArchiveFile` reads them from it. Measured on a Kafka 4.1 node with C1 alone: a node's start 4.7-5.4 →
 3.0 CPU-s, its storage format 2.0 → 1.3. An archive is only valid for the JVM build, class path and options it
-was made with, so its file name is a hash of those; a JVM handed an archive it cannot use warns and runs without
-it (`-Xshare:auto`), never fails.
+was made with, so its file name is a hash of those; a JVM handed an archive that is missing or that it cannot use
+runs without it (`-Xshare:auto`, its warning silenced), never fails.
 
-An archive is made once per cache directory by a training run (`train`, under a file lock), kept in `<cache>/cds/`,
-and renamed into place whole: JVMs started before it is there run without it.
+An archive is made by a training run (`train`, one at a time per cache), kept in `<cache>/cds/`, and renamed into
+place whole: JVMs started before it is there run without it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tierproxy.dev.maven import cache_dir
+from tierproxy.dev.maven import cache_dir, locked
 
 log = logging.getLogger("tierproxy.dev.classshare")
 
@@ -48,17 +46,6 @@ def archive_path(name: str, class_path: str, options: Sequence[str]) -> Path:
     return cache_dir() / "cds" / f"{name}-{key}.jsa"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def sharing_options(path: Path) -> list[str]:
     """Options that make a JVM read its classes from the archive at `path` when it is there and usable, and run
     as it would without one (silently) when it is not: missing, being trained, or made for another JVM."""
@@ -69,7 +56,7 @@ def train(path: Path, run: Callable[[list[str]], None]) -> bool:
     """Make the archive at `path` unless it is there: `run` gets the options that make a JVM write it at its exit,
     and must run such a JVM to a normal exit. Once per cache (a file lock); the archive appears whole or not at
     all (written beside it, then renamed). False, with a log line, when it could not be made."""
-    with _locked(path):
+    with locked(path.parent):
         if path.exists():
             return True
         partial = path.with_suffix(f".{os.getpid()}.tmp")

@@ -199,8 +199,9 @@ class KafkaCluster:
     # options on every node's (and storage format's) java command line, before the cluster's own: a test run sets
     # them once (tests/conftest.py: C1 only, which halves what a short-lived broker spends compiling itself)
     default_jvm_options: ClassVar[list[str]] = []
-    # a class data sharing archive for the nodes and their storage format (dev.classshare), made on first use; for
-    # the pinned version only (training one costs about three starts: other versions start once or twice a run)
+    # the nodes and their storage format read their classes from an archive (dev.classshare, `train_class_archive`)
+    # once it is there; for the pinned version only (training one costs about three starts: other versions start
+    # once or twice a run)
     class_sharing: ClassVar[bool] = False
     # broker settings under every cluster's own `broker_config` (a test run's: fewer idle wake-ups)
     default_broker_config: ClassVar[dict[str, str]] = {}

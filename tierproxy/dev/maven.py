@@ -44,9 +44,10 @@ def cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """One resolver at a time per cache directory: parallel test workers (and a test beside `make install`) may
-    ask for the same artifacts at once, and Maven's copy into one directory is not safe to run twice."""
+def locked(root: Path) -> Iterator[None]:
+    """One process at a time in a cache directory (a file lock on `root/.lock`): parallel test workers (and a test
+    beside `make install`) may ask for the same artifacts at once, and Maven's copy into one directory is not
+    safe to run twice; nor is training one class sharing archive (`dev.classshare`)."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -67,7 +68,7 @@ def fetch(name: str, artifact: Artifact, timeout: float = 900) -> Path:
     """One artifact alone, without its dependencies (a distribution archive), copied once into `<cache>/<name>/`;
     its path. Raises MavenUnavailable."""
     root = cache_dir() / name
-    with _locked(root):
+    with locked(root):
         return _fetch(root, artifact, timeout)
 
 
@@ -94,7 +95,7 @@ def resolve(name: str, artifacts: Sequence[Artifact], timeout: float = 900) -> P
     again when the list changes: a marker holds its hash). Raises MavenUnavailable."""
     root = cache_dir() / name
     text = pom(name, artifacts)
-    with _locked(root):
+    with locked(root):
         return _resolve(root, name, text, timeout)
 
 
