@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.jvm import finish_training, quick_jit, start_training
+from tests.support.jvm import quick_jit, start_training
 from tests.support.parts import kcat_path, unavailable
 from tests.support.proxy import ProxyProcess
 from tests.support.registry import Registry, apicurio_registry
@@ -48,19 +48,12 @@ def pytest_configure(config: pytest.Config) -> None:
         quick_jit()  # the run's JVMs with C1 alone (tests/support/jvm.py); benchmarks keep the full JIT
         if first and (_selects(config, "kafka") or _selects(config, "spark")):
             try:  # the class sharing archives, made beside the run's first minutes where missing
-                config.stash[_TRAINING] = start_training(config.rootpath / ".pytest-artifacts" / "class-sharing.log")
+                start_training(config.rootpath, config.rootpath / ".pytest-artifacts" / "class-sharing.log")
             except Exception as exc:  # an optimisation: the JVMs start without it
                 print(f"class sharing archives not trained: {exc}", file=sys.stderr)
     if first:  # the last run's spans go
         for old in (config.rootpath / ".pytest-artifacts").glob("timeline-*.tsv"):
             old.unlink(missing_ok=True)
-
-
-_TRAINING = pytest.StashKey[Any]()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    finish_training(config.stash.get(_TRAINING, None))
 
 
 def _selects(config: pytest.Config, marker: str) -> bool:

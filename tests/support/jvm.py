@@ -14,7 +14,6 @@ a range a tier pass retried there); the tier job now waits for it (`copy.BehindP
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -87,26 +86,17 @@ def train_archives() -> None:
     classshare.train(spark_archive(), spark)
 
 
-def start_training(log: Path) -> subprocess.Popen[bytes] | None:
-    """`train_archives` in a process beside the run (its start competes for the CPU less than a worker waiting
-    would), unless both archives are there. JVMs started before an archive is made run without it."""
+def start_training(root: Path, log: Path) -> bool:
+    """`train_archives` in a process of its own beside the run (in the repository `root`), unless both archives
+    are there: its start competes for the CPU less than a worker waiting for it would, and JVMs started before an
+    archive is made run without it. Detached: a run shorter than the training leaves it to finish (in about two
+    minutes at most, bounded by its JVMs' timeouts) for the next run."""
     if class_archive().exists() and spark_archive().exists():
-        return None
+        return False
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "tests.support.jvm"], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
-def finish_training(proc: subprocess.Popen[bytes] | None) -> None:
-    """At the run's end: the training waited for (it is short) or, after two minutes, stopped with its JVMs."""
-    if proc is None:
-        return
-    try:
-        proc.wait(120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+    subprocess.run(["sh", "-c", 'exec "$0" -m tests.support.jvm > "$1" 2>&1 < /dev/null &', sys.executable, str(log)],
+                   check=True, start_new_session=True, timeout=30, cwd=root)
+    return True
 
 
 if __name__ == "__main__":
