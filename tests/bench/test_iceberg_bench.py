@@ -22,7 +22,7 @@ from tests.support.spark import local_session, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.iceberg.catalog import catalog_config
 from tierproxy.jobs.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync
-from tierproxy.jobs.spark.plan import READ_BYTES
+from tierproxy.jobs.spark.slices import READ_BYTES
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_ICEBERG_RECORDS", str(256 << 10)))

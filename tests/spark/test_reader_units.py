@@ -198,7 +198,7 @@ def test_a_header_key_that_is_not_utf8_is_a_protocol_error() -> None:
 
 
 def test_slices_pack_into_input_partitions_as_spark_packs_files() -> None:
-    from tierproxy.jobs.spark.plan import Slice, pack
+    from tierproxy.jobs.spark.slices import Slice, pack
     from tierproxy.tier.model import RemoteLogSegmentMetadata
 
     def seg(start: int, size: int) -> Slice:

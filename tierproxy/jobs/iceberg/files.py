@@ -2,7 +2,7 @@
 
 Rows are decoded by the DataFrame reader's path (`spark.rows` / `spark.columns`: the exact batch bytes from the tier,
 control batches never rows, aborted transactions dropped under read_committed), then written batch by batch with
-zstd, so an executor holds at most one read range (≤ `spark.plan.READ_BYTES`) and one Arrow batch at a time.
+zstd, so an executor holds at most one read range (≤ `spark.slices.READ_BYTES`) and one Arrow batch at a time.
 
 Each result also says which transactions the slice leaves open (`opens`: producer id → first offset of data not
 followed by its marker in the slice) and which producers wrote a marker in it (`closes`): the driver needs both to
@@ -19,8 +19,8 @@ from urllib.parse import quote
 from protocol.errors import ProtocolError
 from protocol.records import RecordBatch
 from tierproxy.jobs.spark.columns import RecordColumns
-from tierproxy.jobs.spark.plan import Slice
 from tierproxy.jobs.spark.rows import ROWS_PER_BATCH, visible_batches
+from tierproxy.jobs.spark.slices import Slice
 from tierproxy.jobs.spark.source import read_tier_slice
 from tierproxy.tier.model import uuid_str
 

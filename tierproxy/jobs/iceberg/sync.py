@@ -46,7 +46,8 @@ from tierproxy.jobs.iceberg.typed_tables import SCHEMAS, TypedOptions, TypedTabl
 from tierproxy.jobs.iceberg.upsert import KEY, OFFSET, PARTITION, TIMESTAMP, key_filter, plan_upsert
 from tierproxy.jobs.iceberg.writer import Lease, Renewal, commit_empty, live_lease, require_at, take
 from tierproxy.jobs.spark.options import EARLIEST, ReadOptions
-from tierproxy.jobs.spark.plan import PartitionPlan, Planner, Slice
+from tierproxy.jobs.spark.plan import PartitionPlan, Planner
+from tierproxy.jobs.spark.slices import Slice
 from tierproxy.jobs.tiering.cluster import ClusterView, describe_cluster
 from tierproxy.tier.model import uuid_bytes, uuid_str
 from tierproxy.tier.ownership import check_cluster

@@ -23,7 +23,7 @@ from tierproxy.jobs.iceberg.files import (
 from tierproxy.jobs.iceberg.registry import RegistryUnavailable
 from tierproxy.jobs.iceberg.typed import KAFKA_COLUMNS, PREFIX, DecodePlan, ValueDecoder, arrow_raw_type, value_columns
 from tierproxy.jobs.iceberg.upsert import split_for_upsert, tombstone_schema, tombstones_location
-from tierproxy.jobs.spark.plan import Slice
+from tierproxy.jobs.spark.slices import Slice
 from tierproxy.jobs.spark.source import read_tier_slice
 from tierproxy.tier.model import uuid_str
 

@@ -17,8 +17,8 @@ from pyspark.sql.types import StructType
 
 from protocol.records import RecordBatch, iter_batches
 from tierproxy.jobs.spark.options import ReadOptions, parse_options
-from tierproxy.jobs.spark.plan import Slice
 from tierproxy.jobs.spark.rows import arrow_batches, schema_ddl
+from tierproxy.jobs.spark.slices import Slice
 from tierproxy.tier.indexes import OFFSET_ENTRY, lookup_position
 from tierproxy.tier.rsm import LOG_EXT, IndexType, RemoteStorageManager
 from tierproxy.tier.storage import FileStore

@@ -110,6 +110,9 @@ def spark_session(app_name: str, master: str, spark_conf: dict[str, str]) -> Any
         .config("spark.task.maxFailures", "1").config("spark.python.worker.reuse", "true")
     if not os.environ.get("SPARK_SUBMIT_MASTER_SET"):
         builder = builder.master(master)
+        if master.startswith("local") and os.environ["PYSPARK_PYTHON"] == sys.executable:
+            # the workers are this Python, tierproxy installed: PySpark from its bytecode, not its zip (spark.daemon)
+            builder = builder.config("spark.python.daemon.module", "tierproxy.jobs.spark.daemon")
     for k, v in os.environ.items():  # storage credentials from the usual chain reach the executors too
         if k.startswith("AWS_"):
             builder = builder.config(f"spark.executorEnv.{k}", v)
