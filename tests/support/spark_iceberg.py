@@ -1,12 +1,16 @@
 """Spark reading an Iceberg table as a user's Spark does: `spark.read.format("iceberg")` on the table's metadata file,
 with Iceberg's Spark runtime. Iceberg publishes no runtime for the Spark 4.2 the tier job runs on, so this is
-PySpark 4.1 with `iceberg-spark-runtime-4.1_2.13`, in its own environment (`make tools`), run as a subprocess."""
+PySpark 4.1 with `iceberg-spark-runtime-4.1_2.13`, in its own environment (`make tools`), one subprocess per test
+process serving its reads."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +19,26 @@ from tierproxy.dev.maven import Artifact, MavenUnavailable, cache_dir, fetch
 
 RUNTIME = Artifact("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", "1.12.0")
 
-_READ = """
+# one Spark per test process, reading what each line of stdin asks; a line {"done": n} (or {"error": ...}) ends
+# each answer (Spark's own log goes to stderr)
+_SERVE = """
 import json, sys
 from pyspark.sql import SparkSession
-jar, reads = sys.argv[1], json.loads(sys.argv[2])
-spark = (SparkSession.builder.master("local[2]").config("spark.jars", jar)
+spark = (SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[1])
          .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
-for i, (metadata, columns) in enumerate(reads):
-    for row in spark.read.format("iceberg").load(metadata).selectExpr(*columns).collect():
-        print(json.dumps([i, row.asDict()], default=str))
+for line in sys.stdin:
+    reads = json.loads(line)
+    try:
+        for i, (metadata, columns) in enumerate(reads):
+            for row in spark.read.format("iceberg").load(metadata).selectExpr(*columns).collect():
+                print(json.dumps([i, row.asDict()], default=str))
+        print(json.dumps({"done": len(reads)}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"error": repr(exc)[:2000]}), flush=True)
 spark.stop()
 """
+_READER: list[tuple[subprocess.Popen[str], Path]] = []
 
 
 def spark_iceberg_python() -> Path:
@@ -51,17 +63,52 @@ def spark_iceberg_rows(metadata: str, columns: list[str]) -> list[dict[str, Any]
     return spark_iceberg_reads((metadata, columns))[0]
 
 
-def spark_iceberg_reads(*reads: tuple[str, list[str]]) -> list[list[dict[str, Any]]]:
-    """Several tables' rows (as `spark_iceberg_rows` reads one) from one Spark: a JVM started once."""
-    # its own Spark: none of the test process's (SPARK_HOME would point PySpark 4.1 at Spark 4.2's jars)
+def _reader() -> tuple[subprocess.Popen[str], Path]:
+    """This process's Iceberg reader, started on first use (a JVM's start is most of a read's cost) and stopped when
+    the process exits."""
+    if _READER and _READER[0][0].poll() is None:
+        return _READER[0]
+    from tests.support.jvm import options as jvm_options
+
+    # its own Spark: none of the test process's (SPARK_HOME would point PySpark 4.1 at Spark 4.2's jars); C1 alone
+    # where the run's JVMs have it
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_")) and k != "PYTHONPATH"}
-    out = subprocess.run([str(spark_iceberg_python()), "-c", _READ, iceberg_runtime_jar(), json.dumps(reads)],
-                         capture_output=True, text=True, timeout=600, env=env)
-    assert out.returncode == 0, "\n".join([ln for ln in out.stderr.splitlines() if "Exception" in ln][:5]
-                                          or out.stderr.splitlines()[-40:])
+    if jvm_options:
+        env["SPARK_SUBMIT_OPTS"] = " ".join(jvm_options)
+    log = Path(tempfile.mkstemp(prefix="spark-iceberg-", suffix=".log")[1])
+    with log.open("w") as err:
+        proc = subprocess.Popen([str(spark_iceberg_python()), "-c", _SERVE, iceberg_runtime_jar()], env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+    _READER[:] = [(proc, log)]
+    atexit.register(_stop, proc)
+    return proc, log
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def spark_iceberg_reads(*reads: tuple[str, list[str]]) -> list[list[dict[str, Any]]]:
+    """Several tables' rows (as `spark_iceberg_rows` reads one), read by this process's Spark with Iceberg."""
+    proc, log = _reader()
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(reads) + "\n")
+    proc.stdin.flush()
     rows: list[list[dict[str, Any]]] = [[] for _ in reads]
-    for line in out.stdout.splitlines():
+    for line in proc.stdout:  # a reader that dies ends the loop: its log says why
         if line.startswith("["):
             i, row = json.loads(line)
             rows[i].append(row)
-    return rows
+        elif line.startswith("{"):
+            end = json.loads(line)
+            assert "error" not in end, end["error"]
+            return rows
+    lines = log.read_text().splitlines()
+    raise AssertionError("\n".join([ln for ln in lines if "Exception" in ln][:5] or lines[-40:]))
