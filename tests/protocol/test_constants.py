@@ -7,6 +7,7 @@ from pathlib import Path
 
 from protocol.apis.keys import API_KEYS
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel, OffsetSpec
+from tests.support.jvm import java_command
 from tierproxy.dev.kafkadist import ensure_kafka_libs
 
 # Java 11+ runs a single source file directly; it prints "kind name value" lines
@@ -34,7 +35,7 @@ public class Constants {
 def _java_constants(tmp: Path) -> dict[str, dict[str, int]]:
     src = tmp / "Constants.java"
     src.write_text(PROGRAM)
-    out = subprocess.run(["java", "-cp", f"{ensure_kafka_libs()}/*", str(src)], capture_output=True, text=True,
+    out = subprocess.run([*java_command(), "-cp", f"{ensure_kafka_libs()}/*", str(src)], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     got: dict[str, dict[str, int]] = {}
     for line in out.splitlines():

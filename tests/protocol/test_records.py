@@ -24,6 +24,7 @@ from protocol.records import (
     whole_batches_size,
 )
 from protocol.requests import fetch_request
+from tests.support.jvm import java_command
 from tests.support.kafka import create_topic
 from tests.support.samples import records_of
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -110,7 +111,7 @@ def test_decode_batches_written_by_librdkafka(kafka: KafkaCluster, topic_name: s
 @pytest.mark.parametrize("codec", ["snappy", "lz4", "zstd", "gzip"])
 def test_decode_batches_written_by_the_java_producer(kafka: KafkaCluster, topic_name: str, codec: str) -> None:
     create_topic(kafka.bootstrap, topic_name)
-    cmd = ["java", "-Xmx256m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+    cmd = [*java_command(), "-Xmx256m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.ProducerPerformance",
            "--topic", topic_name, "--num-records", "500", "--record-size", "200", "--throughput", "-1",
            "--producer-props", f"bootstrap.servers={kafka.bootstrap}", f"compression.type={codec}", "linger.ms=20"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)

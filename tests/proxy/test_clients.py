@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.jvm import java_command
 from tests.support.kafka import create_topic, read_to_end
 from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -168,7 +169,7 @@ def test_java_console_consumer_through_the_proxy(proxy: ProxyProcess, kafka: Kaf
     for i in range(200):
         p.produce(topic_name, f"java-{i}".encode(), partition=i % 2)
     p.flush(30)
-    cmd = ["java", "-Xmx256m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    cmd = [*java_command(), "-Xmx256m", "-cp", f"{kafka.libs}/*", "org.apache.kafka.tools.consumer.ConsoleConsumer",
            "--bootstrap-server", proxy.bootstrap, "--topic", topic_name, "--from-beginning",
            "--max-messages", "200", "--timeout-ms", "30000", "--group", f"java-{uuid.uuid4().hex[:6]}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=90)

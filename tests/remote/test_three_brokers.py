@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from protocol.constants import ApiKey
+from tests.support.jvm import java_command
 from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.spark import worker_session
@@ -154,7 +155,7 @@ def test_a_tiering_pass_moves_to_the_new_leader_and_records_its_epoch(kafka_clus
 def _reassign(cluster: KafkaCluster, topic: str, replicas: list[int], tmp: Path) -> None:
     plan = tmp / "reassign.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": replicas}]}))
-    out = subprocess.run(["java", "-Xmx256m", "-cp", f"{cluster.libs}/*",
+    out = subprocess.run([*java_command(), "-Xmx256m", "-cp", f"{cluster.libs}/*",
                           "org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server",
                           _live_bootstrap(cluster), "--reassignment-json-file", str(plan), "--execute"],
                          capture_output=True, text=True, timeout=120)
@@ -210,7 +211,7 @@ def test_catch_up_through_the_proxy_survives_a_leader_kill_and_a_reassignment(
     readers = {
         "kcat": _PacedReader([kcat, "-b", proxy.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "0", "-c", str(total),
                               "-q", "-f", "%o %k\n", *small], r"^(\d+) (k\d+)$"),
-        "java": _PacedReader(["java", "-Xmx256m", "-cp", f"{cluster.libs}/*",
+        "java": _PacedReader([*java_command(), "-Xmx256m", "-cp", f"{cluster.libs}/*",
                               "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", proxy.bootstrap,
                               "--topic", topic, "--partition", "0", "--offset", "0", "--max-messages", str(total),
                               "--timeout-ms", "120000", "--consumer-property", "max.partition.fetch.bytes=8192",

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.constants import ApiKey, ErrorCode, OffsetSpec
 from protocol.requests import fetch_request, list_offsets_request
+from tests.support.jvm import java_command
 from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
@@ -114,7 +115,7 @@ def test_readers_from_zero_wait_for_the_tier_instead_of_resetting(kafka: KafkaCl
                 "kcat": subprocess.Popen([kcat, "-b", proxy.bootstrap, "-C", "-t", topic_name, "-p", "0", "-o", "0",
                                           "-c", str(RECORDS), "-q", "-f", "%o\n"], stdout=subprocess.PIPE,
                                          stderr=subprocess.DEVNULL, text=True),
-                "java": subprocess.Popen(["java", "-Xmx256m", "-cp", f"{kafka.libs}/*",
+                "java": subprocess.Popen([*java_command(), "-Xmx256m", "-cp", f"{kafka.libs}/*",
                                           "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
                                           proxy.bootstrap, "--topic", topic_name, "--partition", "0", "--offset", "0",
                                           "--max-messages", str(RECORDS), "--timeout-ms", "120000",

@@ -26,6 +26,7 @@ from protocol.constants import ApiKey, OffsetSpec
 from tests.support.balancer import Fleet
 from tests.support.cli import run_cli
 from tests.support.iceberg import iceberg_cli, pyiceberg_rows, pyiceberg_table
+from tests.support.jvm import java_command
 from tests.support.kafka import (
     create_topic,
     list_offsets_at_leaders,
@@ -105,7 +106,7 @@ def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disast
         assert all(v is not None for _, v, _ in rows.values()), "no filler record is ever delivered"
         # the Java consumer across the lost range: A's history, then B's records from S, no reset (none allowed)
         wanted = sorted(o for (q, o) in disaster.history if q == 1) + list(range(starts[1], starts[1] + 50))
-        java = subprocess.run(["java", "-Xmx256m", "-cp", f"{b.libs}/*",
+        java = subprocess.run([*java_command(), "-Xmx256m", "-cp", f"{b.libs}/*",
                                "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
                                p.bootstrap, "--topic", TOPIC, "--partition", "1", "--offset", "0",
                                "--max-messages", str(len(wanted)), "--timeout-ms", "60000",
@@ -460,7 +461,7 @@ def test_the_leader_killed_mid_read_the_java_consumer_goes_on_without_a_reset(di
                                                    "TIERPROXY_METADATA": "topic:"})
     leader = partition_state(b.bootstrap, [TOPIC], None)[(TOPIC, 1)][0]
     wanted = sorted(o for (q, o) in disaster.history if q == 1)
-    java = subprocess.Popen(["java", "-Xmx256m", "-cp", f"{b.libs}/*",
+    java = subprocess.Popen([*java_command(), "-Xmx256m", "-cp", f"{b.libs}/*",
                              "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", p.bootstrap,
                              "--topic", TOPIC, "--partition", "1", "--offset", "0",
                              "--max-messages", str(len(wanted)), "--timeout-ms", "90000",

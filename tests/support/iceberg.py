@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cli import run_cli
+from tests.support.jvm import java_command
 from tests.support.tiering import tiered
 
 COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
@@ -148,7 +149,7 @@ class RestCatalogServer:
         env = {**os.environ, "CATALOG_WAREHOUSE": self.warehouse, "CATALOG_URI": f"jdbc:sqlite:file:{workdir}/rest.db",
                "CATALOG_JDBC_SCHEMA__VERSION": "V1", "CATALOG_REST_PORT": str(self.port)}
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(["java", "-cp", rest_catalog_jars(),
+            self.proc = subprocess.Popen([*java_command(), "-cp", rest_catalog_jars(),
                                           "org.apache.iceberg.rest.RESTCatalogServer"],
                                          stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60

@@ -43,6 +43,11 @@ proc.wait(120)
 """
 
 
+def java_command() -> list[str]:
+    """`java` and this run's options (C1 alone, unless benchmarks run): for the Java clients and tools tests start."""
+    return ["java", *options]
+
+
 def _spark_options(given: str) -> list[str]:
     """SPARK_SUBMIT_OPTS without the class sharing options (what an archive's key is made of)."""
     return [o for o in given.split() if not o.startswith(("-XX:SharedArchiveFile=", "-Xlog:cds"))]

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request, listed_offsets
+from tests.support.jvm import java_command
 from tests.support.kafka import create_topic, offsets_from_the_beginning, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.spark import local_session
@@ -83,7 +84,7 @@ class StreamsApp:
         self.log = workdir / f"streams-{purge_ms}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                ["java", "-Xmx256m", "-cp", f"{ensure_kafka_libs()}/*", str(src), bootstrap, app_id, *topics,
+                [*java_command(), "-Xmx256m", "-cp", f"{ensure_kafka_libs()}/*", str(src), bootstrap, app_id, *topics,
                  str(workdir / "state"), str(purge_ms)], stdout=out, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
