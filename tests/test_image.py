@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.jvm import options as jvm_options
 from tests.support.kafka import create_topic
 from tests.support.parts import descendants, free_port_block, unavailable, wait_port
 from tests.support.tiering import offsets_of, settings, tiered
@@ -68,6 +69,8 @@ def run_in(container: str, cmd: list[str], log: Path, volumes: tuple[Path, ...] 
            env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """`buildah run` the image's entrypoint (tini) with `cmd` on the host network."""
     vols = [f"--volume={v}:{v}" for v in volumes]
+    if jvm_options:  # the jobs' Spark driver with the run's JVM options (C1 alone), as every JVM the run starts
+        vols.append(f"--env=SPARK_SUBMIT_OPTS={' '.join(jvm_options)}")
     vols += [f"--env={k}={v}" for k, v in (env or {}).items()]
     with open(log, "wb") as out:
         return subprocess.Popen(["buildah", "run", "--isolation", "chroot", "--network", "host",

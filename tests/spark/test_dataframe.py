@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.spark.read_job import digest
+from tests.support.jvm import options as jvm_options
 from tests.support.kafka import create_topic, watermarks
 from tests.support.s3 import S3Server
 from tests.support.spark import (
@@ -244,6 +245,7 @@ def test_it_runs_on_a_spark_standalone_cluster(history: dict[str, Any], spark: A
                                "--conf", f"spark.pyspark.python={sys.executable}",
                                "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
                                "--conf", "spark.sql.session.timeZone=UTC",
+                               "--conf", f"spark.executor.extraJavaOptions={' '.join(jvm_options)}",
                                str(Path(__file__).parent / "read_job.py"), h.bootstrap, h.storage, h.metadata,
                                h.topic, str(out)], capture_output=True, text=True, timeout=300,
                               env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})

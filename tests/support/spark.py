@@ -103,8 +103,11 @@ def standalone_cluster(workdir: Path, workers: int = 2) -> Iterator[str]:
     if not spark_class.exists():
         unavailable("Spark standalone", f"{spark_class} missing")
     port, ui = free_port(), free_port()
+    from tests.support.jvm import options as jvm_options
+
     env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_WORKER_DIR": str(workdir / "work")}
+           "SPARK_WORKER_DIR": str(workdir / "work"),
+           "SPARK_DAEMON_JAVA_OPTS": " ".join(jvm_options)}  # the master and workers: the run's JVM options
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
     master = f"spark://127.0.0.1:{port}"
