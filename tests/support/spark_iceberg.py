@@ -80,11 +80,12 @@ def _reader() -> tuple[subprocess.Popen[str], Path]:
         proc = subprocess.Popen([str(spark_iceberg_python()), "-c", _SERVE, iceberg_runtime_jar()], env=env, text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
     _READER[:] = [(proc, log)]
-    atexit.register(_stop, proc)
+    atexit.register(_stop, proc, log)
     return proc, log
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
+def _stop(proc: subprocess.Popen[str], log: Path) -> None:
+    log.unlink(missing_ok=True)
     if proc.poll() is None:
         assert proc.stdin is not None
         proc.stdin.close()

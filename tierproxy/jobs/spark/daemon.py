@@ -17,7 +17,7 @@ import sys
 
 
 def _installed_pyspark_dir() -> str | None:
-    """The directory of an installed PySpark on the path after the zips, or None."""
+    """The directory of an installed PySpark on the path (not a zip), or None."""
     for entry in sys.path:
         if entry.endswith(".zip") or not entry:
             continue
@@ -29,7 +29,7 @@ def _installed_pyspark_dir() -> str | None:
 def strip_spark_zips() -> None:
     """Drop Spark's own zips from `sys.path` when the same PySpark is installed: its modules then come from their
     compiled bytecode. Nothing changes otherwise."""
-    zips = [p for p in sys.path if p.endswith((os.sep + "pyspark.zip",)) or
+    zips = [p for p in sys.path if p.endswith(os.sep + "pyspark.zip") or
             (os.path.basename(p).startswith("py4j-") and p.endswith("-src.zip"))]
     if zips and _installed_pyspark_dir() is not None:
         sys.path[:] = [p for p in sys.path if p not in zips]
