@@ -54,15 +54,16 @@ class PassA:
 
     def freeze(self, catalog: Path | None = None) -> None:
         """Stop the whole process, its lease renewal and its Spark JVM (a stall, a long GC). With `catalog` (a
-        SQLite file) only while it holds no write lock on it: stopped inside a lease renewal's transaction, it
-        would lock every other pass out of the catalog, which is SQLite's rule, not the lease's."""
+        SQLite file) only while it holds no lock on it: stopped inside a lease renewal's transaction (a write lock)
+        or a read (a shared lock, which keeps any writer from committing), it would lock every other pass out of
+        the catalog, which is SQLite's rule, not the lease's."""
         for _ in range(50):
             os.killpg(self.proc.pid, signal.SIGSTOP)
             if catalog is None or _unlocked(catalog):
                 return
             os.killpg(self.proc.pid, signal.SIGCONT)
             time.sleep(0.1)
-        raise AssertionError(f"pass A held a write lock on {catalog} at each of 50 tries")
+        raise AssertionError(f"pass A held a lock on {catalog} at each of 50 tries")
 
     def thaw(self) -> None:
         os.killpg(self.proc.pid, signal.SIGCONT)
@@ -79,10 +80,11 @@ class PassA:
 
 
 def _unlocked(catalog: Path) -> bool:
-    """Whether a write transaction can begin on the SQLite file now (then rolled back)."""
+    """Whether no other connection holds any lock on the SQLite file now: an exclusive transaction can begin (then
+    rolled back). A write (`BEGIN IMMEDIATE`) can begin beside a reader's shared lock, but not commit past it."""
     con = sqlite3.connect(catalog, timeout=0.5)
     try:
-        con.execute("BEGIN IMMEDIATE")
+        con.execute("BEGIN EXCLUSIVE")
         con.rollback()
         return True
     except sqlite3.OperationalError:
