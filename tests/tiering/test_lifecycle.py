@@ -156,7 +156,8 @@ def test_remote_retention_stops_at_the_first_segment_it_keeps(kafka: KafkaCluste
         if i == 399:
             p.flush(30)
     p.flush(30)
-    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=64 * 1024)
+    # tier segments of ~16 KiB (70-100 records): the first within the recent half, the last within the old one
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=16 * 1024)
     assert tier_once(s).failed == 0
     segs = tiered(s, topic_name)[0]
     assert len(segs) >= 2 and segs[0].max_timestamp_ms >= now and segs[-1].max_timestamp_ms < now - 86_400_000
