@@ -362,8 +362,11 @@ class IcebergSync:
         try:
             t.table, t.at = take(t.table, lease, t.at, summary)
         except Exception as exc:
+            # the catalog's first line says which: a refused compare-and-swap, or (SQLite) a lock another holds
+            why = self.o.catalog.redact(str(exc).partition("\n")[0])[:200]
             raise TableBusy(f"table {t.name}: another pass committed or took it since this one planned "
-                            f"({type(exc).__name__}): this pass changed nothing; the next one goes on") from None
+                            f"({type(exc).__name__}: {why}): this pass changed nothing; the next one goes on"
+                            ) from None
         t.lease = lease
 
     def _renewal(self, t: _Target) -> Renewal:
