@@ -150,8 +150,7 @@ def test_snapshot_at_names_the_first_snapshot_holding_the_offsets(kafka: KafkaCl
 
 def test_200_small_segments_are_compacted_into_one_file_with_the_same_rows(kafka: KafkaCluster,
                                                                           tmp_path: Path) -> None:
-    """Slow (~60-100 s): 200 segments become 200 files, then one compaction (a Spark task per segment, ~90 ms
-    each)."""
+    """Slow (~45-70 s): 200 segments become 200 files, then one compaction (a Spark task per segment)."""
     from confluent_kafka import Producer
 
     topic = f"ice-compact-{os.getpid()}"
