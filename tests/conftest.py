@@ -21,7 +21,7 @@ from tests.support.jvm import quick_jit, start_training
 from tests.support.parts import kcat_path, unavailable
 from tests.support.proxy import ProxyProcess
 from tests.support.registry import Registry, apicurio_registry
-from tests.support.s3 import S3Server, moto_server, seaweedfs_server
+from tests.support.s3 import S3Server, SeaweedSpares, moto_server
 from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 _clusters: list[KafkaCluster] = []
@@ -245,10 +245,20 @@ def proxy(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     p.stop()
 
 
+@pytest.fixture(scope="session")
+def seaweedfs_spares(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedSpares]:
+    spares = SeaweedSpares(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        yield spares
+    finally:
+        spares.close()
+
+
 @pytest.fixture
-def s3(tmp_path: Path) -> Iterator[S3Server]:
-    """A real S3 implementation: SeaweedFS's S3 gateway (`weed server -s3`) on loopback, one per test (2 s)."""
-    with seaweedfs_server(tmp_path) as server:
+def s3(seaweedfs_spares: SeaweedSpares) -> Iterator[S3Server]:
+    """A real S3 implementation: SeaweedFS's S3 gateway (`weed server -s3`) on loopback, one per test, started
+    while the test before it ran (`SeaweedSpares`)."""
+    with seaweedfs_spares.take() as server:
         yield server
 
 

@@ -117,10 +117,16 @@ def _ports_with_grpc(n: int) -> int:
     raise RuntimeError("no free port block for SeaweedFS")
 
 
-@contextmanager
-def seaweedfs_server(workdir: Path) -> Iterator[S3Server]:
-    """`weed server -s3`: master, volume server, filer and S3 gateway in one process on loopback, with one S3
-    identity (the test credentials), so unsigned or wrongly signed requests are refused as on AWS."""
+@dataclass
+class _Launched:
+    """A `weed server` started, not yet known to serve."""
+
+    proc: subprocess.Popen[bytes]
+    endpoint: str
+    log: Path
+
+
+def _launch(workdir: Path) -> _Launched:
     weed = weed_path()
     data = workdir / "seaweedfs"
     data.mkdir(parents=True, exist_ok=True)
@@ -135,10 +141,51 @@ def seaweedfs_server(workdir: Path) -> Iterator[S3Server]:
              f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
              f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    endpoint = f"http://127.0.0.1:{s3}"
+    return _Launched(proc, f"http://127.0.0.1:{s3}", log)
+
+
+@contextmanager
+def _serving(launched: _Launched) -> Iterator[S3Server]:
     try:  # an unsigned request is refused once the gateway serves (403), which is what we wait for
-        wait_http(endpoint + "/", proc, log, "SeaweedFS S3 server", 60)
-        yield S3Server(endpoint, proc, log)
+        wait_http(launched.endpoint + "/", launched.proc, launched.log, "SeaweedFS S3 server", 60)
+        yield S3Server(launched.endpoint, launched.proc, launched.log)
     finally:
-        proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
-        proc.wait(10)
+        launched.proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
+        launched.proc.wait(10)
+
+
+@contextmanager
+def seaweedfs_server(workdir: Path) -> Iterator[S3Server]:
+    """`weed server -s3`: master, volume server, filer and S3 gateway in one process on loopback, with one S3
+    identity (the test credentials), so unsigned or wrongly signed requests are refused as on AWS."""
+    with _serving(_launch(workdir)) as server:
+        yield server
+
+
+class SeaweedSpares:
+    """A fresh `weed server` per test, each started two tests ahead. A new server answers at once but holds its
+    first write ~8 s (its master defers volume ids for a heartbeat window after minting a topology; the filer's
+    lock ring forms seconds later), on a test's critical path each time. Started while the tests before it ran, it
+    is past that when its test takes it; idle meanwhile, it costs ~0.01 CPU-s per second."""
+
+    def __init__(self, root: Path, ahead: int = 2) -> None:
+        self.root, self.ahead, self.started = root, ahead, 0
+        self.spares: list[_Launched] = []
+
+    def _launch(self) -> _Launched:
+        self.started += 1
+        return _launch(self.root / f"s3-{self.started}")
+
+    @contextmanager
+    def take(self) -> Iterator[S3Server]:
+        launched = self.spares.pop(0) if self.spares else self._launch()
+        with _serving(launched) as server:
+            while len(self.spares) < self.ahead:
+                self.spares.append(self._launch())
+            yield server
+
+    def close(self) -> None:
+        for spare in self.spares:
+            spare.proc.kill()
+            spare.proc.wait(10)
+        self.spares.clear()
