@@ -139,7 +139,8 @@ def _launch(workdir: Path) -> _Launched:
         proc = subprocess.Popen(
             [str(weed), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
              f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
-             f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100"],
+             f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100",
+             "-s3.port.iceberg=0", "-s3.port.lance=0"],  # its Iceberg and Lance servers (on fixed ports) stay off
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     return _Launched(proc, f"http://127.0.0.1:{s3}", log)
 
