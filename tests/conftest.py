@@ -174,13 +174,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # the heaviest parts of the suite (worker-seconds in a measured run, `.ci/timeline.py`), started first so that none of
 # them runs alone at the end while the other workers idle; the rest keep their collection order
-HEAVY_FIRST = ("schema_registry", "tests/restore", "tests/secured", "tests/iceberg/test_lifecycle.py",
-               "tests/spark/test_dataframe.py", "tests/iceberg/test_writers.py",
-               "tests/remote/test_three_brokers.py", "tests/remote/test_remote_txn_outage.py",
-               "tests/iceberg/test_table.py", "tests/admin/test_admin_api.py", "tests/test_kafka_versions.py",
-               "tests/fleet", "tests/tiering/test_s3_gib.py", "tests/proxy/test_faults.py",
-               "tests/spark/test_worker_python.py", "tests/tiering/test_holes.py",
-               "tests/remote/test_fetch_semantics.py",
+HEAVY_FIRST = ("tests/restore", "schema_registry", "tests/spark/test_dataframe.py", "tests/secured",
+               "tests/iceberg/test_lifecycle.py", "tests/tiering/test_s3_gib.py", "tests/proxy/test_faults.py",
+               "tests/test_kafka_versions.py", "tests/tiering/test_holes.py", "tests/remote/test_three_brokers.py",
+               "tests/fleet", "tests/iceberg/test_table.py", "tests/remote/test_remote_txn_outage.py",
+               "tests/iceberg/test_writers.py", "tests/tiering/test_purges.py", "tests/admin/test_admin_api.py",
+               "tests/spark/test_worker_python.py", "tests/remote/test_fetch_semantics.py", "tests/test_demo.py",
+               "tests/proxy/test_security.py", "tests/remote/test_memory_bound.py", "tests/proxy/test_clients.py",
+               "tests/tiering/test_lifecycle.py",
                "tests/test_image.py")  # last of them: it waits for the image build `make test` starts beside the suite
 
 
