@@ -88,3 +88,13 @@ def test_serve_without_the_job_dependencies_serves_the_tiers_history(kafka: Kafk
     attempts = (tmp_path / "blocked-imports.log").read_text().split()
     assert "loaded" in attempts, "the proxy ran without the job dependencies"
     assert [a for a in attempts if a != "loaded"] == [], "serve never reaches for a job dependency"
+
+
+def test_a_proxy_without_an_admin_listener_imports_neither_fastapi_nor_httpx() -> None:
+    """What `serve` imports before it serves: FastAPI and its models (~0.4 s) come only with `admin.listen`, httpx
+    only when an OAuth token endpoint is asked (each proxy of a fleet, each restart, starts sooner)."""
+    code = ("import sys, tierproxy.cli, tierproxy.config, tierproxy.proxy.server, tierproxy.remote.allocator; "
+            "print(' '.join(m for m in ('fastapi', 'httpx', 'uvicorn', 'starlette') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []

@@ -29,7 +29,6 @@ def _demo(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from tierproxy.admin.app import start_admin
     from tierproxy.config import ConfigError, ProxySettings, load_settings
     from tierproxy.proxy.server import serve
 
@@ -52,12 +51,17 @@ def _serve(args: argparse.Namespace) -> int:
     from tierproxy.remote.allocator import keep_freed_memory
 
     keep_freed_memory(max(settings.remote_fetch_chunk_bytes, 4 << 20), settings.remote_fetch_cache_bytes)
+    services = []
+    if settings.admin_listen:  # FastAPI and its models take ~0.4 s to import: only for a proxy that serves them
+        from tierproxy.admin.app import start_admin
+
+        services.append(start_admin)
     if settings.event_loop == "uvloop":
         import uvloop
 
-        uvloop.run(serve(settings, services=[start_admin]))
+        uvloop.run(serve(settings, services=services))
     else:
-        asyncio.run(serve(settings, services=[start_admin]))
+        asyncio.run(serve(settings, services=services))
     return 0
 
 

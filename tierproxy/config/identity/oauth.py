@@ -14,8 +14,6 @@ import threading
 import time
 import urllib.parse
 
-import httpx
-
 from tierproxy.config.identity.properties import OAuthClient
 from tierproxy.config.identity.sasl import AuthenticationFailed
 
@@ -50,6 +48,8 @@ class TokenSource:
         basic = base64.b64encode(f"{urllib.parse.quote(c.client_id, safe='')}:"
                                  f"{urllib.parse.quote(c.client_secret.get_secret_value(), safe='')}".encode())
         form = {"grant_type": "client_credentials", **({"scope": c.scope} if c.scope else {})}
+        import httpx  # here: every process that reads client settings imports this module, few ask a token endpoint
+
         try:
             resp = httpx.post(c.token_endpoint, data=form, timeout=self.timeout,
                               headers={"Authorization": "Basic " + basic.decode(), "Accept": "application/json"})
