@@ -100,3 +100,13 @@ def test_stopped_s3_is_unavailable_not_missing(s3: S3Server) -> None:
         await store.close()
 
     asyncio.run(run())
+
+
+def test_stores_share_botocores_service_data_not_their_sessions() -> None:
+    """Each store's client comes from a session of its own (its credentials its own), all reading botocore's
+    endpoint and S3 model data through one loader: a second store parses none of it again."""
+    from tierproxy.tier import storage
+
+    first, second = storage._session(), storage._session()
+    assert first is not second
+    assert second.get_component("data_loader") is first.get_component("data_loader")
