@@ -16,7 +16,7 @@ from protocol.requests import fetch_request
 from tests.support.kafka import create_topic, set_retention, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once, tiered
-from tests.support.waiting import wait_until
+from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.kafka.wireclient import WireClient
 
@@ -79,21 +79,18 @@ def test_a_response_stays_within_the_requests_max_bytes(kafka: KafkaCluster, tmp
     proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
                                                            "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
     try:
+        # until the proxy has loaded the tier's metadata its answers are retriable (REPLICA_NOT_AVAILABLE), as
+        # Kafka's are while its RLMM loads
+        wait_until(lambda: proxy_serves_tier(proxy.bootstrap, topic_name, 6), "the tier via the proxy")
         offsets = dict.fromkeys(range(6), 0)
-        loaded = False  # until the proxy has loaded the tier's metadata its answers are retriable, as Kafka's are
         with WireClient(proxy.bootstrap) as w:
             for _ in range(200):
                 if all(offsets[q] >= 3000 for q in offsets):
                     break
                 resp = w.request(ApiKey.FETCH, 12, fetch_request({topic_name: offsets}, max_bytes=1 << 20,
                                                                  partition_max_bytes=200 * 1024))
-                parts = resp["responses"][0]["partitions"]
-                if not loaded and all(p["error_code"] == ErrorCode.REPLICA_NOT_AVAILABLE for p in parts):
-                    time.sleep(0.2)
-                    continue
-                loaded = True
                 total = 0
-                for part in parts:
+                for part in resp["responses"][0]["partitions"]:
                     assert part["error_code"] == ErrorCode.NONE, part
                     batches = list(iter_batches(part["records"]))
                     total += len(part["records"] or b"")
