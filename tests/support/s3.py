@@ -125,6 +125,10 @@ class _Launched:
     endpoint: str
     log: Path
 
+    def stop(self) -> None:
+        self.proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
+        self.proc.wait(10)
+
 
 def _launch(workdir: Path) -> _Launched:
     weed = weed_path()
@@ -151,8 +155,7 @@ def _serving(launched: _Launched) -> Iterator[S3Server]:
         wait_http(launched.endpoint + "/", launched.proc, launched.log, "SeaweedFS S3 server", 60)
         yield S3Server(launched.endpoint, launched.proc, launched.log)
     finally:
-        launched.proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
-        launched.proc.wait(10)
+        launched.stop()
 
 
 @contextmanager
@@ -187,6 +190,5 @@ class SeaweedSpares:
 
     def close(self) -> None:
         for spare in self.spares:
-            spare.proc.kill()
-            spare.proc.wait(10)
+            spare.stop()
         self.spares.clear()

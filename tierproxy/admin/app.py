@@ -211,9 +211,9 @@ def create_app(proxy: Proxy) -> FastAPI:
 
 
 async def start_admin(proxy: Proxy) -> None:
-    """The admin HTTP API on `admin.listen`, on the proxy's event loop; it stops when the proxy does."""
-    if not proxy.settings.admin_listen:
-        return
+    """The admin HTTP API on `admin.listen` (`serve` starts it only when that is set), on the proxy's event loop; it
+    stops when the proxy does."""
+    assert proxy.settings.admin_listen is not None
     import uvicorn
 
     host, _, port = proxy.settings.admin_listen.rpartition(":")
