@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from protocol.primitives import FileRegion
+from protocol.primitives import FileRegion, RecordPieces
 
 TaggedFields = tuple[int, ...]
 UnknownTags = list[tuple[int, bytes | bytearray]]
@@ -160,7 +160,7 @@ class FetchResponseResponsePartition(TypedDict):
     snapshot_id: FetchResponseResponsePartitionSnapshotId | None
     aborted_transactions: list[FetchResponseResponsePartitionAbortedTransaction] | None
     preferred_read_replica: int
-    records: memoryview | bytes | FileRegion | None
+    records: memoryview | bytes | FileRegion | RecordPieces | None
     _tags: NotRequired[TaggedFields]
     _unknown: NotRequired[UnknownTags]
 

@@ -221,6 +221,24 @@ Buffer = bytes | bytearray | memoryview
 Chunk = Buffer | FileRegion
 
 
+class RecordPieces:
+    """A record set held as several buffers, in order: views of the cached chunks a record set straddles, which one
+    contiguous copy would join. The codec writes the length prefix and passes each piece on as its own chunk; each
+    piece holds whole batches (`parts`), so a reader can walk them one piece at a time."""
+
+    __slots__ = ("length", "parts")
+
+    def __init__(self, parts: list[memoryview]) -> None:
+        self.parts = parts
+        self.length = sum(len(p) for p in parts)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"RecordPieces({len(self.parts)} parts, length={self.length})"
+
+
 def buffers(chunks: list[Chunk]) -> list[Buffer]:
     """The chunks as bytes-likes: ProtocolError for a file region (a message whose bytes must be in memory here)."""
     out: list[Buffer] = []
@@ -299,7 +317,7 @@ class Writer:
             self.int16(len(data))
         self.buf += data
 
-    def bytes_(self, v: bytes | bytearray | memoryview | FileRegion | None, compact: bool,
+    def bytes_(self, v: bytes | bytearray | memoryview | FileRegion | RecordPieces | None, compact: bool,
                zero_copy: bool = False) -> None:
         if v is None:
             if compact:
@@ -317,6 +335,14 @@ class Writer:
             self.chunks.append(self.buf)
             self.chunks.append(v)
             self.buf = bytearray()
+        elif isinstance(v, RecordPieces):
+            if zero_copy:
+                self.chunks.append(self.buf)
+                self.chunks.extend(v.parts)
+                self.buf = bytearray()
+            else:
+                for part in v.parts:
+                    self.buf += part
         elif zero_copy and len(v) > 256:
             self.chunks.append(self.buf)
             self.chunks.append(v)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from protocol.primitives import FileRegion
+from protocol.primitives import FileRegion, RecordPieces
 
 TaggedFields = tuple[int, ...]
 UnknownTags = list[tuple[int, bytes | bytearray]]
@@ -43,7 +43,7 @@ def _scalar(t: str) -> str:
     if t in _INTS:
         return "int"
     return {"bool": "bool", "float64": "float", "uuid": "bytes", "string": "str", "bytes": "bytes | memoryview",
-            "records": "memoryview | bytes | FileRegion"}[t]
+            "records": "memoryview | bytes | FileRegion | RecordPieces"}[t]
 
 
 def _field_type(f: F, owner: str, out: list[str]) -> str:

@@ -22,8 +22,8 @@ from typing import Any
 from cachetools import LRUCache
 
 from protocol.errors import ProtocolError
-from protocol.primitives import FileRegion
-from protocol.records import RecordBatch, iter_batches
+from protocol.primitives import FileRegion, RecordPieces
+from protocol.records import HEADER_SIZE, LOG_ENTRY_PREFIX, RecordBatch, iter_batches
 from tierproxy.remote.regions import BadHeader, OlderFormat, ShortFile, Walked, walk
 from tierproxy.tier.indexes import (
     AbortedTxn,
@@ -43,7 +43,7 @@ class BrokerLogUnavailable(RuntimeError):
 
 @dataclass
 class ReadResult:
-    records: bytes | memoryview | FileRegion
+    records: bytes | memoryview | FileRegion | RecordPieces
     aborted: list[AbortedTxn] = field(default_factory=list)
     # READ_COMMITTED: producers whose transaction was open at the end of the tier (decided in the broker's log)
     unresolved: set[int] = field(default_factory=set)
@@ -343,12 +343,15 @@ class RemoteReader:
 
     async def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one: bool,
                    read_committed: bool, deadline: float,
-                   following: list[RemoteLogSegmentMetadata] | None = None, as_file: bool = False) -> ReadResult:
+                   following: list[RemoteLogSegmentMetadata] | None = None, as_file: bool = False,
+                   joined: bool = True) -> ReadResult:
         """Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch if `min_one`).
 
         The batches are contiguous in the segment, so the answer is one slice of what storage returned — or, with
         `as_file` on a direct reader of a tier of files (`send_files`), a region of the segment file that the
-        transport sends itself (`regions`)."""
+        transport sends itself (`regions`). An answer that straddles cached chunks is copied into one buffer only
+        if `joined`; else it is `RecordPieces`, a view of each chunk (and a copy of the one batch that crosses
+        from one into the next, if any)."""
         if as_file and self.send_files:
             path = self.rsm.log_file(md)
             if path is not None:
@@ -360,7 +363,7 @@ class RemoteReader:
         pieces: list[memoryview] = []
         total, resume_at = 0, -1
         while pos < md.segment_size_in_bytes and total < max_bytes:
-            mv = await self.read_bytes(md, pos, pos + window, deadline, following or ())
+            mv = await self._span(md, pos, window, deadline, following or ())
             consumed, first, end, full = 0, -1, -1, False
             for b in _checked_batches(mv, md, pos, self):
                 consumed = b.pos + b.size
@@ -396,8 +399,32 @@ class RemoteReader:
             self.resume[(seg, last + 1)] = resume_at
             if self.direct:
                 self._read_next(md, resume_at, max_bytes + 256 * 1024, following or ())
-        records: bytes | memoryview = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        records: bytes | memoryview | RecordPieces = (
+            pieces[0] if len(pieces) == 1 else b"".join(pieces) if joined or not pieces else RecordPieces(pieces))
         return await self._result(md, records, read_committed, deadline, following)
+
+    async def _span(self, md: RemoteLogSegmentMetadata, pos: int, window: int, deadline: float,
+                    following: Sequence[RemoteLogSegmentMetadata]) -> memoryview:
+        """The bytes `read` walks next, from `pos`: up to `window`, but cut where `pos`'s cached chunk ends (a view
+        of that chunk, never a copy), unless the batch at `pos` itself crosses into the next chunk: then exactly that
+        batch, its two parts joined (a copy of one batch, not of the window). The walk goes on from where its whole
+        batches end, in the next chunk."""
+        end = min(pos + window, md.segment_size_in_bytes)
+        boundary = (pos // self.chunk + 1) * self.chunk
+        if self.direct or end <= boundary:
+            return await self.read_bytes(md, pos, end, deadline, following)
+        prefix = LOG_ENTRY_PREFIX.size
+        if pos + prefix <= boundary:
+            here = await self.read_bytes(md, pos, boundary, deadline, following)
+            size = LOG_ENTRY_PREFIX.unpack_from(here)[1] + prefix
+            if size <= len(here) or size < HEADER_SIZE:  # a batch ending in this chunk, or none (the walk says so)
+                return here
+        else:  # the batch's length itself crosses the chunks' boundary
+            head = await self.read_bytes(md, pos, pos + prefix, deadline, following)
+            if len(head) < prefix:  # the segment ends first: no batch here (the walk says so)
+                return head
+            size = LOG_ENTRY_PREFIX.unpack_from(head)[1] + prefix
+        return await self.read_bytes(md, pos, min(end, pos + max(size, prefix)), deadline, following)
 
     async def _read_region(self, md: RemoteLogSegmentMetadata, path: str, offset: int, max_bytes: int,
                            min_one: bool, read_committed: bool, deadline: float,
@@ -482,7 +509,7 @@ class RemoteReader:
         found: Walked = await self._retrying("log", walked, deadline)
         return found
 
-    async def _result(self, md: RemoteLogSegmentMetadata, records: bytes | memoryview | FileRegion,
+    async def _result(self, md: RemoteLogSegmentMetadata, records: bytes | memoryview | FileRegion | RecordPieces,
                       read_committed: bool, deadline: float, following: list[RemoteLogSegmentMetadata] | None,
                       span: tuple[int, int] | None = None) -> ReadResult:
         """For READ_COMMITTED, the aborted transactions overlapping the records: from this segment's txn index,
@@ -499,7 +526,8 @@ class RemoteReader:
                 return ReadResult(records)
             lo, hi = span
         else:
-            batches = list(iter_batches(records))
+            parts = records.parts if isinstance(records, RecordPieces) else [records]
+            batches = [b for part in parts for b in iter_batches(part)]  # each piece holds whole batches
             if not any(b.is_transactional for b in batches):
                 return ReadResult(records)
             lo, hi = batches[0].base_offset, batches[-1].last_offset

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
-from protocol.primitives import FileRegion
+from protocol.primitives import FileRegion, RecordPieces
 from protocol.records import iter_batches
 from protocol.requests import PARTITION_BOUNDS, fetch_request, list_offsets_request, listed_offsets
 from tierproxy.config import ProxySettings
@@ -230,7 +230,7 @@ class RemoteTier:
 
         async def read() -> ReadResult:
             res = await self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following,
-                                         as_file)
+                                         as_file, joined=False)  # the answer's encoder sends the pieces as they are
             if res.unresolved:
                 res.aborted += await self.aborted_in_broker_log(pc.tp.topic, pc.tp.partition, res.unresolved)
             return res
@@ -267,7 +267,7 @@ class RemoteTier:
             index = await self.reader.index(md, IndexType.TIMESTAMP, deadline)
             floor = lookup_time(index, md.start_offset, ts)
             result = await self.reader.read(md, floor, md.segment_size_in_bytes, True, False, deadline)
-            assert not isinstance(result.records, FileRegion)  # not asked as a file
+            assert not isinstance(result.records, FileRegion | RecordPieces)  # asked neither as a file nor in pieces
             for batch in iter_batches(result.records):
                 if batch.max_timestamp < ts or batch.is_control:
                     continue

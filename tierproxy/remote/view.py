@@ -50,8 +50,9 @@ class RemoteTierView(Protocol):
 
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
                     deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:
-        """Whole batches from `offset`; None when no served segment holds it; raises PoolFull. `as_file`: the
-        records may come as a `FileRegion` (the caller's transport sends it)."""
+        """Whole batches from `offset`; None when no served segment holds it; raises PoolFull. The records may
+        come as `RecordPieces` (views of the cached chunks they straddle) and, with `as_file`, as a `FileRegion`
+        (the caller's transport sends it)."""
 
     async def offset_for_timestamp(self, pc: PartitionCache, ts: int, deadline: float | None = None
                                    ) -> tuple[int, int] | None: ...

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.messages import FetchResponse
-from protocol.primitives import FileRegion
+from protocol.primitives import FileRegion, RecordPieces
 from protocol.records import build_empty_batch
 from tierproxy.proxy.flow import ByteBudget
 from tierproxy.proxy.intercept.errors import LOST_OBJECT, OFFSETS_UNKNOWN, SEGMENT_GONE, error_for
@@ -294,7 +294,8 @@ class DelayedRemoteFetch:
         else:
             res = task.result()
             # sent as its own chunk: not copied again (a file region: by sendfile, never read here)
-            entry["records"] = res.records if isinstance(res.records, FileRegion) else memoryview(res.records)
+            entry["records"] = (res.records if isinstance(res.records, FileRegion | RecordPieces)
+                                else memoryview(res.records))
             stats.served(topic, len(res.records))
             if plan.read_committed:
                 entry["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
