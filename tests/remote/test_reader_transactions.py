@@ -6,13 +6,11 @@ nothing)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 
 from protocol.records import ABORT, Record, build_batch, build_control_batch, iter_batches
-from tests.support.segments import seg, tp
+from tests.support.segments import stored_segment
 from tierproxy.remote.reader import RemoteReader
-from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 
@@ -32,11 +30,7 @@ def aborted_transaction(base: int) -> bytes:
 
 
 async def store(rsm: RemoteStorageManager, raw: bytes) -> RemoteLogSegmentMetadata:
-    files = build_segment(raw)
-    md = dataclasses.replace(seg(tp("txn"), files.start_offset, files.end_offset), segment_size_in_bytes=len(raw),
-                             txn_index_empty=files.txn_index_empty)
-    await rsm.copy_segment(md, files)
-    return md
+    return await stored_segment(rsm, raw, "txn")
 
 
 def index_kinds(reader: RemoteReader, md: RemoteLogSegmentMetadata) -> set[str]:

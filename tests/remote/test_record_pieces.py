@@ -13,9 +13,8 @@ import pytest
 
 from protocol.primitives import RecordPieces, Writer
 from protocol.records import ABORT, Record, build_batch, build_control_batch, iter_batches
-from tests.support.segments import seg, tp
+from tests.support.segments import stored_segment
 from tierproxy.remote.reader import CorruptData, RemoteReader
-from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import RemoteStorageManager
 
@@ -36,11 +35,7 @@ def batches(base: int, sizes: list[int], transactional_from: int = -1) -> bytes:
 
 
 async def stored(rsm: RemoteStorageManager, raw: bytes) -> RemoteLogSegmentMetadata:
-    files = build_segment(raw)
-    md = dataclasses.replace(seg(tp("pieces"), files.start_offset, files.end_offset), segment_size_in_bytes=len(raw),
-                             txn_index_empty=files.txn_index_empty)
-    await rsm.copy_segment(md, files)
-    return md
+    return await stored_segment(rsm, raw, "pieces")
 
 
 def test_an_answer_across_chunks_is_a_view_of_each_and_the_same_bytes_as_joined(tmp_path: Path) -> None:

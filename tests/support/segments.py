@@ -79,6 +79,15 @@ async def one_pass(r: RemoteLogMetadataManager, t: TopicIdPartition, log: Partit
         await r.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED))
 
 
+async def stored_segment(rsm: RemoteStorageManager, raw: bytes, topic: str) -> RemoteLogSegmentMetadata:
+    """Log bytes `raw` copied into `rsm` as a segment of a partition of `topic`, with its Kafka indexes."""
+    files = build_segment(raw)
+    md = dataclasses.replace(seg(tp(topic), files.start_offset, files.end_offset), segment_size_in_bytes=len(raw),
+                             txn_index_empty=files.txn_index_empty)
+    await rsm.copy_segment(md, files)
+    return md
+
+
 async def file_tier(root: Path, topic: str, segment: Callable[[list[int], int], bytes]
                     ) -> tuple[RemoteStorageManager, list[RemoteLogSegmentMetadata]]:
     """Two segments in a file:// tier under `root`: `segment(sizes, base offset)` makes each one's batches (sizes of
@@ -86,11 +95,7 @@ async def file_tier(root: Path, topic: str, segment: Callable[[list[int], int], 
     rsm = RemoteStorageManager(FileStore(root), "c")
     mds, base = [], 0
     for i in range(2):
-        raw = segment([1 + (j * 7 + i) % 40 for j in range(120)], base)
-        files = build_segment(raw)
-        md = dataclasses.replace(seg(tp(topic), files.start_offset, files.end_offset),
-                                 segment_size_in_bytes=len(raw), txn_index_empty=not files.txn_index)
-        await rsm.copy_segment(md, files)
+        md = await stored_segment(rsm, segment([1 + (j * 7 + i) % 40 for j in range(120)], base), topic)
         mds.append(md)
-        base = files.end_offset + 1
+        base = md.end_offset + 1
     return rsm, mds
