@@ -369,14 +369,14 @@ class RemoteReader:
                 consumed = b.pos + b.size
                 if b.last_offset < offset:
                     continue
+                grown = consumed - (first if first >= 0 else b.pos)
+                if total + grown > max_bytes and (total or first >= 0 or not min_one):
+                    full = True  # (the batch that does not fit is checked by the fetch that serves it)
+                    break
                 if not b.crc_ok():  # what is served is what the broker wrote, or nothing
                     self._corrupt(md)
                     raise CorruptData(f"segment {md.segment_id.id.hex()}: batch at offset {b.base_offset} "
                                       f"fails its CRC (position {pos + b.pos}); cached chunks dropped")
-                grown = consumed - (first if first >= 0 else b.pos)
-                if total + grown > max_bytes and (total or first >= 0 or not min_one):
-                    full = True
-                    break
                 if first < 0:
                     first = b.pos
                 end, last = consumed, b.last_offset
