@@ -15,8 +15,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
-from protocol.primitives import FileRegion, RecordPieces
-from protocol.records import iter_batches
 from protocol.requests import PARTITION_BOUNDS, fetch_request, list_offsets_request, listed_offsets
 from tierproxy.config import ProxySettings
 from tierproxy.config.identity.sasl import AuthenticationFailed
@@ -25,6 +23,7 @@ from tierproxy.remote.leaders import OwnLeaders
 from tierproxy.remote.pool import ReaderPool
 from tierproxy.remote.quota import RemoteFetchQuota
 from tierproxy.remote.reader import Backoff, BrokerLogUnavailable, ReadResult, RemoteReader
+from tierproxy.remote.timestamps import first_record_at_or_after
 from tierproxy.remote.view import BrokerOffsets
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import AbortedTxn, lookup_time
@@ -265,15 +264,10 @@ class RemoteTier:
             if md.max_timestamp_ms < ts:
                 continue
             index = await self.reader.index(md, IndexType.TIMESTAMP, deadline)
-            floor = lookup_time(index, md.start_offset, ts)
-            result = await self.reader.read(md, floor, md.segment_size_in_bytes, True, False, deadline)
-            assert not isinstance(result.records, FileRegion | RecordPieces)  # asked neither as a file nor in pieces
-            for batch in iter_batches(result.records):
-                if batch.max_timestamp < ts or batch.is_control:
-                    continue
-                for rec in batch.records():
-                    if rec.timestamp >= ts and rec.offset >= pc.log_start_offset:
-                        return rec.offset, rec.timestamp
+            found = await first_record_at_or_after(self.reader, md, lookup_time(index, md.start_offset, ts), ts,
+                                                   pc.log_start_offset, deadline, self.reader.chunk)
+            if found is not None:
+                return found
         return None
 
     async def broker_offsets_many(self, pairs: list[tuple[str, int]], max_age: float = 1.0

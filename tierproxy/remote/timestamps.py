@@ -1,0 +1,36 @@
+"""ListOffsets by timestamp in the tier: the first record at or after a time, read a step at a time.
+
+Kafka's rule (`RemoteLogManager.findOffsetByTimestamp`, as `UnifiedLog` does for its local log): the segment's time
+index gives an offset to scan from (the last entry whose timestamp is below the one asked); the answer is the first
+record from there, in offset order, whose timestamp is at or after it. The scan reads whole batches `step` bytes at
+a time and stops at the answer, so a look-up holds one step of the segment, never the rest of it (a GiB at
+Kafka's default segment size), and usually reads one chunk."""
+
+from __future__ import annotations
+
+from protocol.primitives import FileRegion, RecordPieces
+from protocol.records import iter_batches
+from tierproxy.remote.reader import RemoteReader
+from tierproxy.tier.model import RemoteLogSegmentMetadata
+
+
+async def first_record_at_or_after(reader: RemoteReader, md: RemoteLogSegmentMetadata, start: int, ts: int,
+                                   log_start: int, deadline: float, step: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of `md` from offset `start` whose timestamp is ≥ `ts` and whose
+    offset is ≥ `log_start` (control records skipped); None when the segment has none."""
+    offset = start
+    while offset <= md.end_offset:  # each turn goes past at least one batch (min_one): bounded by the segment
+        got = (await reader.read(md, offset, step, True, False, deadline)).records
+        assert not isinstance(got, FileRegion | RecordPieces)  # asked neither as a file nor in pieces
+        last = -1
+        for batch in iter_batches(got):
+            last = batch.last_offset
+            if batch.max_timestamp < ts or batch.is_control:
+                continue
+            for rec in batch.records():
+                if rec.timestamp >= ts and rec.offset >= log_start:
+                    return rec.offset, rec.timestamp
+        if last < offset:  # nothing more in the segment
+            return None
+        offset = last + 1
+    return None
