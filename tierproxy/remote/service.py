@@ -265,7 +265,7 @@ class RemoteTier:
                 continue
             index = await self.reader.index(md, IndexType.TIMESTAMP, deadline)
             found = await first_record_at_or_after(self.reader, md, lookup_time(index, md.start_offset, ts), ts,
-                                                   pc.log_start_offset, deadline, self.reader.chunk)
+                                                   pc.log_start_offset, deadline)
             if found is not None:
                 return found
         return None

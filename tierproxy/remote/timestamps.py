@@ -2,9 +2,10 @@
 
 Kafka's rule (`RemoteLogManager.findOffsetByTimestamp`, as `UnifiedLog` does for its local log): the segment's time
 index gives an offset to scan from (the last entry whose timestamp is below the one asked); the answer is the first
-record from there, in offset order, whose timestamp is at or after it. The scan reads whole batches `step` bytes at
-a time and stops at the answer, so a look-up holds one step of the segment, never the rest of it (a GiB at
-Kafka's default segment size), and usually reads one chunk."""
+record from there, in offset order, whose timestamp is at or after it. The scan takes whole batches `step` bytes
+(1 MiB) at a time and stops at the answer, so a look-up holds one step of the segment, never the rest of it (a GiB
+at Kafka's default segment size); from storage it reads the chunks it walks and the reader's usual read-ahead
+(which the consumer that seeks there next reads from)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tierproxy.tier.model import RemoteLogSegmentMetadata
 
 
 async def first_record_at_or_after(reader: RemoteReader, md: RemoteLogSegmentMetadata, start: int, ts: int,
-                                   log_start: int, deadline: float, step: int) -> tuple[int, int] | None:
+                                   log_start: int, deadline: float, step: int = 1 << 20) -> tuple[int, int] | None:
     """(offset, timestamp) of the first record of `md` from offset `start` whose timestamp is ≥ `ts` and whose
     offset is ≥ `log_start` (control records skipped); None when the segment has none."""
     offset = start
