@@ -12,6 +12,7 @@ from __future__ import annotations
 from protocol.primitives import FileRegion, RecordPieces
 from protocol.records import iter_batches
 from tierproxy.remote.reader import RemoteReader
+from tierproxy.tier.indexes import record_at_or_after
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 
 
@@ -23,15 +24,11 @@ async def first_record_at_or_after(reader: RemoteReader, md: RemoteLogSegmentMet
     while offset <= md.end_offset:  # each turn goes past at least one batch (min_one): bounded by the segment
         got = (await reader.read(md, offset, step, True, False, deadline)).records
         assert not isinstance(got, FileRegion | RecordPieces)  # asked neither as a file nor in pieces
-        last = -1
-        for batch in iter_batches(got):
-            last = batch.last_offset
-            if batch.max_timestamp < ts or batch.is_control:
-                continue
-            for rec in batch.records():
-                if rec.timestamp >= ts and rec.offset >= log_start:
-                    return rec.offset, rec.timestamp
-        if last < offset:  # nothing more in the segment
+        found = record_at_or_after(got, ts, log_start)
+        if found is not None:
+            return found
+        batches = list(iter_batches(got))
+        if not batches:  # nothing more in the segment
             return None
-        offset = last + 1
+        offset = batches[-1].last_offset + 1
     return None

@@ -270,6 +270,19 @@ def lookup_time(time_index: bytes, start_offset: int, timestamp: int) -> int:
     return start_offset + best
 
 
+def record_at_or_after(records: bytes | memoryview, ts: int, min_offset: int = 0) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of `records` (whole batches, in offset order) whose timestamp is ≥
+    `ts` and whose offset is ≥ `min_offset`, control batches skipped: the scan from `lookup_time`'s floor that
+    answers a look-up by time (Kafka's `findOffsetByTimestamp`)."""
+    for batch in iter_batches(records):
+        if batch.max_timestamp < ts or batch.is_control:
+            continue
+        for rec in batch.records():
+            if rec.timestamp >= ts and rec.offset >= min_offset:
+                return rec.offset, rec.timestamp
+    return None
+
+
 def build_segment(records: bytes, producers: dict[int, ProducerEntry] | None = None,
                   txn_starts: list[tuple[int, int]] | None = None) -> SegmentFiles:
     """All whole batches of `records` as one segment (tests and tools)."""

@@ -17,11 +17,10 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from protocol.records import iter_batches
 from tierproxy.jobs.spark.options import EARLIEST, LATEST, OptionError, ReadOptions
 from tierproxy.jobs.spark.slices import READ_BYTES, Slice, pack
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
-from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_position, lookup_time
+from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_position, lookup_time, record_at_or_after
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import holes_between, served_segments, tier_start
@@ -243,13 +242,9 @@ async def offset_for_time(pp: PartitionPlan, ts: int, rsm: RemoteStorageManager,
             continue
         floor = lookup_time(await rsm.fetch_index(md, IndexType.TIMESTAMP), md.start_offset, ts)
         pos = lookup_position(await rsm.fetch_index(md, IndexType.OFFSET), md.start_offset, floor)
-        data = await rsm.fetch_log(md, pos)
-        for b in iter_batches(data):
-            if b.is_control or b.max_timestamp < ts:
-                continue
-            for r in b.records():
-                if r.timestamp >= ts:
-                    return r.offset
+        found = record_at_or_after(await rsm.fetch_log(md, pos), ts)
+        if found is not None:
+            return found[0]
     if o.include_live and leader is not None:
         from tierproxy.jobs.spark.live import live_offset_for_time
 
