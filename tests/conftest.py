@@ -22,6 +22,7 @@ from tests.support.parts import kcat_path, unavailable
 from tests.support.proxy import ProxyProcess
 from tests.support.registry import Registry, apicurio_registry
 from tests.support.s3 import S3Server, SeaweedSpares, moto_server
+from tierproxy.dev import ports
 from tierproxy.dev.kafkadist import KafkaCluster, KafkaUnavailable
 
 _clusters: list[KafkaCluster] = []
@@ -44,6 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", S3Server.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", S3Server.secret_key)
     first = getattr(config, "workerinput", None) is None  # the run's first process (xdist's controller)
+    if not first:  # each worker picks its servers' ports from a share of its own (tierproxy.dev.ports)
+        worker = config.workerinput  # type: ignore[attr-defined]
+        os.environ[ports.ENV] = ports.worker_share(int(worker["workerid"].removeprefix("gw")),
+                                                   int(worker["workercount"]))
     if not _selects_benchmarks(config):
         quick_jit()  # the run's JVMs with C1 alone (tests/support/jvm.py); benchmarks keep the full JIT
         if first and (_selects(config, "kafka") or _selects(config, "spark")):

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.parts import free_port_block
-from tierproxy.dev.kafkadist import free_port
+from tierproxy.dev.ports import free_port
 
 
 @pytest.mark.parametrize(("args", "says"), [

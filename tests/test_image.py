@@ -20,7 +20,8 @@ from tests.support.jvm import options as jvm_options
 from tests.support.kafka import create_topic
 from tests.support.parts import descendants, free_port_block, unavailable, wait_port
 from tests.support.tiering import offsets_of, settings, tiered
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 # the module's first test waits for the image build `make test` started beside the suite (2-4 min on an idle
 # machine, twice that on a loaded one): its own hang limit, above the suite's

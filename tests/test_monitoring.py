@@ -18,7 +18,8 @@ import yaml
 from tests.support.helm import CHART, chart_tool, render_chart
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 DASHBOARD = CHART / "files" / "dashboard.json"
 ALERTS = CHART / "files" / "alerts.yaml"

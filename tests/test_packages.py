@@ -19,7 +19,8 @@ from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
 from tierproxy.cli import EXTRAS
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 JOB_MODULES = sorted({m.split(".")[0] for _, modules in EXTRAS.values() for m in modules} | {"py4j", "duckdb"})
 BLOCKER = '''\

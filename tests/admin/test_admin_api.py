@@ -20,7 +20,8 @@ from tests.remote.conftest import TieredTopic, make_tiered_topic
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.admin.guard import COOKIE, session_value
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 TOKEN = "s3cr3t-admin-token"

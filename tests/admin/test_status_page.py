@@ -20,7 +20,8 @@ from tests.support.parts import unavailable
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once, tiered
 from tests.support.waiting import proxy_serves_tier, wait_until
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]

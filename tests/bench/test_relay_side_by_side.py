@@ -28,7 +28,8 @@ from tests.bench.report import cpu_seconds, report
 from tests.support.kafka import create_topic
 from tests.support.parts import stop_process
 from tests.support.proxy import ProxyProcess
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka]

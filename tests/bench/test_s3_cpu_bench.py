@@ -25,7 +25,8 @@ from tests.support.kafka import create_topic
 from tests.support.proxy import ProxyProcess
 from tests.support.s3 import S3Server
 from tests.support.tiering import settings, tier_once
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_S3_CPU_RECORDS", str(1 << 18)))

@@ -261,7 +261,7 @@ def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, 
     import httpx
 
     from tests.support.waiting import wait_until
-    from tierproxy.dev.kafkadist import free_port
+    from tierproxy.dev.ports import free_port
 
     topic = f"ice-admin-{os.getpid()}"
     create_topic(kafka.bootstrap, topic)

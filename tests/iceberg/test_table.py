@@ -18,7 +18,8 @@ from tests.support.kafka import create_topic, watermarks
 from tests.support.s3 import S3Server
 from tests.support.spark import delete_on_broker, kafka_source, read, tier_once
 from tests.support.tiering import produce_everything
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

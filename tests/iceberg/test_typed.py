@@ -28,7 +28,8 @@ from tests.support.kafka import create_topic, watermarks
 from tests.support.registry import Registry
 from tests.support.spark import delete_on_broker, tier_once
 from tests.support.spark_iceberg import spark_iceberg_reads, spark_iceberg_rows
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.registry]
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.support.registry import Registry
-from tierproxy.dev.kafkadist import free_port
+from tierproxy.dev.ports import free_port
 from tierproxy.jobs.iceberg.catalog import catalog_config, open_catalog
 from tierproxy.jobs.iceberg.registry import RegistryClient, RegistryConfig, RegistryUnavailable, SchemaNotFound
 from tierproxy.jobs.iceberg.typed_tables import SCHEMAS, TypedOptions, open_typed

@@ -25,7 +25,8 @@ from tests.support.kafka import create_topic
 from tests.support.parts import free_port_block
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = pytest.mark.kafka

@@ -137,7 +137,7 @@ def test_own_plaintext_listener_apart_from_a_tls_relayed_one(secure_kafka: Kafka
     import json
     import urllib.request
 
-    from tierproxy.dev.kafkadist import free_port
+    from tierproxy.dev.ports import free_port
 
     create_topic(secure_kafka.bootstrap, topic_name)
     own = tmp_path / "own.properties"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tierproxy.config import ProxySettings
-from tierproxy.dev.kafkadist import free_port
+from tierproxy.dev.ports import free_port
 from tierproxy.remote.service import RemoteTier
 
 

@@ -19,7 +19,8 @@ from tests.remote.conftest import TieredTopic, make_tiered_topic
 from tests.support.certs import make_certs
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import proxy_serves_tier, wait_until
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

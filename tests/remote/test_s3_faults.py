@@ -17,7 +17,8 @@ from tests.support.s3 import S3Server
 from tests.support.s3_faults import fault_relay
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark, pytest.mark.s3]
 RECORDS = 3000

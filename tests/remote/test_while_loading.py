@@ -26,7 +26,8 @@ from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import connected_ports, wait_until
 from tierproxy.config import TierSettings
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]

@@ -49,7 +49,8 @@ from tests.support.restore import (
 )
 from tests.support.tiering import tier_once
 from tests.support.waiting import wait_until
-from tierproxy.dev.kafkadist import KafkaCluster, free_port
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.dev.ports import free_port
 from tierproxy.jobs.restore.epochs import partition_state
 from tierproxy.kafka.wireclient import WireClient
 from tierproxy.tier import snapshot as snapshots

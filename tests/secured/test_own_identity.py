@@ -28,7 +28,7 @@ from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.config.identity import load_command_config
-from tierproxy.dev.kafkadist import free_port
+from tierproxy.dev.ports import free_port
 from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kcat, pytest.mark.spark]

@@ -141,7 +141,7 @@ class RestCatalogServer:
         import time
 
         from tests.support.parts import unavailable
-        from tierproxy.dev.kafkadist import free_port
+        from tierproxy.dev.ports import free_port
 
         self.port = free_port()
         self.warehouse = f"file://{workdir}/rest-warehouse"

@@ -13,6 +13,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+from tierproxy.dev import ports
+
 
 def unavailable(part: str, reason: str) -> NoReturn:
     """A real part could not start: fail in CI; locally skip only when TIERPROXY_ALLOW_SKIP=1."""
@@ -93,24 +95,6 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> int:
 
 def free_port_block(n: int) -> int:
     """The first of `n` consecutive free loopback ports, below the kernel's ephemeral range (client sockets never
-    land there) and bound the way the proxy binds (SO_REUSEADDR)."""
-    import random
-
-    low, _ = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    for _ in range(200):
-        base = random.randrange(10000, max(10001, low - n))
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no block of {n} free ports")
+    land there), from this worker's share, and bound the way the proxy binds (SO_REUSEADDR)."""
+    return ports.free_port_block(n)
 

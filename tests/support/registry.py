@@ -17,8 +17,8 @@ from pathlib import Path
 
 from tests.support import jvm
 from tests.support.parts import stop_process, unavailable
-from tierproxy.dev.kafkadist import free_port
 from tierproxy.dev.maven import Artifact, MavenUnavailable, fetch
+from tierproxy.dev.ports import free_port
 
 APICURIO_VERSION = "3.3.3"
 JVM_DIR = Path("/usr/lib/jvm")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,8 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.parts import free_port_block, unavailable
-from tierproxy.dev.kafkadist import free_port
+from tests.support.parts import unavailable
+from tierproxy.dev import ports
+from tierproxy.dev.ports import free_port
 
 
 @dataclass
@@ -98,23 +98,7 @@ def weed_path() -> Path:
 
 def _ports_with_grpc(n: int) -> int:
     """The first of `n` consecutive free ports whose +10000 twins (SeaweedFS's gRPC ports) are free too."""
-    for _ in range(100):
-        base = free_port_block(n)
-        if base + n + 10000 >= 65536:
-            continue
-        try:
-            socks = []
-            for p in range(base + 10000, base + 10000 + n):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free port block for SeaweedFS")
+    return ports.free_port_block(n, reuse_addr=False, twin_offset=10000)
 
 
 @dataclass

@@ -17,8 +17,9 @@ from confluent_kafka import Producer
 
 from tests.support.kafka import set_retention, watermarks
 from tests.support.parts import unavailable
-from tierproxy.dev.kafkadist import free_port, stop_processes
+from tierproxy.dev.kafkadist import stop_processes
 from tierproxy.dev.maven import Artifact, MavenUnavailable, resolve
+from tierproxy.dev.ports import free_port
 
 SPARK_VERSION = "4.2.0"
 # the connector and what it needs beyond PySpark's own jars

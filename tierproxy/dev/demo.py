@@ -16,7 +16,8 @@ from pathlib import Path
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tierproxy.dev.kafkadist import KAFKA_VERSION, KafkaCluster, free_port, stop_processes
+from tierproxy.dev.kafkadist import KAFKA_VERSION, KafkaCluster, stop_processes
+from tierproxy.dev.ports import free_port
 from tierproxy.kafka.wireclient import WireClient
 
 TOPIC = "demo-history"

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from tierproxy.dev import classshare
 from tierproxy.dev.maven import Artifact, MavenUnavailable, resolve
+from tierproxy.dev.ports import free_port
 
 KAFKA_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"
@@ -111,12 +112,6 @@ def stop_processes(procs: list[subprocess.Popen[bytes]], timeout: float = 30.0) 
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _api_versions_ok(port: int, timeout: float = 1.0) -> bool:
