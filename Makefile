@@ -28,6 +28,8 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	{ $(BIN)/pip install -q uv && $(BIN)/uv pip install -q --python $(BIN)/python -e '.[all,dev]'; } \
 	  || $(BIN)/pip install -q -e '.[all,dev]'
+	@# uv keeps each build of PySpark's source distribution (1.4 GB) as a revision of its own: the old ones go
+	-@$(BIN)/uv cache prune -q 2>/dev/null
 	touch $@
 
 install: $(VENV)/.installed
