@@ -19,7 +19,7 @@ from tierproxy.config.values import redact, url_password
 ENV_PREFIX = "TIERPROXY_"
 S = TypeVar("S", bound=CommonSettings)
 # TIERPROXY_* variables that are not settings: read by the admin CLI, the Kafka jars' cache, the demo
-NOT_SETTINGS = frozenset({"ADMIN_URL", "CACHE", "ALLOW_SKIP", "ICEBERG_PAUSE_AT"})
+NOT_SETTINGS = frozenset({"ADMIN_URL", "CACHE", "ALLOW_SKIP", "ICEBERG_PAUSE_AT", "DEV_PORTS"})  # dev.ports
 NOT_SETTINGS_PREFIXES = ("BENCH_", "SOAK_", "FUZZ_")  # the benchmarks' and tests' own knobs
 log = logging.getLogger("tierproxy.config")
 
