@@ -191,3 +191,41 @@ def test_a_head_the_small_client_does_not_read_goes_to_the_full_client(s3: S3Ser
 
     body, fallbacks = asyncio.run(work())
     assert body == data[10:90_000] and type(body) is bytes and fallbacks == 1
+
+
+def test_a_bodys_buffer_is_received_into_again_only_once_nothing_refers_to_it(s3: S3Server) -> None:
+    """Bodies of one size reuse buffers (`BodyBuffers`), never one a view (an answer being sent) still holds."""
+    size = 1 << 20
+    data = os.urandom(8 * size)
+
+    async def work() -> None:
+        store = _store(s3)
+        store.keep_body_bytes = 3 * size
+        try:
+            await store.put("reused.log", data)
+            first = await store.read_range("reused.log", 0, size)
+            held = memoryview(first)[100:200]  # an answer still being sent: its chunk must stay as it is
+            del first
+            bodies = []
+            for i in range(1, 8):
+                body = await store.read_range("reused.log", i * size, (i + 1) * size)
+                assert body == data[i * size:(i + 1) * size]
+                bodies.append(body)
+            assert bytes(held) == data[100:200]
+            assert store._ranged is not None
+            pool = store._ranged.bodies
+            assert pool.reused == 0 and pool.kept_bytes == 3 * size  # all held: none reused, three kept
+            assert all(b is not held.obj for b in bodies)
+            bodies.clear()  # the cache evicted them; `held` still refers to the first
+            again = [await store.read_range("reused.log", i * size, (i + 1) * size) for i in (5, 6)]
+            assert pool.reused == 2
+            assert all(b is not held.obj for b in again)  # the two kept ones nobody holds, not the held one
+            assert [bytes(b) for b in again] == [data[5 * size:6 * size], data[6 * size:7 * size]]
+            assert bytes(held) == data[100:200]
+            held.release()
+            last = await store.read_range("reused.log", 0, size)  # now the first one's buffer is free too
+            assert pool.reused == 3 and last == data[:size]
+        finally:
+            await store.close()
+
+    asyncio.run(work())

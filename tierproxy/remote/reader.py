@@ -34,7 +34,7 @@ from tierproxy.tier.indexes import (
 )
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tier.storage import ObjectMissing, ReadBuffer, StorageUnavailable
+from tierproxy.tier.storage import ObjectMissing, ReadBuffer, S3Store, StorageUnavailable
 
 
 class BrokerLogUnavailable(RuntimeError):
@@ -129,6 +129,10 @@ class RemoteReader:
         self._starts: LRUCache[bytes, Sequence[int]] = LRUCache(maxsize=max(1, index_cache_bytes // 8),
                                                                  getsizeof=len)
         self._txn_free: LRUCache[bytes, bool] = LRUCache(maxsize=16384)
+        # chunks received into buffers of evicted chunks: the cache's worth, and one more for the chunk that comes
+        # in while the cache is full (the one it evicts is free only once the new one is in)
+        if isinstance(rsm.store, S3Store) and not direct:
+            rsm.store.keep_body_bytes = cache_bytes + chunk_bytes
 
     async def close(self) -> None:
         """Stop the reads in flight (read-ahead nobody waits for), before the storage they use is closed."""

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlparse
 
 from cachetools import LRUCache, TTLCache
 
-from tierproxy.tier.s3body import HttpStatus, RangedGets, Unsupported
+from tierproxy.tier.s3body import BodyBuffers, HttpStatus, RangedGets, Unsupported
 
 _boto_lock = threading.Lock()
 ReadBuffer = bytes | bytearray  # a range of a segment's log: bytes, or the buffer its body was received into
@@ -265,6 +265,9 @@ class S3Store:
         self._ranged: RangedGets | None = None  # ranged GETs read into their own buffer (`s3body`)
         self._urls: TTLCache[str, str] = TTLCache(maxsize=4096, ttl=PRESIGNED_REUSE_S)
         self.ranged_fallbacks = 0  # ranged GETs the full client answered (a response `s3body` does not read)
+        # bodies' buffers kept to be received into again once nothing refers to them (`s3body.BodyBuffers`); a
+        # reader with a bounded chunk cache sets it to that bound
+        self.keep_body_bytes = 0
 
     async def _c(self) -> Any:
         if self._client is None:
@@ -372,7 +375,8 @@ class S3Store:
                 url = self._urls[key] = await c.generate_presigned_url(
                     "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=PRESIGNED_VALID_S)
             if self._ranged is None:
-                self._ranged = RangedGets(_https_context, connect_timeout=5, read_timeout=30)
+                self._ranged = RangedGets(_https_context, connect_timeout=5, read_timeout=30,
+                                          bodies=BodyBuffers(self.keep_body_bytes))
             return await self._ranged.get(url, start, end)
         except Unsupported:
             raise
