@@ -13,6 +13,7 @@ partitions. A live range is an input partition of its own (its size is not known
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -20,10 +21,11 @@ from dataclasses import dataclass, field
 from tierproxy.jobs.spark.options import EARLIEST, LATEST, OptionError, ReadOptions
 from tierproxy.jobs.spark.slices import READ_BYTES, Slice, pack
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
-from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_position, lookup_time, record_at_or_after
+from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_position, lookup_time
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import holes_between, served_segments, tier_start
+from tierproxy.tier.timescan import scan_log_for_time
 
 
 class DataLoss(RuntimeError):
@@ -242,7 +244,8 @@ async def offset_for_time(pp: PartitionPlan, ts: int, rsm: RemoteStorageManager,
             continue
         floor = lookup_time(await rsm.fetch_index(md, IndexType.TIMESTAMP), md.start_offset, ts)
         pos = lookup_position(await rsm.fetch_index(md, IndexType.OFFSET), md.start_offset, floor)
-        found = record_at_or_after(await rsm.fetch_log(md, pos), ts)
+        found = await scan_log_for_time(functools.partial(rsm.fetch_log, md), pos, md.segment_size_in_bytes,
+                                        ts)  # a step at a time, not the rest of the segment
         if found is not None:
             return found[0]
     if o.include_live and leader is not None:
