@@ -43,3 +43,14 @@ def test_small_bodies_and_no_bound_are_not_kept() -> None:
     pool.take(1000)
     pool.take(0)
     assert pool.kept == [] and pool.kept_bytes == 0
+
+
+def test_a_chunk_cached_reader_on_s3_keeps_its_caches_worth_of_bodies() -> None:
+    from tierproxy.remote.reader import RemoteReader
+    from tierproxy.tier.rsm import RemoteStorageManager
+    from tierproxy.tier.storage import S3Store
+
+    store = S3Store("bucket1", endpoint="http://127.0.0.1:9", region="us-east-1", access_key="a", secret_key="b")
+    assert store.bodies.keep_bytes == 0  # the tier job's and restore's stores keep none
+    RemoteReader(RemoteStorageManager(store), chunk_bytes=8 * MiB, cache_bytes=64 * MiB)
+    assert store.bodies.keep_bytes == 72 * MiB  # the cache's bound and the chunk coming in while it is full

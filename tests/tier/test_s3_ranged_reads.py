@@ -200,7 +200,7 @@ def test_a_bodys_buffer_is_received_into_again_only_once_nothing_refers_to_it(s3
 
     async def work() -> None:
         store = _store(s3)
-        store.keep_body_bytes = 3 * size
+        store.bodies.keep_bytes = 3 * size
         try:
             await store.put("reused.log", data)
             first = await store.read_range("reused.log", 0, size)
@@ -212,8 +212,7 @@ def test_a_bodys_buffer_is_received_into_again_only_once_nothing_refers_to_it(s3
                 assert body == data[i * size:(i + 1) * size]
                 bodies.append(body)
             assert bytes(held) == data[100:200]
-            assert store._ranged is not None
-            pool = store._ranged.bodies
+            pool = store.bodies
             assert pool.reused == 0 and pool.kept_bytes == 3 * size  # all held: none reused, three kept
             assert all(b is not held.obj for b in bodies)
             bodies.clear()  # the cache evicted them; `held` still refers to the first

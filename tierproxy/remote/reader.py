@@ -132,7 +132,7 @@ class RemoteReader:
         # chunks received into buffers of evicted chunks: the cache's worth, and one more for the chunk that comes
         # in while the cache is full (the one it evicts is free only once the new one is in)
         if isinstance(rsm.store, S3Store) and not direct:
-            rsm.store.keep_body_bytes = cache_bytes + chunk_bytes
+            rsm.store.bodies.keep_bytes = cache_bytes + chunk_bytes
 
     async def close(self) -> None:
         """Stop the reads in flight (read-ahead nobody waits for), before the storage they use is closed."""

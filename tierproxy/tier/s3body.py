@@ -10,7 +10,7 @@ the kernel's.
 
 Bodies of the same size (the reader's chunks) are received into buffers used before, once nothing refers to
 them any more (`BodyBuffers`): a new 8 MiB bytearray is zeroed by the C library and, where its pages are fresh,
-faulted in a page at a time, ~10 % of the proxy's CPU per GB read from S3 (perf).
+faulted in a page at a time: ~15 % of the proxy's CPU per GB read from S3 (an A/B of the S3 CPU benchmark).
 
 The client knows the one response shape S3 gives a GET: a status line, headers, a body of Content-Length bytes.
 Anything else (a chunked or unsized body, an oversized head) raises `Unsupported`, and the caller asks the full

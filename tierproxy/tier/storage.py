@@ -265,9 +265,9 @@ class S3Store:
         self._ranged: RangedGets | None = None  # ranged GETs read into their own buffer (`s3body`)
         self._urls: TTLCache[str, str] = TTLCache(maxsize=4096, ttl=PRESIGNED_REUSE_S)
         self.ranged_fallbacks = 0  # ranged GETs the full client answered (a response `s3body` does not read)
-        # bodies' buffers kept to be received into again once nothing refers to them (`s3body.BodyBuffers`); a
-        # reader with a bounded chunk cache sets it to that bound
-        self.keep_body_bytes = 0
+        # bodies' buffers kept to be received into again once nothing refers to them; none unless a reader with a
+        # bounded chunk cache sets `bodies.keep_bytes` to that bound
+        self.bodies = BodyBuffers()
 
     async def _c(self) -> Any:
         if self._client is None:
@@ -376,7 +376,7 @@ class S3Store:
                     "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=PRESIGNED_VALID_S)
             if self._ranged is None:
                 self._ranged = RangedGets(_https_context, connect_timeout=5, read_timeout=30,
-                                          bodies=BodyBuffers(self.keep_body_bytes))
+                                          bodies=self.bodies)
             return await self._ranged.get(url, start, end)
         except Unsupported:
             raise
