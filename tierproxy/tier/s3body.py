@@ -45,6 +45,25 @@ class HttpStatus(Exception):
         self.status, self.code = status, code
 
 
+def _counts(bufs: list[bytearray]) -> list[int]:
+    """Each buffer's reference count as `BodyBuffers` reads it (one code path for the check and its baseline)."""
+    return [sys.getrefcount(buf) for buf in bufs]
+
+
+def _count_when_alone() -> int | None:
+    """What `_counts` reads for a buffer that only its list holds, measured; None on an interpreter whose count
+    does not rise with one more reference (no buffer is ever reused there)."""
+    kept = [bytearray(1)]
+    alone = _counts(kept)[0]
+    other = kept[0]
+    held = _counts(kept)[0]
+    del other
+    return alone if held > alone else None
+
+
+_ALONE = _count_when_alone()
+
+
 class BodyBuffers:
     """Buffers for response bodies, each used again for a body of its size once nothing else refers to it.
 
@@ -63,8 +82,11 @@ class BodyBuffers:
         self.reused = 0
 
     def _unused(self) -> list[bytearray]:
-        # held by the pool's list, the comprehension's name and getrefcount's own argument, and by nothing else
-        return [buf for buf in self.kept if sys.getrefcount(buf) <= 3]
+        # held by the pool's list and by nothing else (the count's baseline is measured, not assumed: what a
+        # reference on the interpreter's own stack adds differs between CPython versions)
+        if _ALONE is None:
+            return []
+        return [buf for buf, count in zip(self.kept, _counts(self.kept), strict=True) if count <= _ALONE]
 
     def take(self, length: int) -> bytearray:
         """A buffer of exactly `length` bytes (its contents whatever it held before)."""
