@@ -40,7 +40,7 @@ def test_table_from_the_tier_vs_sparks_kafka_source_to_parquet(kafka: KafkaClust
     storage, metadata = f"file://{tmp_path}/tier", f"file://{tmp_path}/meta"
     tier_once(kafka.bootstrap, topic, storage, metadata, tmp_path, segment_bytes=32 << 20)
     tier_bytes = _bytes_under(tmp_path / "tier", ".log")
-    spark = local_session("local[2]")
+    spark = local_session()
     n = 0
 
     def ours() -> tuple[float, int, IcebergSummary, int]:
@@ -66,17 +66,15 @@ def test_table_from_the_tier_vs_sparks_kafka_source_to_parquet(kafka: KafkaClust
         rows = spark.read.parquet(str(out)).count()
         return took, rows, _bytes_under(out, ".parquet")
 
-    try:
-        ours()
-        usual()
-        best_ours: Any = None
-        best_usual: Any = None
-        for _ in range(ROUNDS):
-            a, b = ours(), usual()
-            best_ours = a if best_ours is None or a[0] < best_ours[0] else best_ours
-            best_usual = b if best_usual is None or b[0] < best_usual[0] else best_usual
-    finally:
-        spark.stop()
+    # the process's session (`local_session`): stopped when the run ends, not here
+    ours()
+    usual()
+    best_ours: Any = None
+    best_usual: Any = None
+    for _ in range(ROUNDS):
+        a, b = ours(), usual()
+        best_ours = a if best_ours is None or a[0] < best_ours[0] else best_ours
+        best_usual = b if best_usual is None or b[0] < best_usual[0] else best_usual
     ours_s, ours_rows, summary, table_bytes = best_ours
     usual_s, usual_rows, usual_bytes = best_usual
     assert ours_rows == usual_rows == RECORDS

@@ -102,20 +102,18 @@ def test_tier_reader_vs_sparks_kafka_source(kafka: KafkaCluster, tmp_path: Path)
     produce(kafka, topic, RECORDS)
     storage, metadata = f"file://{tmp_path}/tier", f"file://{tmp_path}/meta"
     tier_once(kafka.bootstrap, topic, storage, metadata, tmp_path, segment_bytes=32 << 20)
-    spark = local_session("local[2]")
-    try:
-        best = best_of(spark, {
-            "kafka": ("kafka", {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}),
-            "tier": ("tierproxy", {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
-                                   "storage": storage, "metadata": metadata})})
-        (kafka_s, kafka_rows, kafka_bytes), (tier_s, tier_rows, tier_bytes) = best["kafka"], best["tier"]
-        tasks = spark.read.format("tierproxy").options(**{
-            "kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "storage": storage,
-            "metadata": metadata}).load().rdd.getNumPartitions()
-        ArrowCeiling.register(spark, RECORDS, tasks)
-        ceiling_s, ceiling_rows, _ = best_of(spark, {"ceiling": ("arrow-ceiling", {})}, 1)["ceiling"]
-    finally:
-        spark.stop()
+    spark = local_session()
+    # the process's session (`local_session`): stopped when the run ends, not here
+    best = best_of(spark, {
+        "kafka": ("kafka", {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}),
+        "tier": ("tierproxy", {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
+                               "storage": storage, "metadata": metadata})})
+    (kafka_s, kafka_rows, kafka_bytes), (tier_s, tier_rows, tier_bytes) = best["kafka"], best["tier"]
+    tasks = spark.read.format("tierproxy").options(**{
+        "kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "storage": storage,
+        "metadata": metadata}).load().rdd.getNumPartitions()
+    ArrowCeiling.register(spark, RECORDS, tasks)
+    ceiling_s, ceiling_rows, _ = best_of(spark, {"ceiling": ("arrow-ceiling", {})}, 1)["ceiling"]
     assert tier_rows == kafka_rows == RECORDS and tier_bytes == kafka_bytes
     ratio = kafka_s / tier_s
     report("spark reader", f"tier {tier_rows / tier_s:,.0f} rows/s {tier_bytes / 1e6 / tier_s:.0f} MB/s vs "

@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from tests.bench.report import report
 from tests.support.kafka import create_topic
 from tests.support.registry import Registry
-from tests.support.spark import local_session, spark_avro_jars, tier_once
+from tests.support.spark import local_session, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.iceberg.catalog import catalog_config
 from tierproxy.jobs.iceberg.registry import RegistryConfig
@@ -77,7 +77,7 @@ def test_typed_table_from_the_tier_vs_sparks_kafka_source_with_from_avro(kafka: 
     payload = _produce(kafka.bootstrap, schema_registry, topic)
     storage, metadata = f"file://{tmp_path}/tier", f"file://{tmp_path}/meta"
     tier_once(kafka.bootstrap, topic, storage, metadata, tmp_path, segment_bytes=32 << 20)
-    spark = local_session("local[2]", spark_avro_jars())
+    spark = local_session()
     n = 0
 
     def ours(typed: bool) -> tuple[float, int]:
@@ -110,17 +110,15 @@ def test_typed_table_from_the_tier_vs_sparks_kafka_source_with_from_avro(kafka: 
         took = time.perf_counter() - start
         return took, spark.read.parquet(str(out)).count()
 
-    try:
-        ours(True)
-        usual()
-        best: dict[str, tuple[float, int]] = {}
-        for _ in range(ROUNDS):
-            for name, run in (("typed", lambda: ours(True)), ("raw", lambda: ours(False)), ("usual", usual)):
-                got = run()
-                if name not in best or got[0] < best[name][0]:
-                    best[name] = got
-    finally:
-        spark.stop()
+    # the process's session (`local_session`): stopped when the run ends, not here
+    ours(True)
+    usual()
+    best: dict[str, tuple[float, int]] = {}
+    for _ in range(ROUNDS):
+        for name, run in (("typed", lambda: ours(True)), ("raw", lambda: ours(False)), ("usual", usual)):
+            got = run()
+            if name not in best or got[0] < best[name][0]:
+                best[name] = got
     assert best["typed"][1] == best["usual"][1] == best["raw"][1] == RECORDS
     rate: dict[str, Any] = {k: RECORDS / v[0] for k, v in best.items()}
     report("typed iceberg table", f"from the tier {rate['typed']:,.0f} rows/s vs Spark's Kafka source + from_avro to "

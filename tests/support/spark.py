@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,9 @@ def spark_home() -> Path:
 
 
 _WORKER_SESSION: list[Any] = []
+# what the process's session carries on its class path, resolved when it starts (a JVM's class path is fixed then):
+# Spark's Kafka source always; the benchmarks add Spark's Avro functions (tests/bench/conftest.py)
+SESSION_JARS: list[Callable[[], list[str]]] = [spark_kafka_jars]
 
 
 def worker_session() -> Any:
@@ -68,7 +71,7 @@ def worker_session() -> Any:
     from tierproxy.jobs.tiering.job import spark_session
 
     spark = spark_session("tierproxy-tests", "local[2]", {
-        "spark.jars": ",".join(spark_kafka_jars()), "spark.sql.session.timeZone": "UTC",
+        "spark.jars": ",".join(j for jars in SESSION_JARS for j in jars()), "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "2"})
     register(spark)
     _WORKER_SESSION.append(spark)
