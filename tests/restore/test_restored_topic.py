@@ -245,7 +245,7 @@ def test_partitions_expand(disaster: Disaster, ledger: Ledger, tmp_path: Path) -
     for fut in admin.create_partitions([NewPartitions(LEDGER, 2)], request_timeout=30).values():
         fut.result(30)
     # every broker of B, not one: the pass below asks whichever it reaches, and one that has not applied the new
-    # partition yet answers without it (stop 62's CI: that pass tiered nothing, and this test and the next failed)
+    # partition yet answers without it (the last stop's CI: that pass tiered nothing; this test and the next failed)
     def has_leader(bootstrap: str) -> bool:
         return partition_state(bootstrap, [LEDGER], None).get((LEDGER, 1), (-1,))[0] >= 0
 
