@@ -96,11 +96,6 @@ def weed_path() -> Path:
     return path
 
 
-def _ports_with_grpc(n: int) -> int:
-    """The first of `n` consecutive free ports whose +10000 twins (SeaweedFS's gRPC ports) are free too."""
-    return ports.free_port_block(n, reuse_addr=False, twin_offset=10000)
-
-
 @dataclass
 class _Launched:
     """A `weed server` started, not yet known to serve."""
@@ -120,14 +115,19 @@ def _launch(workdir: Path) -> _Launched:
     data.mkdir(parents=True, exist_ok=True)
     config = workdir / "s3-identities.json"
     config.write_text(json.dumps(S3_IDENTITIES))
-    base = _ports_with_grpc(4)
+    # each server's HTTP and gRPC ports, all from this worker's share: left to itself SeaweedFS puts a gRPC port at
+    # its HTTP port + 10000, which may lie in the kernel's ephemeral range or in another worker's share, where a
+    # client socket or another server can take it before SeaweedFS binds it ("address already in use")
+    base = ports.free_port_block(8, reuse_addr=False)
     master, volume, filer, s3 = base, base + 1, base + 2, base + 3
+    grpc = {"master": base + 4, "volume": base + 5, "filer": base + 6, "s3": base + 7}
     log = workdir / "seaweedfs.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [str(weed), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
              f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
              f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100",
+             *(f"-{name}.port.grpc={port}" for name, port in grpc.items()),
              "-s3.port.iceberg=0", "-s3.port.lance=0"],  # its Iceberg and Lance servers (on fixed ports) stay off
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     return _Launched(proc, f"http://127.0.0.1:{s3}", log)

@@ -64,10 +64,10 @@ def _bindable(port: int, reuse_addr: bool) -> bool:
     return True
 
 
-def free_port_block(n: int, *, reuse_addr: bool = True, twin_offset: int = 0) -> int:
+def free_port_block(n: int, *, reuse_addr: bool = True) -> int:
     """The first of `n` consecutive free loopback ports from this process's space, none handed out before in the
-    last few minutes. `reuse_addr` binds the check as servers bind (SO_REUSEADDR); `twin_offset` also requires
-    the ports that far above each to be free (SeaweedFS puts its gRPC ports at +10000)."""
+    last few minutes. `reuse_addr` binds the check as servers bind (SO_REUSEADDR). A server that would open more
+    ports of its own is given them all from here (SeaweedFS's gRPC ports, `tests.support.s3`)."""
     low, high = port_space()
     if high - low < n:
         raise RuntimeError(f"no block of {n} ports in {low}-{high}")
@@ -78,10 +78,9 @@ def free_port_block(n: int, *, reuse_addr: bool = True, twin_offset: int = 0) ->
     for _ in range(500):
         base = random.randrange(low, high - n + 1)
         ports = range(base, base + n)
-        if base + n + twin_offset > 65536 or any(p in _handed for p in ports):
+        if any(p in _handed for p in ports):
             continue
-        if all(_bindable(p, reuse_addr) for p in ports) and \
-                (not twin_offset or all(_bindable(p + twin_offset, reuse_addr) for p in ports)):
+        if all(_bindable(p, reuse_addr) for p in ports):
             for p in ports:
                 _handed[p] = now
             return base
