@@ -118,7 +118,7 @@ def test_image_is_non_root_with_labels_and_no_compilers(image: str, jobs: bool, 
     if jobs:
         assert "openjdk" in out.stdout and "needs the tier extra" not in out.stdout
     else:  # no JRE, no Spark: `tier` names the image or extra it needs
-        assert "openjdk" not in out.stdout and "pip install 'tierproxy[tier]'" in out.stdout, out.stdout
+        assert "openjdk" not in out.stdout and "pip install 'kafka-tierproxy[tier]'" in out.stdout, out.stdout
 
 
 def test_serve_from_the_image_proxies_kcat_and_stops_on_sigterm(kafka: KafkaCluster, container: str, kcat: str,

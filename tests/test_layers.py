@@ -149,7 +149,7 @@ def test_no_cycle_between_packages() -> None:
     assert order[-1] == "tierproxy.cli" or "tierproxy.dev" in order[-2:]
 
 
-# `pip install tierproxy` is the proxy's role (README "Install by role"): these layers import neither the jobs'
+# `pip install kafka-tierproxy` is the proxy's role (README "Install by role"): these layers import neither the jobs'
 # code nor their dependencies (the `tier` and `iceberg` extras), at any depth of a module
 PROXY_ROLE = {"shared", "tier", "remote", "core", "admin", "restore"}
 JOB_CODE = {"tiering", "iceberg", "spark"}

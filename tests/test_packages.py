@@ -1,7 +1,7 @@
-"""Packages by role: `pip install tierproxy` is the proxy, its admin API and the restore; the PySpark jobs come with
-the `tier` and `iceberg` extras; the developer tools (`tierproxy.dev`: the Kafka distribution, the demo) stay in the
-checkout. Here the job dependencies are made unimportable in the process (a `sitecustomize`
-on PYTHONPATH refuses them, as a venv without them would): `serve` still serves the tier's history and its admin
+"""Packages by role: `pip install kafka-tierproxy` is the proxy, its admin API and the restore; the PySpark jobs
+come with the `tier` and `iceberg` extras; the developer tools (`tierproxy.dev`: the Kafka distribution, the demo)
+stay in the checkout. Here the job dependencies are made unimportable in the process (a `sitecustomize` on
+PYTHONPATH refuses them, as a venv without them would): `serve` still serves the tier's history and its admin
 API answers; `tier` and `iceberg` say in one line which extra to install (exit 2)."""
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def _without_job_dependencies(tmp: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("command", "says"), [
-    (["tier", "--once", "--bootstrap-server", "127.0.0.1:1"], "pip install 'tierproxy[tier]'"),
-    (["iceberg", "metadata-location", "--bootstrap-server", "127.0.0.1:1"], "pip install 'tierproxy[iceberg]'"),
+    (["tier", "--once", "--bootstrap-server", "127.0.0.1:1"], "pip install 'kafka-tierproxy[tier]'"),
+    (["iceberg", "metadata-location", "--bootstrap-server", "127.0.0.1:1"], "pip install 'kafka-tierproxy[iceberg]'"),
     (["demo", "--duration", "-1"], "runs from a source checkout (make demo)"),  # tierproxy.dev is not in the wheel
 ])
 def test_a_command_without_its_extra_names_it(tmp_path: Path, command: list[str], says: str) -> None:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make image`: two images, each :<package version> and :latest, built with buildah (chroot isolation, vfs
 # storage; no Docker daemon, no registry). Run as root.
-#   localhost/tierproxy       `serve`, `admin`, `restore`: `pip install 'tierproxy[uvloop]'`, no JRE, no Spark
-#   localhost/tierproxy-jobs  `tier`, `iceberg` (PySpark jobs) and the rest: `tierproxy[all]` and a Java 17 runtime
+#   localhost/tierproxy       `serve`, `admin`, `restore`: `pip install 'kafka-tierproxy[uvloop]'`, no JRE, no Spark
+#   localhost/tierproxy-jobs  `tier`, `iceberg` (PySpark jobs) and the rest: `kafka-tierproxy[all]` and a Java 17 runtime
 #   1. bases localhost/tierproxy-base-<proxy|jobs>:<recipe hash>: a Debian bookworm minbase root filesystem made by
 #      debootstrap from Debian packages, plus python3 and tini (and the JRE for jobs; apt inside the image, caches
 #      removed). Kept in buildah's storage and rebuilt only when the recipe changes; the debootstrap tarball is

@@ -39,6 +39,7 @@ from tierproxy.admin.models import (
 )
 from tierproxy.admin.runs import request_pass, run_status
 from tierproxy.admin.status import iceberg_status, partition_status, refresh_tier_status, remote_status, topic_summary
+from tierproxy.config.distribution import pip_install
 from tierproxy.proxy.server import Proxy
 from tierproxy.tier.model import uuid_str
 
@@ -139,7 +140,7 @@ def create_app(proxy: Proxy) -> FastAPI:
             found = await iceberg_status(proxy)
         except ModuleNotFoundError as exc:  # a proxy installed without the iceberg extra
             raise HTTPException(503, f"the Iceberg table's status needs the iceberg extra ({exc.name} is not "
-                                "installed): pip install 'tierproxy[iceberg]'") from None
+                                f"installed): {pip_install('iceberg')}") from None
         except Exception as exc:
             raise HTTPException(503, str(exc)) from None
         proxy.fetch_stats.iceberg = found  # the metrics show what this answer showed, not an older refresh

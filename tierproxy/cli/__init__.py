@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tierproxy.config.distribution import pip_install
+
 if TYPE_CHECKING:
     from tierproxy.config import TierSettings
 
@@ -416,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# the commands that need an extra (`pip install 'tierproxy[EXTRA]'`) and the modules that make it up; `serve`,
+# the commands that need an extra (`pip install 'kafka-tierproxy[EXTRA]'`) and the modules that make it up; `serve`,
 # `admin` and `restore` need none (`demo` runs from a checkout, where `make install` installs every extra)
 EXTRAS = {"tier": ("tier", ("pyspark", "pyarrow", "numpy", "numba")),
           "iceberg": ("iceberg", ("pyspark", "pyarrow", "numpy", "numba", "pyiceberg", "fastavro", "google.protobuf"))}
@@ -437,8 +439,7 @@ def missing_extra(command: str) -> str | None:
     missing = [m for m in modules if not _installed(m)]
     if not missing:
         return None
-    return (f"`tierproxy {command}` needs the {extra} extra ({', '.join(missing)} not installed): "
-            f"pip install 'tierproxy[{extra}]'")
+    return f"`tierproxy {command}` needs the {extra} extra ({', '.join(missing)} not installed): {pip_install(extra)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

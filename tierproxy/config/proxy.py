@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from tierproxy.config.common import CommonSettings
+from tierproxy.config.distribution import pip_install
 from tierproxy.config.values import _has_uvloop, _hostport
 
 
@@ -36,7 +37,7 @@ class ProxySettings(CommonSettings):
     max_in_flight_requests: int = Field(1000, ge=1, description="per connection, before reading pauses")
     event_loop: str = Field(default_factory=lambda: "uvloop" if _has_uvloop() else "asyncio",
                             description="uvloop (libuv: lower added latency; the default where installed, as in the "
-                            "image and tierproxy[uvloop]) or asyncio (the standard loop)")
+                            "image and kafka-tierproxy[uvloop]) or asyncio (the standard loop)")
     ssl_certfile: Path | None = Field(None, description="TLS certificate chain for the client listener")
     ssl_keyfile: Path | None = Field(None, description="private key of ssl.certfile (PEM)")
     ssl_cafile: Path | None = Field(None, description="CA that client certificates must chain to (mTLS)")
@@ -96,7 +97,7 @@ class ProxySettings(CommonSettings):
             try:
                 import uvloop  # noqa: F401
             except ImportError:
-                raise ValueError("uvloop is not installed (pip install 'tierproxy[uvloop]')") from None
+                raise ValueError(f"uvloop is not installed ({pip_install('uvloop')})") from None
         return v
 
     @field_validator("listen", "admin_listen")
