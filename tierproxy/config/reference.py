@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any, Union, get_args, get_origin
 
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -37,6 +37,21 @@ SECTIONS = (
     ("`tierproxy serve`", "The proxy and its admin API.", ProxySettings),
     ("`tierproxy tier`, `iceberg` and `restore`", "The PySpark jobs and the restore.", TierSettings),
 )
+
+
+DURATION = "duration (ms, or e.g. 30s, 5m, 1h)"
+
+
+def accepts_duration(model: type[BaseModel], name: str) -> bool:
+    """Whether the key takes `30s` as well as a number of milliseconds, asked of the model's own validators (a
+    "before" validator that turns `30s` into 30000): the page says so only where the code does it."""
+    for validator in model.__pydantic_decorators__.field_validators.values():
+        if name in validator.info.fields and validator.info.mode == "before":
+            try:
+                return bool(validator.func("30s") == 30_000)
+            except (TypeError, ValueError):
+                return False
+    return False
 
 
 def _type(annotation: Any) -> str:
@@ -79,7 +94,8 @@ def render() -> str:
         out += [f"## {title}", "", what, "", "| key | type | default | environment | description |",
                 "|---|---|---|---|---|"]
         for name, field in sorted(fields.items()):
-            out.append(f"| `{dotted(name)}` | {_type(field.annotation)} | {_cell(_default(field))} | "
+            kind = DURATION if accepts_duration(model or CommonSettings, name) else _type(field.annotation)
+            out.append(f"| `{dotted(name)}` | {kind} | {_cell(_default(field))} | "
                        f"`{ENV_PREFIX}{name.upper()}` | {_cell(field.description or '')} |")
         out.append("")
     return "\n".join(out)
