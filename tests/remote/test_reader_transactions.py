@@ -47,7 +47,7 @@ def test_read_committed_reads_transaction_indexes_only_for_transactional_records
 
         res = await reader.read(first, 0, 1 << 20, True, True, deadline, [second])
         assert [b.base_offset for b in iter_batches(res.records)] == list(range(10))
-        assert res.aborted == [] and res.unresolved == set()
+        assert res.aborted == [] and res.unresolved == {}
         assert index_kinds(reader, first) == set()  # no snapshot, no txn index (nor offset index: from its start)
 
         # records before the transaction, in the segment that holds it: still nothing to look up

@@ -45,8 +45,9 @@ class BrokerLogUnavailable(RuntimeError):
 class ReadResult:
     records: bytes | memoryview | FileRegion | RecordPieces
     aborted: list[AbortedTxn] = field(default_factory=list)
-    # READ_COMMITTED: producers whose transaction was open at the end of the tier (decided in the broker's log)
-    unresolved: set[int] = field(default_factory=set)
+    # READ_COMMITTED: producer id → first offset of its transaction open at the end of the tier (its outcome is
+    # recorded in the tier, or else in the broker's log: `tier.transactions.recorded_outcomes`)
+    unresolved: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -555,4 +556,4 @@ class RemoteReader:
                 later = decode_producer_snapshot(await self.index(nxt, IndexType.PRODUCER_SNAPSHOT, deadline))
                 still_open = {pid for pid in still_open
                               if (e := later.get(pid)) is None or e.current_txn_first_offset == open_at[pid]}
-        return ReadResult(records, found, still_open)
+        return ReadResult(records, found, {pid: open_at[pid] for pid in still_open})

@@ -27,14 +27,16 @@ from tierproxy.remote.timestamps import first_record_at_or_after
 from tierproxy.remote.view import BrokerOffsets
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import AbortedTxn, lookup_time
-from tierproxy.tier.model import TopicIdPartition
+from tierproxy.tier.model import RemoteLogStartOffset, TopicIdPartition
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import WrongCluster, check_cluster
-from tierproxy.tier.rlmm import RemoteLogMetadataManager
+from tierproxy.tier.purges import record_purge
+from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import served_segments
 from tierproxy.tier.storage import FileStore
+from tierproxy.tier.transactions import recorded_outcomes
 
 log = logging.getLogger("tierproxy.remote")
 
@@ -153,7 +155,12 @@ class RemoteTier:
         return self._quota
 
     async def put_log_start(self, tp: TopicIdPartition, log_start: int) -> None:
-        """Record a purge below `log_start` (RemoteLogStartOffset) in the metadata."""
+        """Record a purge below `log_start` (RemoteLogStartOffset): first a purge record in the tier itself
+        (`tier.purges`: it outlives the cluster and its metadata topic), then the metadata."""
+        pc = self.rlmm.partition(tp)
+        if pc is not None and log_start <= pc.log_start_offset:
+            return  # nothing moves
+        await record_purge(self.rsm.store, self.rsm.prefix, RemoteLogStartOffset(tp, log_start, now_ms()))
         await self.rlmm.put_log_start(tp, log_start)
 
     @property
@@ -230,8 +237,11 @@ class RemoteTier:
         async def read() -> ReadResult:
             res = await self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following,
                                          as_file, joined=False)  # the answer's encoder sends the pieces as they are
-            if res.unresolved:
-                res.aborted += await self.aborted_in_broker_log(pc.tp.topic, pc.tp.partition, res.unresolved)
+            if res.unresolved:  # the tier's recorded outcomes are final; only an undecided one is asked of the broker
+                aborted, undecided = recorded_outcomes(pc.outcomes, res.unresolved)
+                res.aborted += aborted
+                if undecided:
+                    res.aborted += await self.aborted_in_broker_log(pc.tp.topic, pc.tp.partition, set(undecided))
             return res
 
         return self.pool.submit(read)

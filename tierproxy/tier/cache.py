@@ -21,6 +21,7 @@ from tierproxy.tier.model import (
     TierPass,
     TopicIdPartition,
     TopicMount,
+    TransactionOutcome,
     check_partition_transition,
     check_segment_transition,
 )
@@ -64,6 +65,8 @@ class PartitionCache:
         self.epochs: dict[int, _EpochIndex] = {}
         self.unreferenced: set[bytes] = set()
         self.log_start_offset = 0  # moved by purges only (RemoteLogStartOffset): nothing below it is served
+        # (producer id, first offset) → the recorded outcome of a transaction open at a tiered segment's end
+        self.outcomes: dict[tuple[int, int], TransactionOutcome] = {}
         # the served segments in offset order and the lineage, computed once per change of `segments`/`epochs`:
         # every remote fetch asks them (several times), a change comes once per tiered segment
         self._served: list[RemoteLogSegmentMetadata] | None = None
@@ -274,8 +277,15 @@ class MetadataCache:
         self.events_applied += 1
 
     def apply(self, event: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
-              | RemotePartitionDeleteMetadata | RemoteLogStartOffset | TierPass | TopicMount) -> None:
-        if isinstance(event, TopicMount):
+              | RemotePartitionDeleteMetadata | RemoteLogStartOffset | TierPass | TopicMount
+              | TransactionOutcome) -> None:
+        if isinstance(event, TransactionOutcome):
+            if not self.is_deleted(event.tp.topic_id, event.tp.partition):
+                outcomes = self.partition(event.tp).outcomes
+                known = outcomes.get((event.producer_id, event.first_offset))
+                if known is None or not known.decided:  # a decided outcome is final
+                    outcomes[(event.producer_id, event.first_offset)] = event
+        elif isinstance(event, TopicMount):
             old = self.mounts.get(event.origin_id)
             if old is not None:
                 self.aliases.pop(old.alias_id, None)

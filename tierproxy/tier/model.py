@@ -184,6 +184,29 @@ class TierPass:
     returncode: int = 0
 
 
+class TxnOutcome(enum.IntEnum):
+    ABORTED = 0
+    COMMITTED = 1
+    OPEN = 2  # undecided when recorded; a restore resolves it (`tier.transactions.resolve_lost`)
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionOutcome:
+    """The outcome of a transaction whose records the tier holds but whose marker lies above what it holds (open
+    at a tiered segment's end), as it was learnt (`learnt`: where from). ABORTED and COMMITTED are final: readers
+    take them before any cluster's log, which after a restore knows nothing of the transaction."""
+    tp: TopicIdPartition
+    producer_id: int
+    first_offset: int
+    outcome: TxnOutcome
+    learnt: str
+    event_timestamp_ms: int
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != TxnOutcome.OPEN
+
+
 NO_ALIAS = bytes(16)
 
 

@@ -30,6 +30,7 @@ from tierproxy.tier.model import (
     TierPass,
     TopicIdPartition,
     TopicMount,
+    TransactionOutcome,
     check_partition_transition,
     check_segment_transition,
 )
@@ -137,9 +138,12 @@ class RemoteLogMetadataManager(abc.ABC):
             records += [(k, None) for k in self._dead_keys(pc, md)]
         return records
 
-    async def finish_copy(self, facts: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
+    async def finish_copy(self, facts: RemoteLogSegmentMetadata,
+                          outcomes: list[TransactionOutcome] | None = None) -> RemoteLogSegmentMetadata:
         """COPY_SEGMENT_FINISHED carrying the copied segment's facts (its exact offsets, epochs, size), which may
-        differ from what STARTED planned; the planned key is retired if nothing else uses it."""
+        differ from what STARTED planned; the planned key is retired if nothing else uses it. `outcomes` (of the
+        transactions open at the segment's end, `tier.transactions`) go in the same publish, before it: a served
+        segment never lacks them."""
         pc = self.cache.get(facts.tp.topic_id, facts.tp.partition)
         current = pc.segments.get(facts.segment_id.id) if pc else None
         check_segment_transition(current.state if current else None, SegmentState.COPY_SEGMENT_FINISHED,
@@ -152,7 +156,7 @@ class RemoteLogMetadataManager(abc.ABC):
         live = {record_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
         if planned not in (record_key(md), *live) and planned in self.keys.get((md.tp.topic_id, md.tp.partition), ()):
             records.append((planned, None))
-        await self.publish(records)
+        await self.publish([*((record_key(o), encode_value(o)) for o in outcomes or ()), *records])
         return md
 
     def _dead_keys(self, pc: PartitionCache, md: RemoteLogSegmentMetadata) -> list[bytes]:
@@ -197,6 +201,13 @@ class RemoteLogMetadataManager(abc.ABC):
                                                            _offset_of(k) < log_start_offset))
         await self.publish([(key, encode_value(event)), *((k, None) for k in lower)])
         return True
+
+    async def put_outcomes(self, outcomes: list[TransactionOutcome]) -> None:
+        """Transaction outcomes (`tier.transactions`); a decided one already recorded is final, never replaced."""
+        fresh = [o for o in outcomes if (pc := self.cache.get(o.tp.topic_id, o.tp.partition)) is None
+                 or (old := pc.outcomes.get((o.producer_id, o.first_offset))) is None or not old.decided]
+        if fresh:
+            await self.publish([(record_key(o), encode_value(o)) for o in fresh])
 
     async def put_mounts(self, mounts: list[TopicMount]) -> None:
         """A restore's hand-over of topic ids from a lost cluster (`TopicMount`)."""

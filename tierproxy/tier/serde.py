@@ -11,6 +11,8 @@ Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka p
       served it; keys "tierproxy:tierPass:requested" / "tierproxy:tierPass:done", metadata partition 0)
    66 TopicMountRecord (tierproxy's own, v1: a topic id of a lost cluster handed by a restore to the cluster that
       owns the tier now, with the restored topic's id there; key "tierproxy:mount:originId", metadata partition 0)
+   67 TransactionOutcomeRecord (tierproxy's own, v1: the outcome of a transaction open at a tiered segment's end,
+      `tier.transactions`; key "topicId:partition:txn:producerId:firstOffset", the partition's metadata partition)
 Record key (compacted topic) => "topicId:partition:endOffset:brokerLeaderEpoch" for segment records,
     except a segment that has not finished its copy: "topicId:partition:segment:segmentId" (see below),
     "topicId:partition" for partition-deletion records, "topicId:partition:logStart:offset" for log start
@@ -41,11 +43,13 @@ from tierproxy.tier.model import (
     TierPass,
     TopicIdPartition,
     TopicMount,
+    TransactionOutcome,
+    TxnOutcome,
     uuid_str,
 )
 
 Event = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-         | RemoteLogStartOffset | TierPass | TopicMount)
+         | RemoteLogStartOffset | TierPass | TopicMount | TransactionOutcome)
 VERSION = 1
 
 _TIP = [F("name", "string", "0+"), F("id", "uuid", "0+"), F("partition", "int32", "0+")]
@@ -111,8 +115,17 @@ MOUNT_RECORD = Message("TopicMountRecord", api_key=66, versions="1", flexible="1
     F("event_timestamp_ms", "int64", "1+"),
 ])
 
+TXN_OUTCOME_RECORD = Message("TransactionOutcomeRecord", api_key=67, versions="1", flexible="1+", fields=[
+    F("topic_id_partition", "{}", "1+", fields=_TIP),
+    F("producer_id", "int64", "1+"),
+    F("first_offset", "int64", "1+"),
+    F("outcome", "int8", "1+"),
+    F("learnt", "string", "1+"),
+    F("event_timestamp_ms", "int64", "1+"),
+])
+
 _BY_KEY = {m.api_key: m for m in (SEGMENT_RECORD, UPDATE_RECORD, PARTITION_DELETE_RECORD, LOG_START_RECORD,
-                                  TIER_PASS_RECORD, MOUNT_RECORD)}
+                                  TIER_PASS_RECORD, MOUNT_RECORD, TXN_OUTCOME_RECORD)}
 
 
 def _tip(tp: TopicIdPartition) -> dict[str, object]:
@@ -161,6 +174,11 @@ def encode_value(event: Event, version: int = VERSION) -> bytes:
             "topic": event.topic, "origin_id": event.origin_id, "alias_id": event.alias_id,
             "origin_cluster": event.origin_cluster, "owner_cluster": event.owner_cluster,
             "event_timestamp_ms": event.event_timestamp_ms}
+    elif isinstance(event, TransactionOutcome):
+        msg, data = TXN_OUTCOME_RECORD, {
+            "topic_id_partition": _tip(event.tp), "producer_id": event.producer_id,
+            "first_offset": event.first_offset, "outcome": int(event.outcome), "learnt": event.learnt,
+            "event_timestamp_ms": event.event_timestamp_ms}
     elif isinstance(event, RemoteLogStartOffset):
         msg, data = LOG_START_RECORD, {
             "topic_id_partition": _tip(event.tp), "broker_id": event.broker_id,
@@ -203,6 +221,9 @@ def decode_value(value: bytes | memoryview) -> Event:
         if api_key == MOUNT_RECORD.api_key:
             return TopicMount(d["topic"], bytes(d["origin_id"]), bytes(d["alias_id"]), d["origin_cluster"],
                               d["owner_cluster"], d["event_timestamp_ms"])
+        if api_key == TXN_OUTCOME_RECORD.api_key:
+            return TransactionOutcome(_from_tip(d["topic_id_partition"]), d["producer_id"], d["first_offset"],
+                                      TxnOutcome(d["outcome"]), d["learnt"], d["event_timestamp_ms"])
         if api_key == LOG_START_RECORD.api_key:
             return RemoteLogStartOffset(_from_tip(d["topic_id_partition"]), d["log_start_offset"],
                                         d["event_timestamp_ms"], d["broker_id"])
@@ -224,6 +245,9 @@ def record_key(event: Event, end_offset: int | None = None) -> bytes:
         return f"tierproxy:mount:{uuid_str(event.origin_id)}".encode()
     if isinstance(event, RemoteLogStartOffset):
         return f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}:logStart:{event.log_start_offset}".encode()
+    if isinstance(event, TransactionOutcome):  # one per transaction: compaction keeps its latest outcome
+        return (f"{uuid_str(event.tp.topic_id)}:{event.tp.partition}:txn:{event.producer_id}:"
+                f"{event.first_offset}").encode()
     if isinstance(event, RemoteLogSegmentMetadata):
         tp, end = event.tp, event.end_offset
     else:

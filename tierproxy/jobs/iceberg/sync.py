@@ -28,7 +28,7 @@ import time
 import uuid
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -212,9 +212,11 @@ class TablePlanner(Planner):
         return starting
 
 
-def held_back_from(results: Sequence[SliceWritten]) -> int | None:
+def held_back_from(results: Sequence[SliceWritten], decided: Collection[tuple[int, int]] = ()) -> int | None:
     """The first offset of the earliest transaction still open after a partition's slices (in offset order): its
-    outcome is not tiered, so nothing from there on may become rows yet. None: every outcome is known."""
+    outcome is not tiered, so nothing from there on may become rows yet. None: every outcome is known. A
+    transaction whose outcome the tier records (`decided`: producer id, first offset) is known: its records were
+    read as the outcome says (`tier.transactions`), and no marker is waited for."""
     state: dict[int, int] = {}
     for r in results:
         closes = set(r.closes)
@@ -223,7 +225,9 @@ def held_back_from(results: Sequence[SliceWritten]) -> int | None:
         for pid, first in r.opens.items():
             if int(pid) in closes or int(pid) not in state:
                 state[int(pid)] = int(first)
-    return min(state.values()) if state else None
+    known = set(decided)
+    left = [first for pid, first in state.items() if (pid, first) not in known]
+    return min(left) if left else None
 
 
 class IcebergSync:
@@ -311,11 +315,12 @@ class IcebergSync:
         stops = {(pp.info.topic, pp.info.partition): first_open_hole(holes_between(pp.segments),
                                                                      pp.live.log_start if pp.live else None)
                  for pp in planner.plans}
+        decided = {(pp.info.topic, pp.info.partition): set(pp.outcomes) for pp in planner.plans}
         summary.executor_peak_rss_mb = max((r.peak_rss_kb for r in results), default=0) / 1024
         summary.executor_base_rss_mb = min((r.rss_before_kb for r in results), default=0) / 1024
         for t in targets:
             t.new = Ledger(dict(t.ledger.ends), dict(t.ledger.starts), dict(t.ledger.topics))
-            t.accepted = self._accept(results, t, stops)
+            t.accepted = self._accept(results, t, stops, decided)
             t.deletes = [] if o.keep else self._follow(planner, t.ledger, t.new, t.columns)
             for pp in planner.plans:
                 if pp.info.topic not in planner.waiting:
@@ -417,7 +422,8 @@ class IcebergSync:
             raise SegmentDataError(f"{errors[0].error}{more}")
         return out
 
-    def _accept(self, results: list[SliceWritten], t: _Target, stops: dict[tuple[str, int], int | None]) -> _Accepted:
+    def _accept(self, results: list[SliceWritten], t: _Target, stops: dict[tuple[str, int], int | None],
+                decided: Mapping[tuple[str, int], Collection[tuple[int, int]]] | None = None) -> _Accepted:
         """A table's files to commit, their segments, and files held back (an undecided transaction, or above an
         open hole in `stops`) or already in it (a table whose ledger is ahead of the other's); advances `t.new`."""
         by_partition: dict[tuple[str, int], list[SliceWritten]] = defaultdict(list)
@@ -427,7 +433,7 @@ class IcebergSync:
         assert t.new is not None
         for (topic, partition), rs in by_partition.items():
             rs.sort(key=lambda r: (r.start, r.byte_start))  # a segment's slices in byte order
-            hold = held_back_from(rs) if self.o.read_committed else None
+            hold = held_back_from(rs, (decided or {}).get((topic, partition), ())) if self.o.read_committed else None
             stop = stops.get((topic, partition))
             if stop is not None:
                 log.info("iceberg: %s-%d held back from offset %d: a hole between tiered segments the tier job may "

@@ -22,10 +22,11 @@ from tierproxy.jobs.spark.options import EARLIEST, LATEST, OptionError, ReadOpti
 from tierproxy.jobs.spark.slices import READ_BYTES, Slice, pack
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.tier.indexes import OFFSET_ENTRY, decode_txn_index, lookup_position, lookup_time
-from tierproxy.tier.model import RemoteLogSegmentMetadata
+from tierproxy.tier.model import RemoteLogSegmentMetadata, TxnOutcome
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import holes_between, served_segments, tier_start
 from tierproxy.tier.timescan import scan_log_for_time
+from tierproxy.tier.transactions import OPEN_ABOVE, decided
 
 
 class DataLoss(RuntimeError):
@@ -39,6 +40,8 @@ class PartitionPlan:
     live: PartitionOffsets | None
     aborted: list[tuple[int, int, int]] = field(default_factory=list)  # (producer id, first, last) from txn indexes
     log_start: int = 0  # a purge's (DeleteRecords) log start: nothing below it is read
+    # (producer id, first offset) → the tier's recorded outcome of a transaction open at a segment's end: final
+    outcomes: dict[tuple[int, int], TxnOutcome] = field(default_factory=dict)
 
     @property
     def tier_start(self) -> int:
@@ -104,7 +107,8 @@ class Planner:
                 pc = rlmm.cache.get(p.topic_id, p.partition)  # by topic id: a re-created topic has no old history
                 served = served_segments(pc.finished(), pc.log_start_offset) if pc else []
                 plans.append(PartitionPlan(p, served, live.get((p.topic, p.partition)),
-                                           log_start=pc.log_start_offset if pc else 0))
+                                           log_start=pc.log_start_offset if pc else 0,
+                                           outcomes=decided(pc.outcomes) if pc else {}))
             self._planned(view, plans, rlmm)
             slices: list[Slice] = []
             for pp in plans:
@@ -171,13 +175,18 @@ class Planner:
             pp.aborted = [(a.producer_id, a.first_offset, a.last_offset)
                           for md in pp.segments if not md.txn_index_empty and md.end_offset >= start
                           for a in decode_txn_index(await rsm.fetch_index(md, IndexType.TRANSACTION))]
+            # aborts the tier recorded whose markers it does not hold (a cluster's log may know nothing of them)
+            indexed = {(pid, first) for pid, first, _ in pp.aborted}
+            pp.aborted += [(pid, first, OPEN_ABOVE) for (pid, first), o in sorted(pp.outcomes.items())
+                           if o == TxnOutcome.ABORTED and (pid, first) not in indexed and first <= pp.tier_end]
             if pp.segments and pp.live is not None and info in self.leaders:
                 from tierproxy.jobs.spark.live import live_aborted_reaching
 
                 # aborts whose markers are still only in the broker's log: they end beyond the tier
-                pp.aborted += [(pid, first, 1 << 62) for pid, first in
+                pp.aborted += [(pid, first, OPEN_ABOVE) for pid, first in
                                live_aborted_reaching(self.leaders[info], info.topic, info.partition,
-                                                     pp.live.log_start) if first <= pp.tier_end]
+                                                     pp.live.log_start)
+                               if first <= pp.tier_end and (pid, first) not in pp.outcomes]
         for md in pp.segments:
             if md.end_offset < start or md.start_offset >= end:
                 continue

@@ -19,8 +19,15 @@ from protocol.requests import fetch_request
 from tierproxy.config.identity import ClientIdentity
 from tierproxy.kafka.wireclient import WireClient
 from tierproxy.tier.indexes import SegmentBuilder
-from tierproxy.tier.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicIdPartition
+from tierproxy.tier.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    TopicIdPartition,
+    TransactionOutcome,
+)
 from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.transactions import copied_outcomes
 
 FETCH_VERSION = 12
 FETCH_BY_ID_VERSION = 13
@@ -138,6 +145,7 @@ class CopyResult:
     size: int = 0
     txn_index_empty: bool = True
     seconds: float = 0.0
+    outcomes: list[TransactionOutcome] = field(default_factory=list)  # of transactions open at the segment's end
     gone: bool = False  # the broker no longer holds the range (a gap, reported by the next pass)
     leader_moved: bool = False  # refused, reset or timed out: retried at the partition's next leader
     behind: bool = False  # the leader's stable end is below the plan: retried once it has caught up
@@ -175,10 +183,14 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
                 await rsm.close()
 
         asyncio.run(upload())
+        # its marker lies above the copy: the outcome the same fetch reported is the tier's to keep
+        open_at_end = {pid: e.current_txn_first_offset for pid, e in builder.producers.items()
+                       if e.current_txn_first_offset >= 0}
         return CopyResult(task, ok=True, start_offset=files.start_offset, end_offset=files.end_offset,
                           max_timestamp_ms=files.max_timestamp_ms,
                           leader_epochs=files.leader_epochs or {0: files.start_offset}, size=files.log_size,
-                          txn_index_empty=files.txn_index_empty, seconds=time.monotonic() - started)
+                          txn_index_empty=files.txn_index_empty, seconds=time.monotonic() - started,
+                          outcomes=copied_outcomes(tp, open_at_end, aborted, int(time.time() * 1000)))
     except Exception as exc:  # the driver decides: retry with a new segment id
         moved = isinstance(exc, (LeaderMoved, OSError))  # refused, reset or timed out: the leader may be gone
         return CopyResult(task, ok=False, gone=isinstance(exc, DataGone), leader_moved=moved,

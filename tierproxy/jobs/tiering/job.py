@@ -469,7 +469,7 @@ class TieringJob:
         facts = RemoteLogSegmentMetadata(
             seg_id, result.start_offset, result.end_offset, result.max_timestamp_ms, -1, 0, dict(result.leader_epochs),
             result.size, SegmentState.COPY_SEGMENT_FINISHED, result.txn_index_empty, None, planned.broker_leader_epoch)
-        await self.rlmm.finish_copy(facts)
+        await self.rlmm.finish_copy(facts, result.outcomes)
 
     async def _discard(self, result: CopyResult) -> None:
         t = result.task
