@@ -35,6 +35,7 @@ from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import hand_over, recorded_owner
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.storage import ObjectMissing
+from tierproxy.tier.transactions import lost_outcomes
 
 log = logging.getLogger("tierproxy.jobs.restore")
 T = TypeVar("T")
@@ -306,6 +307,15 @@ class Restore:
             # what this cluster's metadata already has (an earlier run's, and what its tier job did since) stays
             if unknown := rlmm.unknown_records(snap.records):
                 await rlmm.put_records(unknown)
+            # transactions the lost cluster never decided in the tier: aborted, once, by rule (tier.transactions)
+            resolved = [o for plan in plans for pp in plan.partitions
+                        if (pc := history.get(plan.origin_id, pp.partition)) is not None
+                        for o in await lost_outcomes(pc, self.rsm, now)]
+            await rlmm.put_outcomes(resolved)
+            for o in resolved:
+                log.warning("%s-%d: the transaction of producer %d from offset %d was open at the tier's end, its "
+                            "end lost with cluster %s: aborted (read_committed readers never see its records)",
+                            o.tp.topic, o.tp.partition, o.producer_id, o.first_offset, snap.cluster_id)
             changed = [m for m in mounts if (old := rlmm.cache.mounts.get(m.origin_id)) is None
                        or (old.alias_id != m.alias_id and m.mounted)]
             if changed:
