@@ -4,18 +4,25 @@ itself (its value, its key, a decided outcome final in the cache)."""
 
 from __future__ import annotations
 
-from tests.support.segments import tp
+import asyncio
+import dataclasses
+from pathlib import Path
+
+from protocol.records import Record, build_batch
+from tests.support.segments import stored_segment, tp
 from tierproxy.jobs.iceberg.files import SliceWritten
 from tierproxy.jobs.iceberg.sync import held_back_from
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.indexes import AbortedTxn
-from tierproxy.tier.model import TransactionOutcome, TxnOutcome, uuid_str
+from tierproxy.tier.model import SegmentState, TransactionOutcome, TxnOutcome, uuid_str
+from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.serde import decode_value, encode_value, record_key
 from tierproxy.tier.transactions import (
     COPIED,
     LOST_RULE,
     copied_outcomes,
     decided,
+    lost_outcomes,
     recorded_outcomes,
     resolve_lost,
 )
@@ -76,3 +83,29 @@ def test_the_iceberg_step_waits_for_no_recorded_outcome() -> None:
     assert held_back_from([s]) == 100
     assert held_back_from([s], {(7, 100)}) is None  # recorded: nothing waits on it
     assert held_back_from([s], {(7, 90)}) == 100
+
+
+def test_a_restore_reads_what_was_open_at_the_tier_end_from_the_last_segment(tmp_path: Path) -> None:
+    """A real file tier whose last segment ends inside producer 7's transaction, with no outcome recorded (a tier
+    written before these records): the restore's rule finds it in the segment's producer snapshot, aborted."""
+    async def run() -> list[TransactionOutcome]:
+        rsm = RemoteStorageManager.from_uri(f"file://{tmp_path}/tier")
+        try:
+            raw = build_batch([Record(0, 0, None, b"plain")], base_offset=0) + build_batch(
+                [Record(1, 0, None, b"t0"), Record(2, 0, None, b"t1")], base_offset=1, producer_id=7,
+                producer_epoch=0, base_sequence=0, transactional=True)
+            md = await stored_segment(rsm, raw, "orders")
+            cache = MetadataCache()
+            cache.apply(md)
+            cache.apply_record(dataclasses.replace(md, state=SegmentState.COPY_SEGMENT_FINISHED))
+            pc = cache.get(md.tp.topic_id, md.tp.partition)
+            assert pc is not None
+            first = await lost_outcomes(pc, rsm, 3_000)
+            cache.apply(first[0])  # recorded: a rerun of the restore finds nothing more to decide
+            return [*first, *await lost_outcomes(pc, rsm, 4_000)]
+        finally:
+            await rsm.close()
+
+    got = asyncio.run(run())
+    assert [(o.producer_id, o.first_offset, o.outcome, o.learnt) for o in got] == [
+        (7, 1, TxnOutcome.ABORTED, LOST_RULE)]
