@@ -10,15 +10,17 @@ have deleted their data since), and fetches inside it are answered from the next
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -123,6 +125,26 @@ def spark_session(app_name: str, master: str, spark_conf: dict[str, str]) -> Any
     return spark
 
 
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """SIGINT/SIGTERM held until the block ends, then raised again (main thread only). PySpark's gateway JVM,
+    interrupted before it connects, never learns that its Python is gone and keeps running; once connected, the
+    session's stop ends it. Holding a signal costs at most the JVM's start."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    before = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+              for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
 def running_spark() -> Any | None:
     """The SparkSession this process already runs (a notebook's, a PySpark shell's, a test worker's), or None.
     A job given one uses it as it is (its configuration was settled when it started) and never stops it."""
@@ -150,8 +172,9 @@ class JobSpark:
         if self._session is None:
             self._session = running_spark()
             if self._session is None:
-                self._session = spark_session(self.app_name, self.master, self.spark_conf)
-                self._owned = True
+                with _stop_signals_held():  # raised once the session is ours to stop
+                    self._session = spark_session(self.app_name, self.master, self.spark_conf)
+                    self._owned = True
         return self._session
 
     def close(self) -> None:
