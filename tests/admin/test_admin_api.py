@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from tests.remote.conftest import TieredTopic, make_tiered_topic
+from tests.support.base_install import one_line, refused_imports, run_base
+from tests.support.kafka import create_topic
 from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.admin.guard import COOKIE, session_value
@@ -112,6 +114,32 @@ def test_admin_cli_status_partitions_and_tier_now(admin: tuple[TieredTopic, Prox
     missing = subprocess.run([*base, "partitions", "no-such-topic"], capture_output=True, text=True, env=env,
                              timeout=60)
     assert missing.returncode != 0 and "404" in missing.stderr
+
+
+def test_admin_status_of_the_base_install_piped_leaves_internal_topics_out(
+        admin: tuple[TieredTopic, ProxyProcess, str], kafka: KafkaCluster, tmp_path: Path) -> None:
+    """`admin status` as the base install runs it, its output piped: each table at its full width (rich cut it to
+    80 columns), internal topics (never tiered) only with --internal, a refused token one line (exit 1)."""
+    tt, _, url = admin
+    internal = "__tierproxy_admin_internal_probe"  # a `__*` topic, as tierproxy's metadata topic is
+    create_topic(kafka.bootstrap, internal)
+    env = {"TIERPROXY_ADMIN_URL": url, "COLUMNS": ""}
+    with _c(url) as c:
+        listed = [t["topic"] for t in c.get("/v1/topics").json()]
+        assert tt.topic in listed and not [t for t in listed if t.startswith("__")], listed
+        assert internal in [t["topic"] for t in c.get("/v1/topics", params={"internal": "true"}).json()]
+    status = run_base(tmp_path, "admin", "--token", TOKEN, "status", env=env)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    header = next(line for line in lines if " topic " in line)
+    assert "tier retention.bytes" in header and "restored from" in header, status.stdout  # one header line
+    row = next(line for line in lines if f" {tt.topic} " in line)
+    assert len(row) == len(header) > 80 and "__" not in status.stdout, status.stdout
+    everything = run_base(tmp_path, "admin", "--token", TOKEN, "status", "--internal", env=env)
+    assert everything.returncode == 0 and f" {internal} " in everything.stdout, everything.stderr
+    line = one_line(run_base(tmp_path, "admin", "--token", "not-the-token", "status", env=env), 1)
+    assert line.startswith("tierproxy: admin: /v1/remote-fetch: HTTP 401") and "not-the-token" not in line, line
+    assert refused_imports(tmp_path) == []
 
 
 def test_tier_now_is_picked_up_by_the_running_tier_job(admin: tuple[TieredTopic, ProxyProcess, str],

@@ -42,6 +42,7 @@ from tierproxy.admin.status import iceberg_status, partition_status, refresh_tie
 from tierproxy.config.distribution import pip_install
 from tierproxy.proxy.server import Proxy
 from tierproxy.tier.model import uuid_str
+from tierproxy.tier.rules import never_tiered
 
 log = logging.getLogger("tierproxy.admin")
 
@@ -101,8 +102,11 @@ def create_app(proxy: Proxy) -> FastAPI:
             raise HTTPException(503, f"cluster metadata unavailable: {exc}") from None
 
     @app.get("/v1/topics", dependencies=guarded, response_model=list[TopicSummary])
-    async def topics() -> list[TopicSummary]:
-        return [topic_summary(proxy, name, t) for name, t in sorted((await cluster()).items())]
+    async def topics(internal: bool = False) -> list[TopicSummary]:
+        """The cluster's topics and what the tier holds of each; internal topics (never tiered: the broker's own,
+        tierproxy's metadata topic) only with `?internal=true`, as Kafka's tools list them only when asked."""
+        return [topic_summary(proxy, name, t) for name, t in sorted((await cluster()).items())
+                if internal or not never_tiered(name, t["is_internal"])]
 
     async def topic_or_404(topic: str) -> MetadataResponseTopic:
         t = (await cluster()).get(topic)
@@ -174,6 +178,8 @@ def create_app(proxy: Proxy) -> FastAPI:
             return HTMLResponse(ui.login_page(), status_code=401)
         sections = []
         for name, t in sorted((await cluster()).items()):
+            if never_tiered(name, t["is_internal"]):  # as /v1/topics: internal topics are not the tier's
+                continue
             parts = [await partition_status(proxy, name, t["topic_id"], p)
                      for p in sorted(t["partitions"], key=lambda x: x["partition_index"])]
             sections.append((topic_summary(proxy, name, t), parts))

@@ -19,7 +19,9 @@ def add_admin_parser(sub: Any) -> None:
                        help="admin API base URL (env TIERPROXY_ADMIN_URL)")
     admin.add_argument("--token", default=os.environ.get("TIERPROXY_ADMIN_TOKEN"), help="bearer token")
     cmds = admin.add_subparsers(dest="admin_command", required=True)
-    cmds.add_parser("status", help="health, remote fetch and tiered topics")
+    st = cmds.add_parser("status", help="health, remote fetch and the cluster's topics")
+    st.add_argument("--internal", action="store_true",
+                    help="list internal topics too (never tiered: the broker's own, tierproxy's metadata topic)")
     p = cmds.add_parser("partitions", help="where each partition's data lives")
     p.add_argument("topic")
     s = cmds.add_parser("segments", help="remote segments of a partition")
@@ -38,21 +40,61 @@ def _forever(n: int) -> str:
 def _get(client: httpx.Client, path: str) -> Any:
     r = client.get(path)
     if r.status_code >= 400:
-        raise SystemExit(f"{path}: HTTP {r.status_code}: {r.json().get('error', r.text)}")
+        try:
+            why = r.json().get("error", r.text)
+        except ValueError:  # not the admin API's JSON (a proxy or an ingress in front of it answered)
+            why = r.text.strip().splitlines()[0] if r.text.strip() else r.reason_phrase
+        raise SystemExit(f"tierproxy: admin: {path}: HTTP {r.status_code}: {why}")
     return r.json()
 
 
-def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
-    """One admin command; an admin API that cannot be reached is one line naming the URL (exit 6)."""
-    import logging
+def _console() -> Console:
+    """A terminal's width for a terminal; piped or redirected, each table at its full width (rich would cut it to
+    80 columns), unless COLUMNS says otherwise."""
     import sys
 
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=10_000)
+
+
+def _url_problem(url: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "not an http:// or https:// URL (e.g. http://127.0.0.1:9180)"
+    try:
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def run_admin(args: argparse.Namespace, console: Console | None = None) -> int:
+    """One admin command; a URL that is not one is exit 2, an admin API that cannot be reached (or TLS toward it
+    fails) one line naming the URL (exit 6)."""
+    import logging
+    import ssl
+    import sys
+
+    if (problem := _url_problem(args.url)) is not None:
+        print(f"tierproxy: config error: --url (TIERPROXY_ADMIN_URL) {args.url!r}: {problem}", file=sys.stderr)
+        return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request in a command's output
     try:
-        return _run_admin(args, console or Console())
+        return _run_admin(args, console or _console())
     except httpx.TransportError as exc:
-        print(f"tierproxy: admin: no admin API answers at {args.url} ({type(exc).__name__}: {exc}); is "
-              "`tierproxy serve` running with admin.listen set? (--url or TIERPROXY_ADMIN_URL)", file=sys.stderr)
+        cause = exc.__cause__ or exc.__context__
+        while cause is not None and not isinstance(cause, ssl.SSLError):
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, ssl.SSLError):
+            why = ": ".join(str(w) for w in (cause.reason, getattr(cause, "verify_message", None)) if w)
+            print(f"tierproxy: admin: TLS toward {args.url} failed: {why or cause} (a CA of your own: "
+                  "SSL_CERT_FILE)", file=sys.stderr)
+        else:
+            print(f"tierproxy: admin: no admin API answers at {args.url} ({type(exc).__name__}: {exc}); is "
+                  "`tierproxy serve` running with admin.listen set? (--url or TIERPROXY_ADMIN_URL)", file=sys.stderr)
         return 6
 
 
@@ -70,7 +112,7 @@ def _run_admin(args: argparse.Namespace, console: Console) -> int:
                           f"cache hit ratio {ratio}")
             table = Table("topic", "partitions", "tiered segments", "tiered MB", "tier retention.ms",
                           "tier retention.bytes", "restored from")
-            for t in _get(client, "/v1/topics"):
+            for t in _get(client, "/v1/topics?internal=true" if args.internal else "/v1/topics"):
                 table.add_row(t["topic"], str(t["partitions"]), str(t["tiered_segments"]),
                               f"{t['tiered_bytes'] / 1e6:.1f}", _forever(t["tier_retention_ms"]),
                               _forever(t["tier_retention_bytes"]), t.get("restored_from_cluster") or "")

@@ -129,6 +129,12 @@ def topic_deletions_due(gone: set[bytes], sightings: dict[bytes, int], now_ms: i
     return {i for i, first in kept.items() if now_ms - first >= delay_ms}, kept
 
 
+def never_tiered(topic: str, is_internal: bool = False) -> bool:
+    """Internal topics are never tiered, nor listed as the tier's unless asked: the broker's own (marked internal:
+    `__consumer_offsets`, `__transaction_state`) and every `__*` topic, tierproxy's metadata topic among them."""
+    return is_internal or topic.startswith("__")
+
+
 def topic_setting(overrides: Mapping[str, Mapping[str, int]], topic: str, key: str, default: int) -> int:
     """One of the tier's per-topic settings (`tier.topic.overrides`: retention.ms, retention.bytes,
     segment.bytes): the topic's own value, else the global one — as a Kafka topic config overrides the broker's."""

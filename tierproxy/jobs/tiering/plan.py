@@ -18,7 +18,7 @@ from protocol.requests import fetch_request
 from tierproxy.config.identity import ClientIdentity
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.kafka.wireclient import WireClient
-from tierproxy.tier.rules import lost_range
+from tierproxy.tier.rules import lost_range, never_tiered
 
 log = logging.getLogger("tierproxy.tier.plan")
 SAMPLE_BYTES = 1 << 20
@@ -50,7 +50,7 @@ def select_topics(view: ClusterView, configs: dict[str, dict[str, str]], pattern
     regex, excluded = re.compile(pattern), re.compile(exclude) if exclude else None
     chosen, skipped = [], set()
     for p in view.partitions:
-        if p.topic in view.internal or p.topic.startswith("__") or not regex.fullmatch(p.topic):
+        if never_tiered(p.topic, p.topic in view.internal) or not regex.fullmatch(p.topic):
             continue
         if excluded is not None and excluded.fullmatch(p.topic):
             continue
