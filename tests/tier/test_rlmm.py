@@ -418,3 +418,31 @@ def test_a_large_metadata_topic_is_read_however_long_it_takes_while_it_moves(kaf
 
     count, took = asyncio.run(read())
     assert count == n and took > 3 * 0.3, (count, took)
+
+
+@pytest.mark.kafka
+def test_a_new_metadata_topic_starts_without_errors_while_its_leaders_settle(kafka: KafkaCluster,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A first `serve` creates the 50-partition metadata topic and starts its consumer while the partitions' leaders
+    are still being elected: aiokafka logged an ERROR (NotLeaderForPartitionError) per partition it retried, 4 to
+    17 of them. Now at most one INFO line, and the filter is gone once the start is over."""
+    from aiokafka import TopicPartition as AioTopicPartition
+    from aiokafka.errors import NotLeaderForPartitionError
+
+    caplog.set_level(logging.INFO)
+    topic = f"__rlmm-settle-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        async with opened(TopicRLMM(kafka.bootstrap, topic=topic, replication=1)):  # 50 partitions, the default
+            pass
+
+    run(go())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert len([r for r in caplog.records if "were still being elected" in r.getMessage()]) <= 1
+    assert logging.getLogger("aiokafka.consumer.fetcher").filters == []
+    from tierproxy.tier.rlmm_topic import SettlingLeaders
+
+    elsewhere = logging.LogRecord("aiokafka.consumer.fetcher", logging.ERROR, __file__, 0,
+                                  "Failed fetch offsets from %s: %s",
+                                  (1, NotLeaderForPartitionError(AioTopicPartition("orders", 0))), None)
+    assert SettlingLeaders(topic).filter(elsewhere), "another topic's error is never held back"

@@ -40,6 +40,34 @@ TOPIC_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1",
 CHECKPOINT_MAGIC = 1
 
 
+class SettlingLeaders(logging.Filter):
+    """While the metadata consumer starts, the partitions of a topic just created may have no leader yet: aiokafka's
+    fetcher logs each ListOffsets such a partition fails (NotLeaderForPartitionError, LeaderNotAvailableError) as an
+    ERROR and retries it. Those records of this topic are held back and counted (`report`: one INFO line); every
+    other record passes, and once the start is over the filter is removed."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__()
+        self.topic = topic
+        self.partitions: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiokafka.errors import LeaderNotAvailableError, NotLeaderForPartitionError
+
+        err = record.args[-1] if isinstance(record.args, tuple) and record.args else None
+        where = err.args[0] if isinstance(err, (NotLeaderForPartitionError, LeaderNotAvailableError)) and err.args \
+            else None
+        if getattr(where, "topic", None) != self.topic:
+            return True
+        self.partitions.add(int(getattr(where, "partition", -1)))
+        return False
+
+    def report(self) -> None:
+        if self.partitions:
+            log.info("metadata topic %s: the leaders of %d of its partitions were still being elected as it started "
+                     "(retried until they were)", self.topic, len(self.partitions))
+
+
 class TopicRLMM(RemoteLogMetadataManager):
     def __init__(self, bootstrap: str, *, topic: str = DEFAULT_TOPIC, partitions: int = 50,
                  replication: int | None = None, checkpoint_dir: Path | None = None, audit_topic: str | None = None,
@@ -73,12 +101,17 @@ class TopicRLMM(RemoteLogMetadataManager):
     async def start(self) -> None:
         """Create the topic if needed, load the checkpoint, consume to the end. A start that fails leaves nothing
         behind (clients stopped, view emptied), so the caller's retry starts afresh."""
+        settling, fetcher = SettlingLeaders(self.topic), logging.getLogger("aiokafka.consumer.fetcher")
+        fetcher.addFilter(settling)  # a topic just created: its leaders settle as the consumer starts
         try:
             await self._start()
         except BaseException:
             await self._stop_clients()
             self.cache, self.keys, self.latest, self.positions = MetadataCache(), {}, {}, {}
             raise
+        finally:
+            fetcher.removeFilter(settling)
+            settling.report()
 
     async def _stop_clients(self) -> None:
         if self._task is not None:
