@@ -7,11 +7,16 @@ Each `tier` pass writes one snapshot object under the tier's prefix, `snapshots/
   view (`RemoteLogMetadataManager.live_records`);
 - per tiered topic its id, partition count and the configs a restore recreates (`RESTORED_CONFIGS`);
 - per partition its high watermark, log start and leader epoch at the pass;
-- the committed offsets (with leader epoch and metadata) of every group with commits on a tiered topic, or why
-  they could not be read (the group DESCRIBE ACL missing).
+- the committed offsets (with leader epoch and metadata) of every group with commits on a tiered topic;
+- what the pass could not read, item by item (`Unread`): a partition whose offsets its leader did not give, a
+  group whose coordinator or OffsetFetch failed, a broker whose ListGroups failed (its groups may all be missing).
+  An item that is unread is not whole: a restore takes it from an older snapshot that holds it whole
+  (`restore.plan.choose_facts`), or refuses, naming it.
 A snapshot is written whole (a file store writes a temporary file and renames it; an S3 PUT is atomic) and the
 newest one that parses wins (`newest`). The last `KEPT` are kept; older ones are deleted by the pass that writes a
-newer one (they describe nothing the newest does not: each is complete).
+newer one. A restore copies what it planned from into its own state, so a later stage never needs them.
+Format 2 added `unread`; format 1 is read as well (its unread partitions are those it lacks, its
+`groups_unreadable` an unread group listing).
 
 What a lost cluster costs is what was produced after the last pass: the recovery point is the pass interval.
 """
@@ -29,7 +34,8 @@ from tierproxy.tier.storage import ObjectMissing, ObjectStore, StorageError
 log = logging.getLogger("tierproxy.tier")
 
 PREFIX = "snapshots/"
-FORMAT = 1
+FORMAT = 2
+READABLE = (1, 2)
 KEPT = 5
 # the topic configs a restore recreates (any other config takes the new cluster's default)
 RESTORED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes", "compression.type", "max.message.bytes",
@@ -68,6 +74,26 @@ class GroupOffset:
     metadata: str | None
 
 
+@dataclass(frozen=True)
+class Unread:
+    """One item a pass could not read. `kind`: PARTITION (`name` the topic), GROUP (`name` the group) or LISTING
+    (`name` the broker whose ListGroups failed, "" for the principal's listing: the groups it coordinates, or may
+    not describe, are not named)."""
+
+    kind: str
+    name: str
+    partition: int  # -1 unless a partition
+    why: str
+
+    def describe(self) -> str:
+        what = {PARTITION: f"partition {self.name}-{self.partition}", GROUP: f"group {self.name}",
+                LISTING: f"the group listing at {self.name or 'the cluster'}"}.get(self.kind, self.kind)
+        return f"{what} ({self.why})"
+
+
+PARTITION, GROUP, LISTING = "partition", "group", "listing"
+
+
 @dataclass
 class TierSnapshot:
     cluster_id: str
@@ -78,8 +104,21 @@ class TierSnapshot:
     topics: dict[str, TopicFacts] = field(default_factory=dict)
     partitions: list[PartitionFacts] = field(default_factory=list)
     groups: dict[str, list[GroupOffset]] = field(default_factory=dict)
-    groups_unreadable: str | None = None  # why group offsets are missing (an ACL), None: read
+    groups_unreadable: str | None = None  # why some group offsets are missing (the group items of `unread`)
     records: list[tuple[bytes, bytes]] = field(default_factory=list)  # live metadata records, in order
+    unread: list[Unread] = field(default_factory=list)  # what the pass could not read, item by item
+
+    def partition_whole(self, topic: str, partition: int) -> bool:
+        """Whether the pass read this partition's offsets (a partition it lacks is unread, whatever it says)."""
+        return any((p.topic, p.partition) == (topic, partition) for p in self.partitions) and not any(
+            u.kind == PARTITION and (u.name, u.partition) == (topic, partition) for u in self.unread)
+
+    def listing_whole(self) -> bool:
+        """Whether every broker named its groups: otherwise a group missing here may exist."""
+        return not any(u.kind == LISTING for u in self.unread)
+
+    def group_whole(self, group: str) -> bool:
+        return not any(u.kind == GROUP and u.name == group for u in self.unread)
 
     @property
     def name(self) -> str:
@@ -96,15 +135,17 @@ class TierSnapshot:
         """Raises ValueError for anything but a whole snapshot of a known format."""
         try:
             d = json.loads(raw)
-            if d.get("format") != FORMAT:
+            if d.get("format") not in READABLE:
                 raise ValueError(f"unknown snapshot format {d.get('format')!r}")
+            unread = [Unread(**u) for u in d.get("unread", [])] if d["format"] >= 2 else \
+                [Unread(LISTING, "", -1, d["groups_unreadable"])] if d["groups_unreadable"] else []
             return cls(
                 d["cluster_id"], int(d["taken_ms"]), d["run_id"], d["metadata_topic"], d["metadata_topic_id"],
                 {n: TopicFacts(**t) for n, t in d["topics"].items()},
                 [PartitionFacts(**p) for p in d["partitions"]],
                 {g: [GroupOffset(**o) for o in offs] for g, offs in d["groups"].items()},
                 d["groups_unreadable"],
-                [(base64.b64decode(k), base64.b64decode(v)) for k, v in d["records"]])
+                [(base64.b64decode(k), base64.b64decode(v)) for k, v in d["records"]], unread)
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a whole tier snapshot: {exc!r}") from None
 
@@ -122,6 +163,22 @@ async def write(store: ObjectStore, prefix: str, snap: TierSnapshot) -> str:
     if old:
         await store.delete_many(old)
     return key
+
+
+async def of_cluster(store: ObjectStore, prefix: str, cluster_id: str | None = None) -> list[TierSnapshot]:
+    """Every snapshot that parses, newest first, of `cluster_id` (None: of the newest one's cluster)."""
+    keys = sorted((k for k in await store.list(_key(prefix, PREFIX)) if k.endswith(".json")), reverse=True)
+    out: list[TierSnapshot] = []
+    for key in keys:
+        try:
+            snap = TierSnapshot.decode(await store.get(key))
+        except (ValueError, ObjectMissing) as exc:
+            log.warning("skipping tier snapshot %s: %s", key, exc)
+            continue
+        cluster_id = cluster_id if cluster_id is not None else snap.cluster_id
+        if snap.cluster_id == cluster_id:
+            out.append(snap)
+    return out
 
 
 async def newest(store: ObjectStore, prefix: str) -> TierSnapshot | None:

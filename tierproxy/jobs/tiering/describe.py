@@ -6,14 +6,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from typing import Any
 
-from protocol.constants import ApiKey, ErrorCode
+from protocol.constants import ApiKey
 from tierproxy.config.identity import ClientIdentity
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.kafka.wireclient import WireClient
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.tier.snapshot import RESTORED_CONFIGS, GroupOffset, PartitionFacts, TierSnapshot, TopicFacts, write
+from tierproxy.tier.snapshot import (
+    GROUP,
+    LISTING,
+    PARTITION,
+    RESTORED_CONFIGS,
+    GroupOffset,
+    PartitionFacts,
+    TierSnapshot,
+    TopicFacts,
+    Unread,
+    write,
+)
 
 log = logging.getLogger("tierproxy.tier")
 GROUP_AUTHORIZATION_FAILED = 30
@@ -21,52 +33,56 @@ UNKNOWN_OPERATIONS, DESCRIBE = -2147483648, 8  # authorized operations not given
 GROUPS_PER_REQUEST = 50  # OffsetFetch of many groups: one answer per 50 groups, so none grows without bound
 
 
-class GroupsUnreadable(RuntimeError):
-    """The principal may not describe some groups (the DESCRIBE ACL on groups): their offsets are not recorded;
-    `partial` holds the offsets of the groups that could be read."""
-
-    def __init__(self, message: str, partial: dict[str, list[GroupOffset]] | None = None) -> None:
-        super().__init__(message)
-        self.partial = partial or {}
-
-
-def group_offsets(view: ClusterView, topics: set[str]) -> dict[str, list[GroupOffset]]:
+def group_offsets(view: ClusterView, topics: set[str]) -> tuple[dict[str, list[GroupOffset]], list[Unread]]:
     """The committed offsets on `topics` of every group the cluster lists (ListGroups asks each broker for the
-    groups it coordinates; OffsetFetch asks each group's coordinator). Raises GroupsUnreadable naming the groups
-    whose offsets the principal may not read (the others are returned through the exception's `partial`)."""
-    whole = _may_describe_cluster(view)
+    groups it coordinates; OffsetFetch asks each group's coordinator), and what could not be read, item by item: a
+    broker whose ListGroups failed (its groups are not named), a group without a coordinator, one whose OffsetFetch
+    failed (at its coordinator, for the group, or for one of its partitions), one the principal may not describe.
+    Only whole groups are returned: a group with any unread partition is an unread item, not a partial fact."""
+    unread: list[Unread] = []
+    if not _may_describe_cluster(view):
+        unread.append(Unread(LISTING, "", -1, "tierproxy's principal may not DESCRIBE the cluster, so ListGroups "
+                             "names only the groups it may describe: grant DESCRIBE on the groups that read tiered "
+                             "topics, or on the cluster"))
     listed, errors = list_groups(list(view.brokers.values()), view.identity, "tierproxy-tier")
-    failed = {a: e for a, e in errors.items() if e != ErrorCode.COORDINATOR_NOT_AVAILABLE}
-    if failed:
-        address, error = next(iter(failed.items()))
-        raise GroupsUnreadable(f"ListGroups answered error {error} at {address}")
-    groups = set(listed)
+    unread += [Unread(LISTING, address, -1, why) for address, why in sorted(errors.items())]
     out: dict[str, list[GroupOffset]] = {}
-    refused: list[str] = []
-    answers = []
-    for address, names in _coordinators(view, sorted(groups)).items():
-        with WireClient(address, client_id="tierproxy-tier", identity=view.identity) as w:
-            for i in range(0, len(names), GROUPS_PER_REQUEST):
-                answers += w.request(ApiKey.OFFSET_FETCH, 8, {"groups": [
-                    {"group_id": g, "topics": None} for g in names[i:i + GROUPS_PER_REQUEST]],
-                    "require_stable": False})["groups"]
-    for g in answers:
-        if g["error_code"] == GROUP_AUTHORIZATION_FAILED:
-            refused.append(g["group_id"])
+    coordinators, no_coordinator = _coordinators(view, sorted(listed))
+    unread += no_coordinator
+    for address, names in coordinators.items():
+        try:
+            answers = []
+            with WireClient(address, client_id="tierproxy-tier", identity=view.identity) as w:
+                for i in range(0, len(names), GROUPS_PER_REQUEST):
+                    answers += w.request(ApiKey.OFFSET_FETCH, 8, {"groups": [
+                        {"group_id": g, "topics": None} for g in names[i:i + GROUPS_PER_REQUEST]],
+                        "require_stable": False})["groups"]
+        except OSError as exc:
+            unread += [Unread(GROUP, g, -1, f"OffsetFetch at its coordinator {address}: {exc}") for g in names]
             continue
-        offs = [GroupOffset(t["name"], p["partition_index"], p["committed_offset"], p["committed_leader_epoch"],
-                            p["metadata"])
-                for t in g["topics"] if t["name"] in topics for p in t["partitions"]
-                if p["error_code"] == 0 and p["committed_offset"] >= 0]
-        if offs:
-            out[g["group_id"]] = sorted(offs, key=lambda o: (o.topic, o.partition))
-    if refused:
-        raise GroupsUnreadable(f"may not describe groups {', '.join(sorted(refused))} (grant DESCRIBE on them)", out)
-    if not whole:
-        raise GroupsUnreadable("tierproxy's principal may not DESCRIBE the cluster, so ListGroups names only the "
-                               f"groups it may describe ({len(out)} with offsets on tiered topics recorded): grant "
-                               "DESCRIBE on the groups that read tiered topics, or on the cluster", out)
-    return out
+        for g in answers:
+            why = _group_error(g, topics)
+            if why is not None:
+                unread.append(Unread(GROUP, g["group_id"], -1, why))
+                continue
+            offs = [GroupOffset(t["name"], p["partition_index"], p["committed_offset"], p["committed_leader_epoch"],
+                                p["metadata"])
+                    for t in g["topics"] if t["name"] in topics for p in t["partitions"]
+                    if p["committed_offset"] >= 0]
+            if offs:
+                out[g["group_id"]] = sorted(offs, key=lambda o: (o.topic, o.partition))
+    return out, unread
+
+
+def _group_error(answer: dict[str, Any], topics: set[str]) -> str | None:
+    """Why a group's OffsetFetch answer is not whole, or None."""
+    if answer["error_code"] == GROUP_AUTHORIZATION_FAILED:
+        return "may not describe it (grant DESCRIBE on the group)"
+    if answer["error_code"]:
+        return f"OffsetFetch error {answer['error_code']}"
+    bad = [(t["name"], p["partition_index"], p["error_code"]) for t in answer["topics"] if t["name"] in topics
+           for p in t["partitions"] if p["error_code"]]
+    return f"OffsetFetch errors {bad[:3]}" if bad else None
 
 
 def _may_describe_cluster(view: ClusterView) -> bool:
@@ -80,16 +96,21 @@ def _may_describe_cluster(view: ClusterView) -> bool:
 
 
 def list_groups(addresses: list[str], identity: ClientIdentity | None, client_id: str
-                ) -> tuple[dict[str, str], dict[str, int]]:
-    """ListGroups at each broker (each names the groups it coordinates): group → state, and address → error code
-    of the brokers that answered with one."""
+                ) -> tuple[dict[str, str], dict[str, str]]:
+    """ListGroups at each broker (each names the groups it coordinates): group → state, and address → why, for the
+    brokers that answered with an error (COORDINATOR_NOT_AVAILABLE included: its groups are not named) or not at
+    all."""
     groups: dict[str, str] = {}
-    errors: dict[str, int] = {}
+    errors: dict[str, str] = {}
     for address in addresses:
-        with WireClient(address, client_id=client_id, identity=identity) as w:
-            resp = w.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+        try:
+            with WireClient(address, client_id=client_id, identity=identity) as w:
+                resp = w.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+        except OSError as exc:
+            errors[address] = f"ListGroups: {exc}"
+            continue
         if resp["error_code"]:
-            errors[address] = resp["error_code"]
+            errors[address] = f"ListGroups error {resp['error_code']}"
         groups.update({g["group_id"]: g["group_state"] for g in resp["groups"]})
     return groups, errors
 
@@ -106,18 +127,20 @@ def find_coordinators(address: str, groups: list[str], identity: ClientIdentity 
     return out
 
 
-def _coordinators(view: ClusterView, groups: list[str]) -> dict[str, list[str]]:
+def _coordinators(view: ClusterView, groups: list[str]) -> tuple[dict[str, list[str]], list[Unread]]:
+    """Coordinator address → its groups, and the groups without one (unread)."""
     if not groups:
-        return {}
+        return {}, []
     by_address: dict[str, list[str]] = defaultdict(list)
+    unread: list[Unread] = []
     found = find_coordinators(next(iter(view.brokers.values())), groups, view.identity, "tierproxy-tier")
-    for group, (address, error) in found.items():
+    for group in groups:
+        address, error = found.get(group, (None, -1))
         if address is not None:
             by_address[address].append(group)
         else:
-            log.warning("group %s has no coordinator now (error %d): its offsets are not in this snapshot", group,
-                        error)
-    return by_address
+            unread.append(Unread(GROUP, group, -1, f"no coordinator (FindCoordinator error {error})"))
+    return by_address, unread
 
 
 def build_snapshot(run_id: str, taken_ms: int, view: ClusterView, parts: list[PartitionInfo],
@@ -132,15 +155,25 @@ def build_snapshot(run_id: str, taken_ms: int, view: ClusterView, parts: list[Pa
                                {k: v for k, v in configs.get(name, {}).items() if k in RESTORED_CONFIGS})
               for name, ps in by_topic.items()}
     partitions = [PartitionFacts(p.topic, p.partition, o.high_watermark, o.log_start, p.leader_epoch)
-                  for p in parts if (o := offsets.get((p.topic, p.partition))) is not None]
+                  for p in parts if p.leader >= 0 and (o := offsets.get((p.topic, p.partition))) is not None]
+    read = {(f.topic, f.partition) for f in partitions}
+    unread = [Unread(PARTITION, p.topic, p.partition, "no leader" if p.leader < 0 else
+                     f"its leader (node {p.leader}) gave no offsets")
+              for p in parts if (p.topic, p.partition) not in read]
     meta_id = next((_b64(p.id_in_cluster) for p in view.partitions if p.topic == metadata_topic), None)
     snap = TierSnapshot(view.cluster_id or "", taken_ms, run_id, metadata_topic, meta_id, topics, partitions)
     try:
-        snap.groups = group_offsets(view, set(topics))
-    except (GroupsUnreadable, OSError) as exc:
-        snap.groups = exc.partial if isinstance(exc, GroupsUnreadable) else {}
-        snap.groups_unreadable = str(exc)
-        log.warning("group offsets not fully recorded in the tier snapshot: %s", exc)
+        snap.groups, unread_groups = group_offsets(view, set(topics))
+    except OSError as exc:  # not even DescribeCluster or FindCoordinator answered: no group is known
+        snap.groups, unread_groups = {}, [Unread(LISTING, "", -1, f"group offsets unreadable: {exc}")]
+    snap.unread = unread + unread_groups
+    if unread_groups:
+        snap.groups_unreadable = "; ".join(u.describe() for u in unread_groups[:5]) + (
+            f" (and {len(unread_groups) - 5} more)" if len(unread_groups) > 5 else "")
+        log.warning("group offsets not fully recorded in the tier snapshot: %s", snap.groups_unreadable)
+    if unread:
+        log.warning("partition offsets not recorded in the tier snapshot: %s",
+                    "; ".join(u.describe() for u in unread[:5]))
     snap.records = rlmm.live_records()
     return snap
 
