@@ -123,7 +123,7 @@ def test_through_a_proxy_the_history_reads_as_before_and_the_tail_goes_on(disast
 def test_the_groups_resume_where_they_were(disaster: Disaster) -> None:
     for group, offsets in disaster.groups.items():
         assert committed(disaster.b.bootstrap, group) == offsets, group
-    assert "groups committed: ['classic', 'kip848', 'past']" in disaster.restore_out
+    assert "groups committed: ['classic', 'kip848', 'past', 'staged']" in disaster.restore_out
 
 
 def test_a_consumer_protocol_member_resumes_its_group_where_it_was(disaster: Disaster, tmp_path: Path) -> None:

@@ -29,9 +29,12 @@ from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
 
 TOPIC, OTHER, EXTRA = "orders", "audit", "extra"  # restored first; restored by a later run; left out
 LEDGER = "ledger"  # restored by the secured principal (tests/restore/test_restored_topic.py)
+TXNS, TXN_RECORDS = "txns", 50  # P1's aborted transaction, decided above the pass's stable offset (test_transactions)
 LEDGER_RECORDS, LEDGER_GROUP, LEDGER_COMMITTED = 2000, "ledgers", 1200
 RESTORER, RESTORER_PASSWORD = "restorer", "restorer-secret-41b7"  # B's one SASL user
 AUDIT_RECORDS = 3000
+# a group with offsets on TOPIC and OTHER, restored in two stages (tests/restore/test_staged.py): (offset, epoch)
+STAGED_GROUP, STAGED_OFFSETS = "staged", {TOPIC: (300, -1), OTHER: (1500, -1)}
 PARTITIONS = 2
 Rows = dict[tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]
 
@@ -53,7 +56,8 @@ class Disaster:
 
 
 def tier_settings(bootstrap: str, tier: Path, work: Path, **kw: Any) -> TierSettings:
-    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}|{EXTRA}|{LEDGER}", storage=f"file://{tier}",
+    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}|{EXTRA}|{LEDGER}|{TXNS}",
+                        storage=f"file://{tier}",
                         metadata="topic:", tier_segment_bytes=16 * 1024, spark_master="local[2]",
                         tier_state_dir=work, **kw)
 
@@ -170,6 +174,24 @@ def restorer_config(path: Path) -> Path:
     return path
 
 
+def _decided_above_the_stable_offset(bootstrap: str) -> Producer:
+    """P1 writes TXN_RECORDS in a transaction, P2 opens one after them, P1 aborts: the stable offset stops at P2's
+    first record (left open, returned), so a pass copies P1's records but not its marker."""
+    p1, p2 = (Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{n}-{uuid.uuid4().hex[:6]}",
+                        "transaction.timeout.ms": 900_000}) for n in ("p1", "p2"))
+    for p in (p1, p2):
+        p.init_transactions(30)
+    p1.begin_transaction()
+    for i in range(TXN_RECORDS):
+        p1.produce(TXNS, f"p1-aborted-{i}".encode(), partition=0)
+    p1.flush(30)
+    p2.begin_transaction()
+    p2.produce(TXNS, b"p2-open", partition=0)
+    p2.flush(30)
+    p1.abort_transaction(30)
+    return p2
+
+
 @contextmanager
 def disaster_clusters(root: Path) -> Iterator[Disaster]:
     """A tiered and lost; B started and `orders` restored into it (a dry run first)."""
@@ -180,6 +202,7 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         create_topic(a.bootstrap, OTHER, 1, 3, small_segments())
         create_topic(a.bootstrap, EXTRA, 1, 3, small_segments())
         create_topic(a.bootstrap, LEDGER, 1, 3, small_segments())
+        create_topic(a.bootstrap, TXNS, 1, 3, small_segments())
         # leaders moved several times: A's epochs reach 5
         raise_epochs(a.bootstrap, {(t, p): 4 for t, n in ((TOPIC, PARTITIONS), (OTHER, 1)) for p in range(n)}, None)
         ledger_t0 = _produce_history(a.bootstrap)
@@ -193,6 +216,8 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         commit(a.bootstrap, "classic", groups["classic"])
         commit(a.bootstrap, "kip848", groups["kip848"], protocol="consumer")
         commit(a.bootstrap, LEDGER_GROUP, {0: (LEDGER_COMMITTED, state[(LEDGER, 0)][1])}, topic=LEDGER)
+        for topic, offset in STAGED_OFFSETS.items():
+            commit(a.bootstrap, STAGED_GROUP, {0: offset}, topic=topic)
         # A dies in the middle of a transaction: its 150 records are past the last stable offset, never tiered,
         # and lost; a group reading uncommitted had committed 100 of them
         open_txn = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": "dies-open",
@@ -202,6 +227,7 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         for i in range(150):
             open_txn.produce(TOPIC, f"lost-{i}".encode(), partition=1)
         open_txn.flush(30)
+        open_p2 = _decided_above_the_stable_offset(a.bootstrap)
         groups["past"] = {1: (ends[1] + 100, epochs[1])}
         commit(a.bootstrap, "past", groups["past"])
         summary = tier_once(tier_settings(a.bootstrap, tier, root / "state-a"))
@@ -212,6 +238,8 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         a.stop()
     open_txn.purge()
     del open_txn
+    open_p2.purge()
+    del open_p2
     shutil.rmtree(root / "a")  # the data directories are gone: the tier is all that is left
     before = root / "tier-before"
     shutil.copytree(tier, before)

@@ -145,9 +145,6 @@ def _job_error(exc: Exception, settings: TierSettings) -> int | None:
     None: not one of them."""
     from tierproxy.config.identity.sasl import AuthenticationFailed
     from tierproxy.config.values import TableCollision
-    from tierproxy.jobs.iceberg.catalog import CatalogError
-    from tierproxy.jobs.iceberg.registry import RegistryUnavailable
-    from tierproxy.jobs.iceberg.run import SegmentDataError
     from tierproxy.tier.ownership import WrongCluster
     from tierproxy.tier.rlmm import WriterFenced
 
@@ -158,18 +155,28 @@ def _job_error(exc: Exception, settings: TierSettings) -> int | None:
         print(f"tierproxy: TLS toward the brokers failed ({settings.own_bootstrap}): {exc.reason or exc}",
               file=sys.stderr)
         return 3
-    kinds: list[tuple[type[Exception], str, int]] = [
-        (WriterFenced, "stopped: ", 4), (WrongCluster, "", 2), (CatalogError, "iceberg: ", 7),
-        (RegistryUnavailable, "iceberg: ", 7), (SegmentDataError, "iceberg: ", 8),
+    kinds: list[tuple[type[Exception] | None, str, int]] = [
+        (WriterFenced, "stopped: ", 4), (WrongCluster, "", 2),
+        (_loaded("tierproxy.jobs.iceberg.catalog", "CatalogError"), "iceberg: ", 7),
+        (_loaded("tierproxy.jobs.iceberg.registry", "RegistryUnavailable"), "iceberg: ", 7),
+        (_loaded("tierproxy.jobs.iceberg.run", "SegmentDataError"), "iceberg: ", 8),
         (TableCollision, "config error: ", 2)]
     for kind, prefix, code in kinds:
-        if isinstance(exc, kind):
+        if kind is not None and isinstance(exc, kind):
             print(f"tierproxy: {prefix}{exc}", file=sys.stderr)
             return code
     if isinstance(exc, (OSError, TimeoutError)):
         print(f"tierproxy: the brokers at {settings.own_bootstrap} cannot be reached: {exc}", file=sys.stderr)
         return 6
     return None
+
+
+def _loaded(module: str, name: str) -> type[Exception] | None:
+    """`module.name` when a job has imported `module`, else None: an exception of that type can only come from a
+    job that did, and importing it here would pull the job's dependencies (numpy, for the Iceberg job's) into every
+    command's error path, `restore`'s in the base install too."""
+    found = getattr(sys.modules.get(module), name, None)
+    return found if isinstance(found, type) and issubclass(found, Exception) else None
 
 
 def _iceberg(args: argparse.Namespace) -> int:
@@ -245,7 +252,7 @@ def _restore(args: argparse.Namespace) -> int:
 
     def work() -> int:
         try:
-            report = Restore(settings, args.topics or ".*", args.dry_run).run()
+            report = Restore(settings, args.topics or ".*", args.dry_run, accept_missing=args.accept_missing).run()
         except RestoreRefused as exc:
             print(f"tierproxy: restore refused: {exc}", file=sys.stderr)
             return 2
@@ -407,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     rst.add_argument("--metadata", help="the new cluster's metadata: topic:[NAME] (default) (metadata)")
     rst.add_argument("--topics", help="regex of topics to restore (default: every topic in the snapshot)")
     rst.add_argument("--dry-run", action="store_true", help="plan and check only; change nothing")
+    rst.add_argument("--accept-missing", action="store_true",
+                     help="go on without the facts no kept tier snapshot holds whole (named by the refusal)")
     rst.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
     rst.add_argument("-c", "--config", help="properties file (key=value)")
     rst.set_defaults(func=_restore, spark_conf=[])

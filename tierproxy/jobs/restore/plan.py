@@ -5,17 +5,31 @@ the last pass, the highest offset a group committed). Offsets [N, S) were produc
 lost: reported, never reused (a group that had read past N must not see those offsets name other records). The
 new cluster's leader epoch is raised above every epoch the history used (the tier's segments, the recorded leader
 epoch, the groups' committed epochs), so the lineage stays monotonic across the two clusters.
+
+The facts come from the lost cluster's kept snapshots, not the newest alone (`choose_facts`): the last passes before
+a loss are when brokers fail, and a pass records what it could not read. Each partition's and group's facts come
+from the newest snapshot that holds them whole, a high watermark is never below one an older snapshot recorded, and
+what none holds whole is missing: the restore refuses, naming it, unless told to go on without it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import uuid_bytes
 from tierproxy.tier.rlmm import ReplayedMetadata
-from tierproxy.tier.snapshot import TierSnapshot, TopicFacts
+from tierproxy.tier.snapshot import (
+    GROUP,
+    LISTING,
+    PARTITION,
+    GroupOffset,
+    PartitionFacts,
+    TierSnapshot,
+    TopicFacts,
+    Unread,
+)
 
 
 class RestoreRefused(RuntimeError):
@@ -56,6 +70,67 @@ class TargetPartition:
     high_watermark: int
 
 
+@dataclass
+class ChosenFacts:
+    snapshot: TierSnapshot  # the newest snapshot with each partition's and group's facts chosen; `unread`: missing
+    older: list[str] = field(default_factory=list)  # facts taken from an older snapshot: which, and why
+
+    def missing_for(self, topics: set[str]) -> list[Unread]:
+        """What no kept snapshot holds whole, of a restore of `topics` (any group's: it may read them)."""
+        return [u for u in self.snapshot.unread if u.kind != PARTITION or u.name in topics]
+
+
+def choose_facts(snaps: list[TierSnapshot]) -> ChosenFacts:
+    """One cluster's snapshots (newest first) → the facts a restore plans from. Topics and metadata records are
+    the newest's (the tier's state at the last pass). Per partition: the newest whole facts, with the highest
+    high watermark and leader epoch any snapshot recorded (a leaderless partition read as 0 must never lower S).
+    Per group: its offsets in the newest snapshot that holds it whole (a group a whole listing lacks has none
+    left). Missing: what no snapshot holds whole."""
+    newest = snaps[0]
+    older: list[str] = []
+    missing: list[Unread] = []
+    partitions: list[PartitionFacts] = []
+    for name, facts in sorted(newest.topics.items()):
+        for p in range(facts.partitions):
+            seen = [f for s in snaps for f in s.partitions if (f.topic, f.partition) == (name, p)
+                    and s.partition_whole(name, p)]
+            chosen = next((s for s in snaps if s.partition_whole(name, p)), None)
+            if chosen is None:
+                missing.append(_why(newest, PARTITION, name, p, "not recorded by any kept pass"))
+                continue
+            f = next(f for f in chosen.partitions if (f.topic, f.partition) == (name, p))
+            partitions.append(replace(f, high_watermark=max(x.high_watermark for x in seen),
+                                      leader_epoch=max(x.leader_epoch for x in seen)))
+            if chosen is not newest:
+                older.append(f"{name}-{p} from the pass at {chosen.taken_ms} "
+                             f"(the last: {_why(newest, PARTITION, name, p, 'not recorded').why})")
+    groups: dict[str, list[GroupOffset]] = {}
+    for g in sorted({g for s in snaps for g in s.groups} | {u.name for u in newest.unread if u.kind == GROUP}):
+        chosen = next((s for s in snaps if s.group_whole(g) and (g in s.groups or s.listing_whole())), None)
+        if chosen is None:
+            missing.append(_why(newest, GROUP, g, -1, "not listed by any kept pass"))
+            continue
+        if g in chosen.groups:
+            groups[g] = chosen.groups[g]
+        if chosen is not newest:
+            older.append(f"group {g} from the pass at {chosen.taken_ms}")
+    if not newest.listing_whole():
+        whole = next((s for s in snaps if s.listing_whole()), None)
+        if whole is None:
+            missing += [u for u in newest.unread if u.kind == LISTING]
+        else:
+            older.append(f"the group listing from the pass at {whole.taken_ms} (the last: "
+                         f"{'; '.join(u.describe() for u in newest.unread if u.kind == LISTING)})")
+    unreadable = "; ".join(u.describe() for u in missing if u.kind != PARTITION) or None
+    return ChosenFacts(replace(newest, partitions=partitions, groups=groups, unread=missing,
+                               groups_unreadable=unreadable), older)
+
+
+def _why(snap: TierSnapshot, kind: str, name: str, partition: int, default: str) -> Unread:
+    found = next((u for u in snap.unread if (u.kind, u.name, u.partition) == (kind, name, partition)), None)
+    return found or Unread(kind, name, partition, default)
+
+
 def replay(snap: TierSnapshot) -> MetadataCache:
     """The tier's view from the snapshot's records alone (no metadata topic)."""
     return ReplayedMetadata.of(snap.records).cache
@@ -83,7 +158,8 @@ def plan_topics(snap: TierSnapshot, cache: MetadataCache, pattern: str) -> list[
             rec = recorded.get((name, p))
             hw = rec.high_watermark if rec else 0
             gmax, gepoch = groups.get((name, p), (-1, -1))
-            start = max(tier_end, hw, gmax)
+            purged = pc.log_start_offset if pc is not None else 0  # a purge there proves the log reached it
+            start = max(tier_end, hw, gmax, purged)
             floor = max([*epochs, rec.leader_epoch if rec else 0, gepoch, 0])
             plan.partitions.append(PartitionPlan(name, p, tier_end, hw, gmax, start, floor))
         plans.append(plan)

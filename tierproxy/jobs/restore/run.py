@@ -1,8 +1,13 @@
 """`tierproxy restore`: the tier's history into a new cluster, every offset kept.
 
-Steps, each one resumable (a rerun after kill -9 finds what is done and goes on):
-1. read the tier's newest snapshot (`tier.snapshot`; a rerun: the one its first run used) and plan every topic
-   (`restore.plan`); refuse, changing nothing, what would lose or overwrite data;
+Steps, each one resumable (a rerun after kill -9 finds what is done and goes on; the state, `restore/<B's id>.json`
+in the tier, is saved after every step that changes the new cluster, each group commit included):
+1. choose the facts from the lost cluster's kept snapshots (`restore.plan.choose_facts`: each item from the newest
+   snapshot that holds it whole; refused, naming them, when some are held by none, unless `accept_missing`) and
+   copy them into the restore's state (`restore/<B's id>.facts.json`): a rerun, or a later stage for other topics
+   hours later, plans from that copy, whatever the new cluster's own `tier` passes have pruned since. Plan every
+   topic (`restore.plan`); refuse, changing nothing, what would lose or overwrite data (a topic an earlier run
+   finished is the new cluster's now: accepted as it is, whatever its clients wrote since);
 2. hand the tier to the new cluster (`tier.ownership.hand_over`: the lost cluster joins the lineage);
 3. create the topics (recorded partition count and configs), raise their leader epochs (`restore.epochs`), fill
    and purge them to S (`restore.fill`), verify log start = high watermark = S;
@@ -25,14 +30,24 @@ from typing import Any, TypeVar
 from tierproxy.config import TierSettings
 from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
 from tierproxy.jobs.restore.fill import FillFailed, FillResult, fill_partition
-from tierproxy.jobs.restore.groups import GroupsResult, commit_groups
-from tierproxy.jobs.restore.plan import RestoreRefused, TargetPartition, TopicPlan, check_target, plan_topics, replay
+from tierproxy.jobs.restore.groups import GroupsResult, Key, commit_groups, key_name
+from tierproxy.jobs.restore.plan import (
+    ChosenFacts,
+    RestoreRefused,
+    TargetPartition,
+    TopicPlan,
+    check_target,
+    choose_facts,
+    plan_topics,
+    replay,
+)
 from tierproxy.jobs.tiering.cluster import ClusterView, describe_cluster, list_offsets
 from tierproxy.tier import snapshot as snapshots
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import NO_ALIAS, TopicMount, uuid_bytes, uuid_str
 from tierproxy.tier.open import open_metadata
-from tierproxy.tier.ownership import hand_over, recorded_owner
+from tierproxy.tier.ownership import hand_over, recorded_owner, restore_finished
+from tierproxy.tier.purges import with_purges
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.storage import ObjectMissing
 from tierproxy.tier.transactions import lost_outcomes
@@ -56,13 +71,21 @@ class RestoreReport:
     fill_seconds: float = 0.0
     leader_moves: int = 0
     done_ms: int = 0  # a restore found finished before (nothing done this time)
+    finished_before: list[str] = field(default_factory=list)  # topics an earlier run restored: left as they are
+    older: list[str] = field(default_factory=list)  # facts taken from an older snapshot than the last
+    missing: list[str] = field(default_factory=list)  # facts no kept snapshot held (gone on without: accepted)
 
     def lines(self) -> list[str]:
+        earlier = [f"  restored by an earlier run, left as they are: {', '.join(self.finished_before)}"] \
+            if self.finished_before else []
         if self.done_ms:
             return [f"the restore of cluster {self.source_cluster} into cluster {self.target_cluster} from tier "
-                    f"snapshot {self.snapshot} finished at {self.done_ms} (ms): nothing to do"]
+                    f"snapshot {self.snapshot} finished at {self.done_ms} (ms): nothing to do", *earlier]
         out = [f"{'would restore' if self.dry_run else 'restored'} {len(self.partitions)} partitions of cluster "
                f"{self.source_cluster} into cluster {self.target_cluster} from tier snapshot {self.snapshot}"]
+        out += earlier
+        out += [f"  from an older pass: {line}" for line in self.older]
+        out += [f"  NOT RECORDED in any kept pass, gone on without (--accept-missing): {line}" for line in self.missing]
         for p in self.partitions:
             lost = f"; LOST offsets {p['lost'][0]}..{p['lost'][1] - 1} (produced after the last pass)" \
                 if p["lost"] else ""
@@ -72,7 +95,7 @@ class RestoreReport:
             rate = self.filled_offsets / self.fill_seconds if self.fill_seconds else 0.0
             out.append(f"  filled {self.filled_offsets} offsets in {self.fill_seconds:.1f}s ({rate:,.0f} offsets/s, "
                        f"{FILL_THREADS} partitions at a time); {self.leader_moves} leader moves")
-        for key in ("committed", "active", "failed", "not_recorded"):
+        for key in ("committed", "kept", "active", "failed", "not_recorded"):
             if self.groups.get(key):
                 out.append(f"  groups {key.replace('_', ' ')}: {self.groups[key]}")
         return out
@@ -82,12 +105,28 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+def _progress(state: dict[str, Any] | None, snap: snapshots.TierSnapshot) -> tuple[dict[str, int], set[Key]]:
+    """What earlier runs finished: topic → when, and the (group, topic, partition)s committed. A state of an earlier
+    version said `done_ms` and whole groups (`groups_committed`): its topics with ids were finished then, and a
+    committed group's offsets on them committed."""
+    if state is None:
+        return {}, set()
+    if "finished" in state:
+        done = {(g, t, int(p)) for g, t, p in (k.rsplit("/", 2) for k in state.get("groups_done", []))}
+        return {t: int(ms) for t, ms in state["finished"].items()}, done
+    finished = {t: int(state["done_ms"]) for t, tid in state.get("topics", {}).items()
+                if tid and state.get("done_ms")}
+    return finished, {(g, o.topic, o.partition) for g in state.get("groups_committed", [])
+                      for o in snap.groups.get(g, []) if o.topic in state.get("topics", {})}
+
+
 class Restore:
     """One restore of the tier at `settings.storage` into the cluster at `settings.own_bootstrap`."""
 
     def __init__(self, settings: TierSettings, pattern: str = ".*", dry_run: bool = False,
-                 say: Callable[[str], None] = print) -> None:
+                 say: Callable[[str], None] = print, accept_missing: bool = False) -> None:
         self.s, self.pattern, self.dry_run, self.say = settings, pattern, dry_run, say
+        self.accept_missing = accept_missing
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
 
     def _state_key(self, cluster: str) -> str:
@@ -98,6 +137,9 @@ class Restore:
             return dict(json.loads(await self.rsm.store.get(self._state_key(cluster))))
         except ObjectMissing:
             return None
+
+    def _facts_key(self, cluster: str) -> str:
+        return self.rsm.object_key(f"{STATE_PREFIX}{cluster}.facts.json")
 
     async def _save(self, cluster: str, state: dict[str, Any]) -> None:
         await self.rsm.store.put(self._state_key(cluster), json.dumps(state, indent=1).encode())
@@ -113,25 +155,39 @@ class Restore:
         view = describe_cluster(s.own_bootstrap, s.identity)
         target = view.cluster_id or ""
         state = _run(self._state(target))
-        snap = _run(self._snapshot(state))
+        chosen = _run(self._facts(state))
+        snap = chosen.snapshot
+        snap = _run(with_purges(self.rsm.store, self.rsm.prefix, snap))  # purges recorded since its pass
         owner = _run(recorded_owner(self.rsm))
         self._check_owner(owner.cluster_id if owner else None, owner.lineage_ids if owner else [], snap, target)
+        history = replay(snap)  # the tier's view from the snapshot alone
+        plans = plan_topics(snap, history, self.pattern)
+        restored = {plan.facts.name for plan in plans}
+        missing = chosen.missing_for(restored)
+        if missing and not (self.accept_missing or (state or {}).get("missing_accepted")):
+            raise RestoreRefused(
+                f"no kept tier snapshot of cluster {snap.cluster_id} holds these whole (its passes could not read "
+                f"them): {'; '.join(u.describe() for u in missing)}; a restore now would go on without them (a "
+                "partition's end, a group's offsets): run it with --accept-missing to do so")
         if len(view.brokers) < 2:
             raise RestoreRefused(
                 f"the cluster at {s.own_bootstrap} has one broker: a restored partition's leader epoch must rise "
                 "above the history's, and only a leader move raises it (use a cluster of 2+ brokers, or the "
                 "offline method in docs/restore.md)")
-        history = replay(snap)  # the tier's view from the snapshot alone
-        plans = plan_topics(snap, history, self.pattern)
         ours = set((state or {}).get("topics", {}))
-        if state is not None and state.get("done_ms") and {plan.facts.name for plan in plans} <= ours:
+        finished, done = _progress(state, snap)
+        todo = [plan for plan in plans if plan.facts.name not in finished]  # finished: B's now, as B left it
+        pending = [k for g, offs in snap.groups.items() for o in offs
+                   if o.topic in restored and (k := (g, o.topic, o.partition)) not in done]
+        if state is not None and not todo and not pending:
             report = RestoreReport(snap.cluster_id, target, snap.name, snap.taken_ms, True)
-            report.done_ms = int(state["done_ms"])
+            report.done_ms = int(state.get("done_ms") or max(finished.values(), default=0))
+            report.finished_before = sorted(restored)
             return report  # finished before: the topics are B's now (clients may have written), nothing to redo
-        existing = self._existing(view, plans)
-        problems = [p for plan in plans if (p := check_target(plan, existing.get(plan.facts.name),
-                                                              plan.facts.name in ours)) is not None]
-        for plan in plans:
+        existing = self._existing(view, todo)
+        problems = [p for plan in todo if (p := check_target(plan, existing.get(plan.facts.name),
+                                                             plan.facts.name in ours)) is not None]
+        for plan in todo:
             for pp in plan.partitions:
                 end = existing.get(plan.facts.name, {}).get(pp.partition, TargetPartition(0, 0)).high_watermark
                 if pp.start - end > s.restore_fill_max_offsets:
@@ -141,18 +197,49 @@ class Restore:
         if problems:
             raise RestoreRefused("; ".join(problems))
         report = RestoreReport(snap.cluster_id, target, snap.name, snap.taken_ms, self.dry_run)
-        report.partitions = [{**asdict(pp), "lost": pp.lost} for plan in plans for pp in plan.partitions]
+        report.partitions = [{**asdict(pp), "lost": pp.lost} for plan in todo for pp in plan.partitions]
+        report.finished_before = sorted(restored & set(finished))
+        report.older, report.missing = chosen.older, [u.describe() for u in missing]
         report.groups["not_recorded"] = snap.groups_unreadable or ""
         if self.dry_run:
             return report
 
+        if state is None or "facts" not in state:  # pinned before anything changes: every later run plans from it
+            _run(self.rsm.store.put(self._facts_key(target), snap.encode()))
         state = state or {"source": snap.cluster_id, "snapshot": snap.name, "started_ms": int(time.time() * 1000),
                           "topics": {}}
-        state["topics"].update({plan.facts.name: state["topics"].get(plan.facts.name) for plan in plans})
+        state["facts"] = f"{STATE_PREFIX}{target}.facts.json"
+        state["missing_accepted"] = bool(state.get("missing_accepted") or missing)
+        state["finished"], state["groups_done"] = finished, sorted(key_name(k) for k in done)
+        state["topics"].update({plan.facts.name: state["topics"].get(plan.facts.name) for plan in todo})
         state.pop("done_ms", None)  # this run's topics are not done until it ends
+        state.pop("groups_committed", None)  # format of earlier versions: read into `groups_done` above
         _run(self._save(target, state))
-        if owner is not None:
-            _run(hand_over(self.rsm, owner, target))
+        if todo:
+            self._topics(report, state, snap, history, todo, existing, target)
+        _run(restore_finished(self.rsm, target))  # the mounts exist: `tier` passes on this cluster may run
+
+        def saved(keys: list[Key]) -> None:  # after each group's commit: a kill never commits it again
+            state["groups_done"] = sorted({*state["groups_done"], *map(key_name, keys)})
+            _run(self._save(target, state))
+
+        view = describe_cluster(s.own_bootstrap, s.identity)
+        groups: GroupsResult = commit_groups(s.own_bootstrap, list(view.brokers.values()), snap.groups, restored,
+                                             s.identity, done, saved)
+        report.groups.update(committed=groups.committed, kept=groups.kept, active=groups.active,
+                             failed=groups.failed)
+        if not groups.failed:
+            state["done_ms"] = int(time.time() * 1000)
+        _run(self._save(target, state))
+        return report
+
+    def _topics(self, report: RestoreReport, state: dict[str, Any], snap: snapshots.TierSnapshot,
+                history: MetadataCache, plans: list[TopicPlan], existing: dict[str, dict[int, TargetPartition]],
+                target: str) -> None:
+        """Steps 2-4 for the topics not finished yet; each marked finished in the state once its mounts exist."""
+        s, owner = self.s, _run(recorded_owner(self.rsm))
+        view = describe_cluster(s.own_bootstrap, s.identity)
+        _run(hand_over(self.rsm, owner, target, snap.cluster_id))  # says a restore is in progress: no `tier` pass
         self._create(view, plans, existing)
         floors = {(pp.topic, pp.partition): pp.min_epoch for plan in plans for pp in plan.partitions}
         report.leader_moves = raise_epochs(s.own_bootstrap, floors, s.identity)
@@ -165,28 +252,24 @@ class Restore:
         _run(self._save(target, state))
         self._verify(plans)
         _run(self._metadata(snap, history, plans, ids, target))
-        restored = {plan.facts.name for plan in plans}
-        groups: GroupsResult = commit_groups(s.own_bootstrap, list(view.brokers.values()), snap.groups, restored,
-                                             s.identity, set(state.get("groups_committed", [])))
-        report.groups.update(committed=groups.committed, active=groups.active, failed=groups.failed)
-        state["groups_committed"] = sorted({*state.get("groups_committed", []), *groups.committed})
-        if not groups.failed:
-            state["done_ms"] = int(time.time() * 1000)
+        now = int(time.time() * 1000)
+        state["finished"].update({plan.facts.name: now for plan in plans})
         _run(self._save(target, state))
-        return report
 
-    async def _snapshot(self, state: dict[str, Any] | None) -> snapshots.TierSnapshot:
-        if state is not None:  # a rerun: the snapshot the first run planned from, not one the new cluster wrote
+    async def _facts(self, state: dict[str, Any] | None) -> ChosenFacts:
+        """The facts to plan from: a rerun's or a later stage's, the copy its first run pinned (never a snapshot
+        the new cluster wrote since); a first run's, chosen from the lost cluster's kept snapshots."""
+        if state is not None:
+            key = self.rsm.object_key(state.get("facts") or state["snapshot"])  # no "facts": an earlier version's
             try:
-                return snapshots.TierSnapshot.decode(await self.rsm.store.get(self.rsm.object_key(state["snapshot"])))
+                return choose_facts([snapshots.TierSnapshot.decode(await self.rsm.store.get(key))])
             except (ObjectMissing, ValueError) as exc:
-                raise RestoreRefused(f"the snapshot {state['snapshot']} this restore began from is gone: {exc}") \
-                    from None
-        snap = await snapshots.newest(self.rsm.store, self.rsm.prefix)
-        if snap is None:
+                raise RestoreRefused(f"the facts this restore began from ({key}) are gone: {exc}") from None
+        snaps = await snapshots.of_cluster(self.rsm.store, self.rsm.prefix)
+        if not snaps:
             raise RestoreRefused(f"the tier at {self.s.storage} holds no snapshot (a `tier` pass of this version "
                                  "writes one): nothing says what its segments are")
-        return snap
+        return choose_facts(snaps)
 
     def _check_owner(self, owner: str | None, lineage: list[str], snap: snapshots.TierSnapshot, target: str) -> None:
         if snap.cluster_id == target:
