@@ -5,6 +5,7 @@ stops it with every process it started, the broker's JVM and Spark's included.""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from tests.support.parts import descendants
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]
+OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 
 
 def _alive(pid: int) -> bool:
@@ -38,6 +40,11 @@ def test_demo_walk_through_then_sigterm_leaves_no_process(kcat: str, tmp_path: P
         text = log.read_text()
         assert "OK: through tierproxy all 1000 records are there from offset 0" in text, text[-3000:]
         assert "    0 record-0" in text and "$ " in text  # the commands are printed
+        printed = re.search(r"^Logs: (/\S+)$", text, re.M)  # where docs/operations.md says the logs are
+        said = next(item for item in OPERATIONS.read_text().split("\n- ") if item.startswith("`make demo`"))
+        assert printed and Path(printed[1]).name.startswith("tierproxy-demo-"), text[-2000:]
+        assert "`Logs: /tmp/tierproxy-demo-*`" in said and len(re.findall(r"`([\w/]+\.log)`", said)) == 4, said
+        assert all((Path(printed[1]) / f).is_file() for f in re.findall(r"`([\w/]+\.log)`", said)), said
         started = set(descendants(demo.pid))
         names = {Path(f"/proc/{p}/comm").read_text().strip() for p in started if _alive(p)}
         assert "java" in names, names  # the broker (and the tier loop's Spark) run under the demo
