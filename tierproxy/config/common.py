@@ -16,6 +16,8 @@ from tierproxy.config.values import (
     _hostport,
     check_writable_dir,
     file_uri,
+    hide_url_passwords,
+    location,
     parse_duration_ms,
     typed_table_rules,
 )
@@ -134,9 +136,9 @@ class CommonSettings(BaseModel):
     @field_validator("storage")
     @classmethod
     def _check_storage(cls, v: str) -> str:
-        v = file_uri(v)
+        v = file_uri(location(v))
         if not (v.startswith("file:///") or v.startswith("s3://")):
-            raise ValueError("must be file:///path, a path, or s3://bucket/prefix")
+            raise ValueError(f"{hide_url_passwords(v)!r} is not file:///path, a path, or s3://bucket/prefix")
         if v.startswith("file://"):
             check_writable_dir(Path(v[len("file://"):]))
         return v
@@ -144,7 +146,10 @@ class CommonSettings(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _check_metadata(cls, v: str | None) -> str | None:
-        if v is None or v.startswith("topic"):
+        if v is None:
+            return v
+        v = location(v)
+        if v.startswith("topic"):
             return v
         v = file_uri(v)
         if not v.startswith("file:///"):

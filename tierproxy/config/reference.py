@@ -26,10 +26,11 @@ HEADER = """\
 
 Generated from the settings models (`python -m tierproxy.config.reference > docs/configuration.md`); a test
 fails when this page and the code differ. Every key can be set in a properties file (`--config FILE` or `-c`,
-Kafka-style `key=value`, a comment on a line of its own), as a `TIERPROXY_*` environment variable, or (for some)
-as a flag; flags win over the environment, the environment over the file, the file over the defaults. One file can
-serve every command: each command takes its own keys and passes over the other commands' keys; a key no command
-knows is refused, naming the one it most likely meant.
+Kafka-style `key=value`, a comment on a line of its own: as in Kafka's files, `key=value  # note` keeps the note in
+the value, with a warning, and a `storage` or `metadata` location holding `#` is refused), as a `TIERPROXY_*`
+environment variable, or (for some) as a flag; flags win over the environment, the environment over the file, the
+file over the defaults. One file can serve every command: each command takes its own keys and passes over the other
+commands' keys; a key no command knows is refused, naming the one it most likely meant.
 """
 
 SECTIONS = (

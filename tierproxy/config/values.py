@@ -28,6 +28,17 @@ def _has_uvloop() -> bool:
     return importlib.util.find_spec("uvloop") is not None
 
 
+def location(value: str) -> str:
+    """A storage or metadata location (a URI or a path) without the whitespace around it; one holding `#` is
+    refused: in a URI `#` starts a fragment, which names no place, and in a properties file `key=value  # note`
+    keeps the note in the value (`storage=tier  # note` once put the tier in a directory `tier  `)."""
+    v = value.strip()
+    if "#" in v:
+        raise ValueError(f"{hide_url_passwords(v)!r}: a location cannot hold '#' (in a properties file a comment "
+                         "goes on a line of its own)")
+    return v
+
+
 def file_uri(value: str) -> str:
     """`file:///abs`, `file://./rel`, `file:rel`, `file:/abs` or a plain path → `file:///absolute` (a relative path
     is relative to the working directory); anything else (s3://, topic:) unchanged."""
