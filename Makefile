@@ -3,6 +3,7 @@
 # make test-fast = the in-process lane (codec, core harness, properties, units: no broker, S3, Spark or image)
 # make check = ruff + mypy strict + the suite (what CI runs)
 # make demo  = a real local Kafka (and tierproxy) with a kcat walk-through
+# make kafka = one local Kafka broker on 127.0.0.1:$(KAFKA_PORT) in the foreground (the README's quickstart)
 # make image = the container image the Helm chart deploys
 PY ?= python3
 VENV ?= .venv
@@ -17,7 +18,7 @@ export TIERPROXY_CACHE ?= $(HOME)/.cache/tierproxy
 unexport PYTHONDONTWRITEBYTECODE
 DEBIAN_PACKAGES := kcat haproxy chromium
 
-.PHONY: install tools image test test-fast check lint typecheck demo bench clean
+.PHONY: install tools image test test-fast check lint typecheck demo kafka bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -82,6 +83,12 @@ bench: install tools
 
 demo: install
 	$(BIN)/tierproxy demo
+
+# its data stays in KAFKA_DIR between runs (the same cluster: a tier written against it stays its own)
+KAFKA_PORT ?= 9092
+KAFKA_DIR ?= /var/tmp/tierproxy/kafka
+kafka: $(VENV)/.installed
+	$(BIN)/python -m tierproxy.cli.devkafka --port $(KAFKA_PORT) --dir $(KAFKA_DIR)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

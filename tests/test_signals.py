@@ -5,14 +5,9 @@ and left the Kafka JVM running."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,85 +15,11 @@ import pytest
 
 from tests.support.kafka import create_topic, small_segment_producer, small_segments
 from tests.support.parts import descendants, free_port_block
+from tests.support.stopping import Started, comm
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.process]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _port_free(port: int) -> bool:
-    try:
-        socket.create_server(("127.0.0.1", port)).close()
-    except OSError:
-        return False
-    return True
-
-
-class Started:
-    """A command in a session of its own (as a terminal's foreground job), its output in a file."""
-
-    def __init__(self, cmd: list[str], out: Path, env: dict[str, str] | None = None) -> None:
-        self.out = out
-        self.seen: list[int] = []  # every process seen under it: the clean-up's, should the test fail
-        with out.open("wb") as sink:
-            self.proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={**os.environ, **(env or {})})
-
-    def text(self) -> str:
-        return self.out.read_text(errors="replace")
-
-    def signal_twice(self, sig: signal.Signals, group: bool) -> list[int]:
-        """Send `sig` twice, 50 ms apart (to the whole group: a terminal's Ctrl-C); every process under the command
-        just before, for the caller to check they are gone."""
-        started = [p for p in descendants(self.proc.pid) if _alive(p)]
-        self.seen += started
-        for _ in range(2):
-            if group:
-                os.killpg(self.proc.pid, sig)
-            else:
-                self.proc.send_signal(sig)
-            time.sleep(0.05)
-        return started
-
-    def assert_stopped_cleanly(self, started: list[int], ports: list[int], codes: tuple[int, ...]) -> None:
-        rc = self.proc.wait(120)
-        text = self.text()
-        assert rc in codes and "Traceback" not in text, f"exit {rc}\n{text[-4000:]}"
-        deadline = time.monotonic() + 30
-        while (left := [p for p in started if _alive(p)]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert left == [], [(p, _comm(p), _pgid(p)) for p in left]
-        group = [p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if _alive(p)
-                 and _pgid(p) == self.proc.pid]
-        assert group == [], [(p, _comm(p)) for p in group]
-        wait_until(lambda: all(_port_free(p) for p in ports), f"ports {ports} free", timeout=30)
-
-    def kill(self) -> None:
-        for p in [self.proc.pid, *descendants(self.proc.pid), *self.seen]:
-            with contextlib.suppress(OSError):
-                os.kill(p, signal.SIGKILL)
-        self.proc.wait(10)
-
-
-def _pgid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
-    except (OSError, IndexError, ValueError):
-        return -1
 
 
 @pytest.fixture
@@ -118,7 +39,7 @@ def test_demo_two_ctrl_c_stop_kafka_serve_and_the_tier_loop(kcat: str, tmp_path:
     started.append(demo)
 
     def javas() -> int:
-        return sum(1 for p in descendants(demo.proc.pid) if _comm(p) == "java")
+        return sum(1 for p in descendants(demo.proc.pid) if comm(p) == "java")
 
     # the broker's JVM and the tier loop's Spark JVM
     wait_until(lambda: javas() >= 2 or demo.proc.poll() is not None, "the demo's Kafka and Spark", timeout=300)
@@ -152,13 +73,13 @@ def test_tier_loop_two_sigterms_stop_its_spark(kafka: KafkaCluster, tmp_path: Pa
                    env={"TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
     started.append(tier)
     if mid_pass:  # Spark's JVM up, the first pass under way
-        wait_until(lambda: any(_comm(p) == "java" for p in descendants(tier.proc.pid))
+        wait_until(lambda: any(comm(p) == "java" for p in descendants(tier.proc.pid))
                    or tier.proc.poll() is not None, "the tier loop's Spark", timeout=300)
     else:
         wait_until(lambda: "tiered " in tier.text() or tier.proc.poll() is not None, "the first pass", timeout=300)
     assert tier.proc.poll() is None, tier.text()[-3000:]
     pids = tier.signal_twice(signal.SIGTERM, group=False)
-    assert any(_comm(p) == "java" for p in pids), [(p, _comm(p)) for p in pids]
+    assert any(comm(p) == "java" for p in pids), [(p, comm(p)) for p in pids]
     tier.assert_stopped_cleanly(pids, [], codes=(130,))
 
 

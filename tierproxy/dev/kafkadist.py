@@ -204,18 +204,22 @@ class KafkaCluster:
     def __init__(self, nodes: int = 1, workdir: Path | None = None,
                  broker_config: dict[str, str] | None = None, heap: str = "768m",
                  extra_listeners: dict[str, str] | None = None, jvm_options: list[str] | None = None,
-                 scram_users: dict[str, dict[str, str]] | None = None, version: str = KAFKA_VERSION) -> None:
+                 scram_users: dict[str, dict[str, str]] | None = None, version: str = KAFKA_VERSION,
+                 port: int | None = None, cluster_id: str | None = None) -> None:
         """`extra_listeners` maps listener names to security protocols (e.g. {"SASL": "SASL_PLAINTEXT"}); each
         node gets a free port for each, in `node.listener_ports`; their settings go in `broker_config`.
         `jvm_options` are added to each node's java command line (e.g. -D system properties); `scram_users`
-        ({mechanism: {user: password}}) are written into the metadata log when the storage is formatted."""
+        ({mechanism: {user: password}}) are written into the metadata log when the storage is formatted.
+        `port`: the first node's client port (`make kafka`'s 9092) instead of a free one; `cluster_id`: the id of
+        log dirs formatted before (a cluster started again), instead of a new one."""
         self.version = version
         self.libs = ensure_kafka_libs(version)
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tierproxy-kafka-"))
-        self.cluster_id = _cluster_id()
+        self.cluster_id = cluster_id or _cluster_id()
         self.heap = heap
         self.broker_config = dict(broker_config or {})
-        self.nodes = [KafkaNode(i + 1, free_port(), free_port(), self.workdir / f"node{i + 1}") for i in range(nodes)]
+        self.nodes = [KafkaNode(i + 1, port if port is not None and i == 0 else free_port(), free_port(),
+                                self.workdir / f"node{i + 1}") for i in range(nodes)]
         self.extra_listeners = dict(extra_listeners or {})
         self.jvm_options = list(jvm_options or [])
         self.scram_users = dict(scram_users or {})
