@@ -187,7 +187,9 @@ class TierPass:
 class TxnOutcome(enum.IntEnum):
     ABORTED = 0
     COMMITTED = 1
-    OPEN = 2  # undecided when recorded; a restore resolves it (`tier.transactions.resolve_lost`)
+    # undecided when recorded; a restore resolves it (`tier.transactions.resolve_lost`). This version's pass never
+    # writes it: a copy reads below the last stable offset, where every transaction is decided
+    OPEN = 2
 
 
 @dataclass(frozen=True, slots=True)
