@@ -51,7 +51,7 @@ from tierproxy.tier.model import (
     uuid_str,
 )
 from tierproxy.tier.open import open_metadata
-from tierproxy.tier.ownership import check_cluster
+from tierproxy.tier.ownership import RestoreInProgress, check_cluster
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
@@ -521,9 +521,19 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
     `spark`: a session to use (never stopped here); by default the one running in this process, else its own."""
     job = TieringJob(settings, spark_conf, progress, spark)
     out: list[RunSummary] = []
+    refused = 0
     try:
         while True:
-            summary = job.run_once()
+            try:
+                summary = job.run_once()
+            except RestoreInProgress as exc:  # `--once` exits 2 on it; a running job waits for the restore's end
+                refused += 1
+                if once or (max_passes is not None and len(out) + refused >= max_passes):
+                    raise
+                log.warning("no tier pass: %s", exc)
+                print(f"REFUSED {exc}", flush=True)
+                job.wait(settings.tier_interval_ms / 1000)
+                continue
             out.append(summary)
             job.report(summary)
             log.info("run %s: %s", summary.run_id, summary.line())
