@@ -59,6 +59,7 @@ OWN: dict[int, ApiSchema] = {s.api_key: s for s in (
     ApiSchema(8, "OffsetCommit", admin.OFFSET_COMMIT_REQUEST, admin.OFFSET_COMMIT_RESPONSE),
     ApiSchema(9, "OffsetFetch", admin.OFFSET_FETCH_REQUEST, admin.OFFSET_FETCH_RESPONSE),
     ApiSchema(16, "ListGroups", admin.LIST_GROUPS_REQUEST, admin.LIST_GROUPS_RESPONSE),
+    ApiSchema(22, "InitProducerId", admin.INIT_PRODUCER_ID_REQUEST, admin.INIT_PRODUCER_ID_RESPONSE),
     ApiSchema(43, "ElectLeaders", admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE),
     ApiSchema(45, "AlterPartitionReassignments", admin.ALTER_PARTITION_REASSIGNMENTS_REQUEST,
               admin.ALTER_PARTITION_REASSIGNMENTS_RESPONSE),

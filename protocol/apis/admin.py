@@ -1,5 +1,6 @@
 """APIs only tierproxy's own clients send (a restore, the tier job's description of the tier): Produce's request,
-ListGroups (16), OffsetFetch (9), OffsetCommit (8), ElectLeaders (43), AlterPartitionReassignments (45). The proxy
+ListGroups (16), OffsetFetch (9), OffsetCommit (8), ElectLeaders (43), AlterPartitionReassignments (45),
+InitProducerId (22: the restore's fill writes as an idempotent producer). The proxy
 carries these opaque (`registry.OWN`, never `registry.SUPPORTED`): declaring them here caps no client's versions.
 
 Wire grammar:
@@ -18,6 +19,9 @@ Wire grammar:
     AlterPartitionReassignmentsRequest  => timeout_ms [name [partition_index [replicas]]]    (v0, flexible)
     AlterPartitionReassignmentsResponse => throttle_time_ms error_code error_message
                                            [name [partition_index error_code error_message]]
+    InitProducerIdRequest  => transactional_id transaction_timeout_ms producer_id(v3+) producer_epoch(v3+)
+                              (v4, flexible)
+    InitProducerIdResponse => throttle_time_ms error_code producer_id producer_epoch
 Transcribed from Apache Kafka 4.1's common/message/*.json.
 """
 
@@ -157,4 +161,18 @@ ALTER_PARTITION_REASSIGNMENTS_RESPONSE = Message('AlterPartitionReassignmentsRes
             F('error_message', 'string', '0+', nullable='0+'),
         ]),
     ]),
+])
+
+INIT_PRODUCER_ID_REQUEST = Message('InitProducerIdRequest', api_key=22, versions='4', flexible='2+', fields=[
+    F('transactional_id', 'string', '0+', nullable='0+', default=None),
+    F('transaction_timeout_ms', 'int32', '0+'),
+    F('producer_id', 'int64', '3+', default=-1),
+    F('producer_epoch', 'int16', '3+', default=-1),
+])
+
+INIT_PRODUCER_ID_RESPONSE = Message('InitProducerIdResponse', api_key=22, versions='4', flexible='2+', fields=[
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+    F('producer_id', 'int64', '0+', default=-1),
+    F('producer_epoch', 'int16', '0+'),
 ])
