@@ -94,7 +94,7 @@ PART_MARKERS = {"kafka": "kafka", "proxy": "kafka", "kafka_cluster": "cluster", 
 
 
 PROCESS_FIXTURES = {"proxy", "tiered_proxy", "served", "fleet"}  # each starts `tierproxy serve` as a process
-PROCESS_CALLS = ("ProxyProcess(", "tierproxy.cli", "Fleet(")
+PROCESS_CALLS = ("ProxyProcess(", "tierproxy.cli", "Fleet(", "run_base(")  # run_base: the base install, a process
 
 
 def _starts_tierproxy(item: pytest.Item, info: Any) -> bool:
