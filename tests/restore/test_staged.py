@@ -19,7 +19,19 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.cli import run_cli
-from tests.support.restore import OTHER, STAGED_GROUP, STAGED_OFFSETS, TOPIC, Disaster, commit, committed
+from tests.support.restore import (
+    LEDGER,
+    LEDGER_GROUP,
+    OTHER,
+    STAGED_GROUP,
+    STAGED_OFFSETS,
+    TOPIC,
+    Disaster,
+    commit,
+    committed,
+    tier_settings,
+)
+from tests.support.tiering import tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.tiering.cluster import describe_cluster, list_offsets
 from tierproxy.jobs.tiering.describe import build_snapshot
@@ -27,7 +39,7 @@ from tierproxy.tier import snapshot as snapshots
 from tierproxy.tier.rlmm import ReplayedMetadata
 from tierproxy.tier.rsm import RemoteStorageManager
 
-pytestmark = [pytest.mark.cluster, pytest.mark.process]
+pytestmark = [pytest.mark.cluster, pytest.mark.process, pytest.mark.spark]
 
 
 def _restore(bootstrap: str, tier: Path, *args: str) -> tuple[int, str]:
@@ -94,6 +106,34 @@ def test_a_later_stage_after_b_served_for_a_while_plans_from_a_s_pinned_facts(di
     earlier = next((line for line in out.splitlines() if "restored by an earlier run, left as they are:" in line), "")
     assert TOPIC in earlier.split(": ", 1)[-1].split(", "), out
     assert f"{TOPIC}-0:" not in out, "orders is B's now: not planned again"
+
+
+def test_three_stages_with_b_in_service_between_every_group_resumes_every_partition_where_it_was_in_a(
+        disaster: Disaster, tmp_path: Path) -> None:
+    """orders (the disaster's run), audit, then ledger (each maybe run by a module before: then found done), with
+    B's clients writing to what is restored and B's own `tier` pass between the stages: every group of A, on every
+    partition of the three topics, holds in B the offset (and leader epoch) it had in A."""
+    b = disaster.b
+    stages = [TOPIC, OTHER, LEDGER]
+    for i, topic in enumerate(stages):
+        if i:
+            code, out = _restore(b.bootstrap, disaster.tier, "--topics", topic)
+            assert code == 0, out
+        if i < len(stages) - 1:  # B in service: its clients write, its tier job runs
+            prod = Producer({"bootstrap.servers": b.bootstrap})
+            for n in range(20):
+                prod.produce(topic, f"b-stage-{i}-{n}".encode(), partition=0)
+            assert prod.flush(30) == 0
+            summary = tier_once(tier_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))
+            assert summary.snapshot and summary.failed == 0, summary
+    facts = snapshots.TierSnapshot.decode((disaster.tier / "restore" / f"{b.cluster_id}.facts.json").read_bytes())
+    assert facts.cluster_id == disaster.a_cluster_id, "the stages planned from A's facts, not B's snapshots"
+    want = {(g, o.topic, o.partition): (o.offset, o.leader_epoch) for g, offs in facts.groups.items() for o in offs
+            if o.topic in stages}
+    assert {g for g, _, _ in want} >= {"classic", "kip848", "past", STAGED_GROUP, LEDGER_GROUP}, want
+    got = {(g, t, p): v for g, t in {(g, t) for g, t, _ in want}
+           for p, v in committed(b.bootstrap, g, t, facts.topics[t].partitions).items()}
+    assert got == want
 
 
 def test_a_rerun_killed_inside_the_group_commits_never_rewinds_a_group_that_moved_on(disaster: Disaster,
