@@ -20,6 +20,7 @@ from tests.support.proxy import ProxyProcess
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.dev.ports import free_port
+from tierproxy.jobs.restore.drill import DrillFindings, prometheus_text
 
 DASHBOARD = CHART / "files" / "dashboard.json"
 ALERTS = CHART / "files" / "alerts.yaml"
@@ -63,13 +64,21 @@ def _dashboard() -> dict[str, Any]:
     return data
 
 
-def _rules() -> list[dict[str, Any]]:
-    return [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+def _rules(group: str | None = None) -> list[dict[str, Any]]:
+    return [r for g in yaml.safe_load(ALERTS.read_text())["groups"] if group in (None, g["name"]) for r in g["rules"]]
+
+
+def test_the_drills_alerts_use_what_the_drill_writes() -> None:
+    """The restore drill's rules read what `restore --dry-run --metrics-file` writes, not what serve exports."""
+    text = prometheus_text(DrillFindings(lost={("t", 0): (1, 2)}), 0.0)
+    written = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    used = {m for r in _rules("tierproxy-restore-drill") for m in METRIC.findall(r["expr"])}
+    assert used and used <= written, used - written
 
 
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     out = subprocess.run([_promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "SUCCESS: 7 rules found" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "SUCCESS: 11 rules found" in out.stdout, out.stdout + out.stderr
     rendered = render_chart("--set", "monitoring.prometheusRule.enabled=true", "--show-only",
                        "templates/prometheusrule.yaml")
     spec = yaml.safe_load(rendered)["spec"]
@@ -79,7 +88,9 @@ def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert {r["alert"] for r in _rules()} == {
         "TierproxyGapDetected", "TierproxyTieringLagGrowing", "TierproxyTierPassFailing", "TierproxyRemoteFetchErrors",
-        "TierproxyNotReady", "TierproxyMetadataConsumerRestarts", "TierproxyMemoryBoundReached"}
+        "TierproxyNotReady", "TierproxyMetadataConsumerRestarts", "TierproxyMemoryBoundReached",
+        "TierproxyRestoreDrillBrokenSegments", "TierproxyRestoreDrillIncomplete", "TierproxyRestorePointOld",
+        "TierproxyRestoreDrillNotRun"}
 
 
 def test_dashboard_passes_the_schema_and_lays_out_its_panels() -> None:
@@ -120,6 +131,6 @@ def test_every_metric_the_dashboard_and_alerts_use_is_exported(kafka: KafkaClust
             if kind == "histogram":
                 exported |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
     used = {m for p in _dashboard()["panels"] for t in p["targets"] for m in METRIC.findall(t["expr"])}
-    used |= {m for r in _rules() for m in METRIC.findall(r["expr"])}
+    used |= {m for r in _rules("tierproxy") for m in METRIC.findall(r["expr"])}
     assert len(used) >= 20
     assert used - exported == set()

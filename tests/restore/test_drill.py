@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from protocol.records import Record, build_batch
+from tests.support.cli import run_cli
+from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
 from tests.support.segments import stored_segment
+from tests.support.tiering import settings, tier_once
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.restore.drill import DrillFindings, check_objects, prometheus_text, write_metrics
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import SegmentState
@@ -64,3 +70,49 @@ def test_the_findings_are_prometheus_text_written_whole(tmp_path: Path) -> None:
     assert samples[("tierproxy_restore_drill_unrecorded_facts", ())] == 1
     assert samples[("tierproxy_restore_drill_snapshot_age_seconds", ())] == 42.5
     assert f.lost_offsets == 15 and "15 offsets would be lost" in f.lines()[0]
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_the_drill_against_the_live_cluster_reports_what_a_restore_now_would_lose(kafka: KafkaCluster,
+                                                                                 tmp_path: Path) -> None:
+    """`restore --dry-run` against the tiered cluster itself: the tier's objects checked, [N, the end now) lost per
+    partition, as text and as Prometheus metrics; a missing object makes it fail (exit 1), naming the segment."""
+    topic = f"drilled-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic, 2, 1, small_segments())
+    prod = small_segment_producer(kafka.bootstrap)
+    for i in range(1200):
+        prod.produce(topic, f"drilled-{i}-{'d' * 60}".encode(), partition=i % 2)
+    prod.flush(30)
+    s = settings(kafka.bootstrap, tmp_path, topic, tier_segment_bytes=16 * 1024)
+    assert tier_once(s).segments > 0
+    for i in range(50):  # after the pass: a restore now would lose these
+        prod.produce(topic, f"late-{i}".encode(), partition=0)
+    prod.flush(30)
+    ends = {p: watermarks(kafka.bootstrap, topic, p)[1] for p in range(2)}
+    prom = tmp_path / "textfile" / "tierproxy.prom"
+    prom.parent.mkdir()
+    drill = ["restore", "--bootstrap-server", kafka.bootstrap, "--storage", s.storage, "--topics", topic,
+             "--dry-run", "--metrics-file", str(prom)]
+    out = run_cli(*drill)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout and "drill:" in out.stdout, out.stdout
+    samples = {(m.name, m.labels.get("partition")): m.value
+               for fam in text_string_to_metric_families(prom.read_text()) for m in fam.samples}
+    lost = samples[("tierproxy_restore_drill_lost_offsets", "0")]
+    assert 50 <= lost <= ends[0], (lost, ends)  # at least what came after the pass, never more than the partition
+    assert f"LOST offsets {int(ends[0] - lost)}..{ends[0] - 1}" in out.stdout, out.stdout
+    assert samples[("tierproxy_restore_drill_broken_segments", None)] == 0
+    assert samples[("tierproxy_restore_drill_segments", None)] > 0
+
+    victim = next(p for p in Path(s.storage.removeprefix("file://")).rglob("*.timeindex"))
+    victim.unlink()
+    out = run_cli(*drill)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "BROKEN" in out.stdout and "missing timeindex" in out.stdout, out.stdout
+    assert "would not have everything" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "tierproxy_restore_drill_broken_segments 1" in prom.read_text()
+
+    refused = run_cli("restore", "--bootstrap-server", kafka.bootstrap, "--storage", s.storage,
+                      "--metrics-file", str(prom))
+    assert refused.returncode == 2 and "--metrics-file" in refused.stderr and "--dry-run" in refused.stderr

@@ -7,6 +7,7 @@ Slow (~2 min): two 3-node clusters (A, then B), a tier pass and an Iceberg pass 
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 import uuid
@@ -249,6 +250,7 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         dry = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}", "--metadata",
                       "topic:", "--topics", TOPIC, "--dry-run", check=True)
         assert "would restore 2 partitions" in dry.stdout and "LOST offsets" in dry.stdout, dry.stdout
+        assert re.search(r"drill: \d+ served segments, \d+ objects found, 0 broken", dry.stdout), dry.stdout
         assert TOPIC not in AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10).topics
         assert not (tier / "restore").exists(), "a dry run changes nothing"
         out = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}",

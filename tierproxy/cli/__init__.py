@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import ssl
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tierproxy.config.distribution import pip_install
@@ -245,6 +248,10 @@ def _restore(args: argparse.Namespace) -> int:
     settings, _ = loaded
     if (rc := _check_storage(settings.storage, unreachable_is_fatal=True)) is not None:
         return rc
+    metrics = Path(args.metrics_file) if args.metrics_file else None
+    if metrics is not None and (why := _metrics_file_problem(metrics, args.dry_run)):
+        print(f"tierproxy: --metrics-file={args.metrics_file}: {why}", file=sys.stderr)
+        return 2
     from tierproxy.jobs.restore.epochs import EpochsNotRaised
     from tierproxy.jobs.restore.fill import FillFailed
     from tierproxy.jobs.restore.plan import RestoreRefused
@@ -261,6 +268,14 @@ def _restore(args: argparse.Namespace) -> int:
             return 1
         for line in report.lines():
             print(line, flush=True)
+        if report.drill is not None and metrics is not None:
+            from tierproxy.jobs.restore.drill import prometheus_text, write_metrics
+
+            write_metrics(metrics, prometheus_text(report.drill, time.time()))
+        if report.drill is not None and (report.drill.broken or report.drill.unrecorded):
+            print("tierproxy: restore drill: a restore now would not have everything the tier should hold (above)",
+                  file=sys.stderr)
+            return 1
         if report.groups.get("failed"):
             print("tierproxy: restore: some group offsets were not committed (above); run it again to go on",
                   file=sys.stderr)
@@ -268,6 +283,18 @@ def _restore(args: argparse.Namespace) -> int:
         return 0
 
     return _run_job("restore", settings, work)
+
+
+def _metrics_file_problem(path: Path, dry_run: bool) -> str | None:
+    """Why the drill's findings cannot be written to `path`, or None."""
+    if not dry_run:
+        return "the drill's findings are written by a dry run: add --dry-run"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"its directory {parent} does not exist"
+    if not os.access(parent, os.W_OK):
+        return f"its directory {parent} is not writable"
+    return None
 
 
 def _port_problem(address: str) -> str | None:
@@ -413,7 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
     rst.add_argument("--storage", help="the tier: file:///path or s3://bucket/prefix?endpoint=URL (storage)")
     rst.add_argument("--metadata", help="the new cluster's metadata: topic:[NAME] (default) (metadata)")
     rst.add_argument("--topics", help="regex of topics to restore (default: every topic in the snapshot)")
-    rst.add_argument("--dry-run", action="store_true", help="plan and check only; change nothing")
+    rst.add_argument("--dry-run", action="store_true",
+                     help="plan and check only, change nothing; also reads every segment's objects and reports "
+                          "what a restore now would lose (against the tiered cluster itself: the drill)")
+    rst.add_argument("--metrics-file", help="with --dry-run: write the drill's findings there in Prometheus' "
+                                            "text format (for node_exporter's textfile collector)")
     rst.add_argument("--accept-missing", action="store_true",
                      help="go on without the facts no kept tier snapshot holds whole (named by the refusal)")
     rst.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")

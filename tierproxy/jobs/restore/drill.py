@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tierproxy.jobs.restore.plan import TopicPlan
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import uuid_str
 from tierproxy.tier.rsm import LOG_EXT, IndexType, RemoteStorageManager
 from tierproxy.tier.storage import ObjectMissing
+from tierproxy.tier.transactions import lost_outcomes
 
 HEADS_IN_FLIGHT = 32  # object heads asked at once: a drill over a large tier stays a bounded load on the store
 OBJECT_EXTS = (LOG_EXT, *(i.value for i in IndexType))
@@ -122,3 +125,23 @@ def write_metrics(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as out:
         out.write(text)
     os.replace(tmp, path)
+
+
+async def drill(rsm: RemoteStorageManager, history: MetadataCache, plans: list[TopicPlan],
+                live_ends: Mapping[tuple[str, int], int] | None, unrecorded: list[str], snapshot_taken_ms: int,
+                now_ms: int) -> DrillFindings:
+    """The drill over the planned topics: their objects (`check_objects`), the offsets a restore now would lose —
+    [N, S) as planned, or [N, the high watermark now) when run against the live cluster (`live_ends`) — the
+    transactions it would abort by rule (`tier.transactions.lost_outcomes`) and the facts no snapshot holds."""
+    found = await check_objects(rsm, history, {plan.facts.name for plan in plans})
+    for plan in plans:
+        for pp in plan.partitions:
+            end = pp.start if live_ends is None else max(pp.start, live_ends.get((pp.topic, pp.partition), 0))
+            if end > pp.tier_end:
+                found.lost[(pp.topic, pp.partition)] = (pp.tier_end, end)
+            pc = history.get(plan.origin_id, pp.partition)
+            if pc is not None:
+                found.open_transactions += len(await lost_outcomes(pc, rsm, now_ms))
+    found.unrecorded = list(unrecorded)
+    found.snapshot_age_s = max(0.0, (now_ms - snapshot_taken_ms) / 1000)
+    return found

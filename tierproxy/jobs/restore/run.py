@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from tierproxy.config import TierSettings
+from tierproxy.jobs.restore.drill import DrillFindings, drill
 from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
 from tierproxy.jobs.restore.fill import FillFailed, FillResult, fill_partition
 from tierproxy.jobs.restore.groups import GroupsResult, Key, commit_groups, key_name
@@ -74,6 +76,7 @@ class RestoreReport:
     finished_before: list[str] = field(default_factory=list)  # topics an earlier run restored: left as they are
     older: list[str] = field(default_factory=list)  # facts taken from an older snapshot than the last
     missing: list[str] = field(default_factory=list)  # facts no kept snapshot held (gone on without: accepted)
+    drill: DrillFindings | None = None  # a dry run's reading of the tier (`restore.drill`)
 
     def lines(self) -> list[str]:
         earlier = [f"  restored by an earlier run, left as they are: {', '.join(self.finished_before)}"] \
@@ -98,6 +101,7 @@ class RestoreReport:
         for key in ("committed", "kept", "active", "failed", "not_recorded"):
             if self.groups.get(key):
                 out.append(f"  groups {key.replace('_', ' ')}: {self.groups[key]}")
+        out += self.drill.lines() if self.drill else []
         return out
 
 
@@ -155,20 +159,24 @@ class Restore:
         view = describe_cluster(s.own_bootstrap, s.identity)
         target = view.cluster_id or ""
         state = _run(self._state(target))
-        chosen = _run(self._facts(state))
+        chosen = _run(self._facts(state, target if self.dry_run else None))
         snap = chosen.snapshot
         snap = _run(with_purges(self.rsm.store, self.rsm.prefix, snap))  # purges recorded since its pass
         owner = _run(recorded_owner(self.rsm))
-        self._check_owner(owner.cluster_id if owner else None, owner.lineage_ids if owner else [], snap, target)
+        live = self.dry_run and snap.cluster_id == target  # a dry run against the tiered cluster itself: a drill
+        if not live:
+            self._check_owner(owner.cluster_id if owner else None, owner.lineage_ids if owner else [], snap, target)
         history = replay(snap)  # the tier's view from the snapshot alone
         plans = plan_topics(snap, history, self.pattern)
         restored = {plan.facts.name for plan in plans}
         missing = chosen.missing_for(restored)
-        if missing and not (self.accept_missing or (state or {}).get("missing_accepted")):
+        if missing and not (live or self.accept_missing or (state or {}).get("missing_accepted")):
             raise RestoreRefused(
                 f"no kept tier snapshot of cluster {snap.cluster_id} holds these whole (its passes could not read "
                 f"them): {'; '.join(u.describe() for u in missing)}; a restore now would go on without them (a "
                 "partition's end, a group's offsets): run it with --accept-missing to do so")
+        if live:
+            return self._drill(snap, history, plans, view, [u.describe() for u in missing])
         if len(view.brokers) < 2:
             raise RestoreRefused(
                 f"the cluster at {s.own_bootstrap} has one broker: a restored partition's leader epoch must rise "
@@ -202,6 +210,8 @@ class Restore:
         report.older, report.missing = chosen.older, [u.describe() for u in missing]
         report.groups["not_recorded"] = snap.groups_unreadable or ""
         if self.dry_run:
+            report.drill = _run(drill(self.rsm, history, todo, None, report.missing, snap.taken_ms,
+                                      int(time.time() * 1000)))
             return report
 
         if state is None or "facts" not in state:  # pinned before anything changes: every later run plans from it
@@ -233,6 +243,21 @@ class Restore:
         _run(self._save(target, state))
         return report
 
+    def _drill(self, snap: snapshots.TierSnapshot, history: MetadataCache, plans: list[TopicPlan],
+               view: ClusterView, missing: list[str]) -> RestoreReport:
+        """The dry run against the tiered cluster itself: what a restore now would lose, [N, its end now)."""
+        names = {plan.facts.name for plan in plans}
+        ends = list_offsets(view, [p for p in view.partitions if p.topic in names])
+        found = _run(drill(self.rsm, history, plans, {k: o.high_watermark for k, o in ends.items()}, missing,
+                           snap.taken_ms, int(time.time() * 1000)))
+        report = RestoreReport(snap.cluster_id, snap.cluster_id, snap.name, snap.taken_ms, True, drill=found,
+                               missing=missing)
+        for plan in plans:
+            for pp in plan.partitions:
+                lost = found.lost.get((pp.topic, pp.partition))
+                report.partitions.append({**asdict(pp), "start": lost[1] if lost else pp.start, "lost": lost})
+        return report
+
     def _topics(self, report: RestoreReport, state: dict[str, Any], snap: snapshots.TierSnapshot,
                 history: MetadataCache, plans: list[TopicPlan], existing: dict[str, dict[int, TargetPartition]],
                 target: str) -> None:
@@ -256,15 +281,26 @@ class Restore:
         state["finished"].update({plan.facts.name: now for plan in plans})
         _run(self._save(target, state))
 
-    async def _facts(self, state: dict[str, Any] | None) -> ChosenFacts:
+    async def _facts(self, state: dict[str, Any] | None, drilled: str | None = None) -> ChosenFacts:
         """The facts to plan from: a rerun's or a later stage's, the copy its first run pinned (never a snapshot
-        the new cluster wrote since); a first run's, chosen from the lost cluster's kept snapshots."""
+        the new cluster wrote since); a first run's, chosen from the lost cluster's kept snapshots; a dry run's
+        against a cluster the tier has snapshots of (`drilled`: the drill), that cluster's own — unless a restore
+        into it has topics of the pattern left to restore (a dry run of its next stage plans from the pinned facts)."""
+        pinned = None
         if state is not None:
             key = self.rsm.object_key(state.get("facts") or state["snapshot"])  # no "facts": an earlier version's
             try:
-                return choose_facts([snapshots.TierSnapshot.decode(await self.rsm.store.get(key))])
+                pinned = snapshots.TierSnapshot.decode(await self.rsm.store.get(key))
             except (ObjectMissing, ValueError) as exc:
                 raise RestoreRefused(f"the facts this restore began from ({key}) are gone: {exc}") from None
+        rx = re.compile(self.pattern)
+        stage_left = pinned is not None and any(rx.fullmatch(t) and t not in (state or {}).get("finished", {})
+                                                for t in pinned.topics)
+        if drilled is not None and not stage_left and \
+                (own := await snapshots.of_cluster(self.rsm.store, self.rsm.prefix, drilled)):
+            return choose_facts(own)
+        if pinned is not None:
+            return choose_facts([pinned])
         snaps = await snapshots.of_cluster(self.rsm.store, self.rsm.prefix)
         if not snaps:
             raise RestoreRefused(f"the tier at {self.s.storage} holds no snapshot (a `tier` pass of this version "
