@@ -27,6 +27,9 @@ $(BIN)/python:
 # uv resolves and installs the same versions as pip in a third of the time (42 s against 133 s on two cores, most
 # of pip's being CPU); pip does it where uv cannot be had or fails
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@# a venv made before the distribution was renamed kafka-tierproxy holds this checkout as `tierproxy`: it goes
+	@# first (uninstalled after, it would take the `tierproxy` script the new install wrote)
+	-@$(BIN)/pip uninstall -q -y tierproxy >/dev/null 2>&1
 	{ $(BIN)/pip install -q uv && $(BIN)/uv pip install -q --python $(BIN)/python -e '.[all,dev]'; } \
 	  || $(BIN)/pip install -q -e '.[all,dev]'
 	@# uv keeps each build of PySpark's source distribution (1.4 GB) as a revision of its own: the old ones go
