@@ -10,6 +10,7 @@ import select
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,6 +149,9 @@ def test_tier_now_is_picked_up_by_the_running_tier_job(admin: tuple[TieredTopic,
     through the metadata; the job runs it at once, though its interval is an hour, and the run turns succeeded.
     Before: the proxy started a second `tier --once` without the job's properties file, which fenced the job."""
     tt, _, url = admin
+    with _c(url) as c:  # a request abandoned before the job starts: it expires, and the job never runs it
+        stale = c.post("/v1/tiering/run", params={"wait_ms": 1000}).json()["run_id"]
+        wait_until(lambda: c.get(f"/v1/tiering/runs/{stale}").json()["status"] == "expired", "the request expired")
     out = tt.tmp / "tier-job.out"
     with out.open("w") as sink:
         job = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "tier", "--no-progress", "--interval", "1h",
@@ -158,6 +162,8 @@ def test_tier_now_is_picked_up_by_the_running_tier_job(admin: tuple[TieredTopic,
                                     "TIERPROXY_SPARK_MASTER": "local[1]"})
     try:
         wait_until(lambda: out.read_text().count("tiered ") >= 1, "the tier job's first pass", timeout=180)
+        with _c(url) as c:
+            assert c.get(f"/v1/tiering/runs/{stale}").json()["status"] == "expired"
         env = {**os.environ, "TIERPROXY_ADMIN_URL": url, "TIERPROXY_ADMIN_TOKEN": TOKEN, "COLUMNS": "200"}
         run = subprocess.run([sys.executable, "-m", "tierproxy.cli", "admin", "tier-now", "--timeout", "120"],
                              capture_output=True, text=True, env=env, timeout=180)
@@ -166,6 +172,37 @@ def test_tier_now_is_picked_up_by_the_running_tier_job(admin: tuple[TieredTopic,
     finally:
         job.terminate()
         job.wait(60)
+
+
+def test_tier_now_with_no_tier_job_gives_up_withdraws_and_blocks_nothing(admin: tuple[TieredTopic, ProxyProcess,
+                                                                                         str]) -> None:
+    """Issue 64: with no `tierproxy tier` running, `admin tier-now` spun for ever and left a request pending that
+    made every later `tier-now` and POST /v1/tiering/run answer 409. Now it gives up after `--wait` with one line
+    and withdraws its request; a request abandoned by its asker (never withdrawn) expires."""
+    _, _, url = admin
+    env = {**os.environ, "TIERPROXY_ADMIN_URL": url, "TIERPROXY_ADMIN_TOKEN": TOKEN, "COLUMNS": "200"}
+    with _c(url) as c:
+        for _ in range(2):  # twice: the first withdrawn request does not block the second
+            began = time.monotonic()
+            run = subprocess.run([sys.executable, "-m", "tierproxy.cli", "admin", "tier-now", "--wait", "2s"],
+                                 capture_output=True, text=True, env=env, timeout=120)
+            assert run.returncode == 1 and time.monotonic() - began < 60, run.stdout + run.stderr
+            assert run.stderr.splitlines() == ["tierproxy: admin: no tier job took the request in 2 s: is "
+                                               "`tierproxy tier` running against this metadata?"], run.stderr
+            run_id = re.findall(r"tiering run (\w+)", run.stdout)[-1]
+            assert c.get(f"/v1/tiering/runs/{run_id}").json()["status"] == "withdrawn"
+        abandoned = c.post("/v1/tiering/run", params={"wait_ms": 60_000})  # at once: the withdrawn one blocks nothing
+        assert abandoned.status_code == 202, abandoned.text
+        assert c.post("/v1/tiering/run").status_code == 409  # a live request still comes one at a time
+        withdrawn = c.delete(f"/v1/tiering/runs/{abandoned.json()['run_id']}")
+        assert withdrawn.status_code == 200 and withdrawn.json()["status"] == "withdrawn"
+        short = c.post("/v1/tiering/run", params={"wait_ms": 1000})  # left behind by an asker that was killed
+        assert short.status_code == 202
+        wait_until(lambda: c.get(f"/v1/tiering/runs/{short.json()['run_id']}").json()["status"] == "expired",
+                   "the abandoned request expired", timeout=30)
+        later = c.post("/v1/tiering/run")
+        assert later.status_code == 202, later.text
+        assert c.delete(f"/v1/tiering/runs/{later.json()['run_id']}").json()["status"] == "withdrawn"
 
 
 def test_the_cookie_reads_but_never_changes_and_bodies_are_bounded(admin: tuple[TieredTopic, ProxyProcess, str]
@@ -184,6 +221,8 @@ def test_the_cookie_reads_but_never_changes_and_bodies_are_bounded(admin: tuple[
         again = bearer.post("/v1/tiering/run")
         assert again.status_code == 409 and asked.json()["run_id"] in again.json()["error"]
         assert bearer.get(f"/v1/tiering/runs/{asked.json()['run_id']}").json()["status"] == "requested"
+        assert browser.delete(f"/v1/tiering/runs/{asked.json()['run_id']}").status_code == 401
+        assert bearer.delete(f"/v1/tiering/runs/{asked.json()['run_id']}").json()["status"] == "withdrawn"
 
     rss = _rss_kib(proxy)
     for chunked in (False, True):
@@ -243,4 +282,5 @@ def test_schemathesis_finds_no_server_errors(admin: tuple[TieredTopic, ProxyProc
                           "--exclude-path", "/v1/tiering/run"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "Tested: 12" in out.stdout and re.search(r"\d+ generated, \d+ passed", out.stdout)
+    # 13 operations: DELETE /v1/tiering/runs/{id} among them (a generated id is never the latest request: 404)
+    assert "Tested: 13" in out.stdout and re.search(r"\d+ generated, \d+ passed", out.stdout)

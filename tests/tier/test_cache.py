@@ -114,3 +114,20 @@ def test_a_purged_log_start_hides_what_is_below_it_and_only_moves_up() -> None:
     cache.apply(RemoteLogStartOffset(t, 300, 3))  # everything purged: the tier answers nothing
     assert pc.earliest_offset() is None and pc.segment_for_offset(250) is None
     assert [m.start_offset for m in pc.purged()] == [0, 100, 200]
+
+
+def test_a_requested_pass_is_pending_until_taken_withdrawn_or_expired() -> None:
+    """Issue 64: a request nobody took must not stay pending for ever (it made every later request a 409)."""
+    from tierproxy.tier.model import PassStage, TierPass
+
+    cache = MetadataCache()
+    cache.apply(TierPass("a", True, 1_000, expires_ms=61_000))
+    assert cache.pass_pending(60_999) == cache.pass_requested
+    assert cache.pass_pending(61_000) is None  # expired: no job takes it, a new request is not refused
+    cache.apply(TierPass("b", True, 70_000))  # a request of an older version: no expiry
+    assert cache.pass_pending(10**12) is not None
+    cache.apply(TierPass("b", False, 70_500, stage=PassStage.WITHDRAWN))
+    assert cache.pass_pending(70_600) is None
+    cache.apply(TierPass("c", True, 80_000, expires_ms=140_000))
+    cache.apply(TierPass("c", False, 80_500, stage=PassStage.TAKEN))
+    assert cache.pass_pending(80_600) is None  # taken: a later request waits for the next pass, not behind it

@@ -8,9 +8,11 @@ from protocol.errors import ProtocolError
 from tests.support.segments import seg, tp
 from tierproxy.tier.model import (
     PartitionDeleteState,
+    PassStage,
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
+    TierPass,
     uuid_str,
 )
 from tierproxy.tier.rlmm import transition
@@ -47,6 +49,16 @@ def test_round_trips_and_keys() -> None:
     assert decode_value(encode_value(purge)) == purge
     assert record_key(purge) == f"{uuid_str(t.topic_id)}:0:logStart:150".encode()
     assert encode_value(purge)[:2] == b"\x40\x01"  # tierproxy's api key 64, version 1
+
+
+def test_tier_pass_expiry_and_stage_are_tagged_fields() -> None:
+    asked = TierPass("r1", True, 5, expires_ms=65_005)
+    taken = TierPass("r1", False, 6, stage=PassStage.TAKEN)
+    assert decode_value(encode_value(asked)) == asked and decode_value(encode_value(taken)) == taken
+    # a record written before the tags (none on the wire) reads as a finished pass, a request that never expires
+    older = decode_value(encode_value(TierPass("r0", False, 7, "tiered 1 segments", 0)))
+    assert (older.stage, older.expires_ms) == (PassStage.FINISHED, -1)
+    assert len(encode_value(asked)) > len(encode_value(TierPass("r1", True, 5)))  # only a set tag is written
 
 
 def test_v0_records_decode_with_defaults() -> None:

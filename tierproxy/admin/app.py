@@ -4,9 +4,9 @@ Served by `tierproxy serve --admin-listen HOST:PORT` on the proxy's own event lo
 in-memory state or make small control-plane requests, never blocking the Kafka path. With `admin.token` set,
 every endpoint but /healthz and /readyz needs `Authorization: Bearer <token>` (compared in constant time); the
 status page may use its login cookie instead (a value derived from the token, never the token), but a request
-that changes anything (POST /v1/tiering/run) takes the bearer token only, so another page of the same site cannot
-make a browser send it. Every request body is bounded (`MAX_BODY_BYTES`, 413 beyond): the admin port shares the
-process, and its memory, with the Kafka path.
+that changes anything (POST /v1/tiering/run, DELETE /v1/tiering/runs/{id}) takes the bearer token only, so another
+page of the same site cannot make a browser send it. Every request body is bounded (`MAX_BODY_BYTES`, 413
+beyond): the admin port shares the process, and its memory, with the Kafka path.
 
 Modules: `app` (the routes), `models` (response models), `guard` (bodies, cookie), `status` (what is reported),
 `runs` (tiering passes asked for), `metrics` (the Prometheus collector), `ui` (the status page).
@@ -21,7 +21,7 @@ import logging
 from typing import Any
 from urllib.parse import parse_qs
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from prometheus_client import generate_latest
 
@@ -37,7 +37,7 @@ from tierproxy.admin.models import (
     TieringRun,
     TopicSummary,
 )
-from tierproxy.admin.runs import request_pass, run_status
+from tierproxy.admin.runs import DEFAULT_WAIT_MS, request_pass, run_status, withdraw_pass
 from tierproxy.admin.status import iceberg_status, partition_status, refresh_tier_status, remote_status, topic_summary
 from tierproxy.config.distribution import pip_install
 from tierproxy.proxy.server import Proxy
@@ -197,16 +197,25 @@ def create_app(proxy: Proxy) -> FastAPI:
 
     @app.post("/v1/tiering/run", dependencies=[Depends(bearer_only)], response_model=TieringRun, status_code=202,
               responses={409: {"description": "a pass is already asked for, or no tier is configured"}})
-    async def tier_now() -> TieringRun:
+    async def tier_now(wait_ms: int = Query(DEFAULT_WAIT_MS, ge=1000, le=86_400_000)) -> TieringRun:
         """Ask the running tier job (`tierproxy tier`) for a pass now, with its own configuration: recorded in the
         remote log metadata and picked up within a second by the job between passes. One at a time: while a
-        request is pending, another is refused (409) with the pending run's id."""
-        return await request_pass(proxy)
+        request is still to be taken, another is refused (409) with its run's id. A request no job takes within
+        `wait_ms` expires (status `expired`): it blocks nothing after that."""
+        return await request_pass(proxy, wait_ms)
 
     @app.get("/v1/tiering/runs/{run_id}", dependencies=guarded, response_model=TieringRun)
     async def tier_run(run_id: str) -> TieringRun:
-        """A requested pass: `requested` until the tier job has run it, then `succeeded` or `failed`."""
+        """A requested pass: `requested` until a tier job takes it (`expired` if none did in time, `withdrawn`),
+        `running`, then `succeeded` or `failed`."""
         return run_status(proxy, run_id)
+
+    @app.delete("/v1/tiering/runs/{run_id}", dependencies=[Depends(bearer_only)], response_model=TieringRun,
+                responses={409: {"description": "a tier job took it already"}})
+    async def tier_run_withdraw(run_id: str) -> TieringRun:
+        """Withdraw a requested pass that no tier job has taken (`tierproxy admin tier-now` does when it stops
+        waiting): status `withdrawn`, and a later request is taken at once."""
+        return await withdraw_pass(proxy, run_id)
 
     @app.get("/v1/config", dependencies=guarded)
     async def config() -> dict[str, Any]:

@@ -29,7 +29,10 @@ def add_admin_parser(sub: Any) -> None:
     s.add_argument("partition", type=int)
     cmds.add_parser("iceberg", help="the Iceberg table: per partition the tier's end, the table's end, the lag")
     t = cmds.add_parser("tier-now", help="ask the running tier job for a pass now and wait for it")
-    t.add_argument("--timeout", type=float, default=600)
+    t.add_argument("--wait", type=_seconds, default=60.0, metavar="DURATION",
+                   help="how long a tier job has to take the request (e.g. 60s, 2m; default 60s): then it is "
+                   "withdrawn and the command fails")
+    t.add_argument("--timeout", type=float, default=600, help="seconds the pass may take once a job took it")
     admin.set_defaults(func=run_admin)
 
 
@@ -153,17 +156,49 @@ def _run_admin(args: argparse.Namespace, console: Console) -> int:
                                   str(t["dead_letters"]), str(t["lag_offsets"]))
                 console.print(typed)
         else:
-            r = client.post("/v1/tiering/run")
-            if r.status_code >= 400:
-                raise SystemExit(f"tier-now: HTTP {r.status_code}: {r.text}")
-            run = r.json()
-            deadline = time.monotonic() + args.timeout
-            with Progress(SpinnerColumn(), TextColumn("tiering run {task.fields[run]}"), TimeElapsedColumn(),
-                          console=console) as bar:
-                bar.add_task("run", run=run["run_id"], total=None)
-                while run["status"] == "requested" and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    run = _get(client, f"/v1/tiering/runs/{run['run_id']}")
-            console.print(f"run {run['run_id']}: {run['status']}" + (f" — {run['summary']}" if run["summary"] else ""))
-            return 0 if run["status"] == "succeeded" else 1
+            return _tier_now(client, args, console)
     return 0
+
+
+def _seconds(value: str) -> float:
+    from tierproxy.config.values import parse_duration_ms
+
+    try:
+        return parse_duration_ms(value) / 1000
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _tier_now(client: httpx.Client, args: argparse.Namespace, console: Console) -> int:
+    """Ask for a pass; wait `--wait` for a tier job to take it (else withdraw it: one line, exit 1), then up to
+    `--timeout` for the pass."""
+    import sys
+
+    r = client.post("/v1/tiering/run", params={"wait_ms": max(1000, int(args.wait * 1000))})
+    if r.status_code >= 400:
+        raise SystemExit(f"tier-now: HTTP {r.status_code}: {r.text}")
+    run = r.json()
+    path = f"/v1/tiering/runs/{run['run_id']}"
+    with Progress(SpinnerColumn(), TextColumn("tiering run {task.fields[run]}: {task.fields[status]}"),
+                  TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("run", run=run["run_id"], status=run["status"], total=None)
+        for status, seconds in (("requested", args.wait), ("running", args.timeout)):
+            deadline = time.monotonic() + seconds
+            while run["status"] == status and time.monotonic() < deadline:
+                time.sleep(0.5)
+                run = _get(client, path)
+                bar.update(task, status=run["status"])
+            if run["status"] in ("requested", "expired"):  # no job took it in time: it must not run later
+                withdrawn = client.delete(path)
+                if withdrawn.status_code == 409:  # taken meanwhile: wait for the pass
+                    run = _get(client, path)
+                    continue
+                if withdrawn.status_code >= 400:
+                    raise SystemExit(f"tier-now: withdrawing run {run['run_id']}: HTTP {withdrawn.status_code}: "
+                                     f"{withdrawn.text}")
+                bar.stop()
+                print(f"tierproxy: admin: no tier job took the request in {args.wait:g} s: is `tierproxy tier` "
+                      "running against this metadata?", file=sys.stderr)
+                return 1
+    console.print(f"run {run['run_id']}: {run['status']}" + (f" — {run['summary']}" if run["summary"] else ""))
+    return 0 if run["status"] == "succeeded" else 1

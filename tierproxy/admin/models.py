@@ -96,8 +96,9 @@ class RemoteFetchStatus(BaseModel):
 
 class TieringRun(BaseModel):
     run_id: str
-    status: str
+    status: str  # requested, expired, withdrawn, running, succeeded, failed
     started_ms: int
     finished_ms: int | None
     summary: str | None
     returncode: int | None
+    expires_ms: int | None = None  # when a request no tier job took expires (None: a request of an older version)

@@ -322,7 +322,11 @@ class MetadataCache:
     def is_deleted(self, topic_id: bytes, partition: int) -> bool:
         return (self.aliases.get(topic_id, topic_id), partition) in self.deletions
 
-    def pass_pending(self) -> TierPass | None:
-        """The tiering pass asked for that no pass has served yet (None: none)."""
+    def pass_pending(self, now_ms: int) -> TierPass | None:
+        """The tiering pass asked for that is still to be taken at `now_ms` (None: none): no tier job took it, its
+        asker did not withdraw it, and it has not expired. An abandoned request expires: it never blocks a later
+        one, and no job runs it long after its asker stopped waiting."""
         asked, done = self.pass_requested, self.pass_done
-        return asked if asked is not None and (done is None or done.request_id != asked.request_id) else None
+        if asked is None or (done is not None and done.request_id == asked.request_id):
+            return None
+        return None if 0 <= asked.expires_ms <= now_ms else asked

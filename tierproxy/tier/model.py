@@ -173,15 +173,27 @@ class RemoteLogStartOffset:
     broker_id: int = -1
 
 
+class PassStage(enum.IntEnum):
+    """Where a requested pass stands, on the record under the "done" key: FINISHED (the pass that served it ran;
+    records written before the stage existed read as this), TAKEN (a tier job started it), WITHDRAWN (its asker
+    gave up before a job took it)."""
+    FINISHED = 0
+    TAKEN = 1
+    WITHDRAWN = 2
+
+
 @dataclass(frozen=True, slots=True)
 class TierPass:
-    """A tiering pass asked for (`requested`: the admin API's trigger, which the running tier job picks up) or
-    done (`requested` False: the pass that served the request `request_id`, its summary line and exit code)."""
+    """A tiering pass asked for (`requested`: the admin API's trigger, which the running tier job picks up until
+    `expires_ms`, -1 never) or what became of it (`requested` False: its `stage`; once FINISHED, the summary line
+    and exit code of the pass that served the request `request_id`)."""
     request_id: str
     requested: bool
     event_timestamp_ms: int
     summary: str | None = None
     returncode: int = 0
+    expires_ms: int = -1
+    stage: PassStage = PassStage.FINISHED
 
 
 class TxnOutcome(enum.IntEnum):

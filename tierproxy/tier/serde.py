@@ -7,8 +7,9 @@ Record value => api_key:unsigned_varint version:unsigned_varint payload (Kafka p
     2 RemotePartitionDeleteMetadataRecord  (v1 adds tag 0 BrokerLeaderEpoch, tag 1 EndOffset)
    64 RemoteLogStartOffsetRecord (tierproxy's own, v1: a purged partition's log start; Kafka's own RLMM keeps
       the log start in the broker, which tierproxy's brokers know only as their local start)
-   65 TierPassRecord (tierproxy's own, v1: a tiering pass asked for through the admin API, and the pass that
-      served it; keys "tierproxy:tierPass:requested" / "tierproxy:tierPass:done", metadata partition 0)
+   65 TierPassRecord (tierproxy's own, v1: a tiering pass asked for through the admin API, and what became of it:
+      taken, withdrawn, or the pass that served it; keys "tierproxy:tierPass:requested" / "tierproxy:tierPass:done",
+      metadata partition 0; tag 0 ExpiresMs: no job takes the request from then, tag 1 Stage)
    66 TopicMountRecord (tierproxy's own, v1: a topic id of a lost cluster handed by a restore to the cluster that
       owns the tier now, with the restored topic's id there; key "tierproxy:mount:originId", metadata partition 0)
    67 TransactionOutcomeRecord (tierproxy's own, v1: the outcome of a transaction open at a tiered segment's end,
@@ -34,6 +35,7 @@ from protocol.primitives import Reader, Writer, buffers
 from protocol.schema import F, Message
 from tierproxy.tier.model import (
     PartitionDeleteState,
+    PassStage,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -104,6 +106,8 @@ TIER_PASS_RECORD = Message("TierPassRecord", api_key=65, versions="1", flexible=
     F("event_timestamp_ms", "int64", "1+"),
     F("summary", "string", "1+", nullable="1+", default=None),
     F("returncode", "int32", "1+"),
+    F("expires_ms", "int64", "1+", tag=0, default=-1),
+    F("stage", "int8", "1+", tag=1, default=0),
 ])
 
 MOUNT_RECORD = Message("TopicMountRecord", api_key=66, versions="1", flexible="1+", fields=[
@@ -168,7 +172,8 @@ def encode_value(event: Event, version: int = VERSION) -> bytes:
     elif isinstance(event, TierPass):
         msg, data = TIER_PASS_RECORD, {
             "request_id": event.request_id, "requested": event.requested,
-            "event_timestamp_ms": event.event_timestamp_ms, "summary": event.summary, "returncode": event.returncode}
+            "event_timestamp_ms": event.event_timestamp_ms, "summary": event.summary, "returncode": event.returncode,
+            "expires_ms": event.expires_ms, "stage": int(event.stage)}
     elif isinstance(event, TopicMount):
         msg, data = MOUNT_RECORD, {
             "topic": event.topic, "origin_id": event.origin_id, "alias_id": event.alias_id,
@@ -217,7 +222,8 @@ def decode_value(value: bytes | memoryview) -> Event:
                 None if d["custom_metadata"] is None else bytes(d["custom_metadata"]), d["broker_leader_epoch"],
                 d["end_offset"])
         if api_key == TIER_PASS_RECORD.api_key:
-            return TierPass(d["request_id"], d["requested"], d["event_timestamp_ms"], d["summary"], d["returncode"])
+            return TierPass(d["request_id"], d["requested"], d["event_timestamp_ms"], d["summary"], d["returncode"],
+                            d["expires_ms"], PassStage(d["stage"]))
         if api_key == MOUNT_RECORD.api_key:
             return TopicMount(d["topic"], bytes(d["origin_id"]), bytes(d["alias_id"]), d["origin_cluster"],
                               d["owner_cluster"], d["event_timestamp_ms"])

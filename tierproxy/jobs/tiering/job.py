@@ -41,6 +41,7 @@ from tierproxy.jobs.tiering.copy import CopyResult, CopyTask, copy_task
 from tierproxy.jobs.tiering.describe import build_snapshot, write_snapshot
 from tierproxy.jobs.tiering.plan import Gap, Range, plan_partition, select_topics
 from tierproxy.tier.model import (
+    PassStage,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     SegmentState,
@@ -230,7 +231,10 @@ class TieringJob:
             self._started = True
         self.run(self.rlmm.catch_up())
         view = self._view = mounted(view, self.rlmm.cache.aliases)  # restored topics continue their history
-        self.serving = self.rlmm.cache.pass_pending()  # a pass asked for through the admin API: this one serves it
+        now = int(time.time() * 1000)
+        self.serving = self.rlmm.cache.pass_pending(now)  # a pass asked for through the admin API: this one serves it
+        if self.serving is not None:  # its asker sees it taken (and stops waiting for a job to take it)
+            self.run(self.rlmm.put_tier_pass(TierPass(self.serving.request_id, False, now, stage=PassStage.TAKEN)))
         topics = sorted({p.topic for p in view.partitions})
         configs = topic_configs(s.own_bootstrap, topics, s.identity) if topics else {}
         parts = select_topics(view, configs, s.tier_topics, s.tier_topics_exclude)
@@ -315,7 +319,7 @@ class TieringJob:
             time.sleep(min(1.0, left))
             if self._started:
                 self.run(self.rlmm.catch_up())
-                if (asked := self.rlmm.cache.pass_pending()) is not None:
+                if (asked := self.rlmm.cache.pass_pending(int(time.time() * 1000))) is not None:
                     log.info("a tiering pass was asked for (run %s): starting it now", asked.request_id)
                     return
 
