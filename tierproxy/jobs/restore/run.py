@@ -109,6 +109,12 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+def _step(name: str) -> None:
+    """Each step that changes the new cluster says so as it begins: an operator (and the chaos test, which kills
+    the restore at each) sees where a run stopped."""
+    log.info("restore: step %s", name)
+
+
 def _progress(state: dict[str, Any] | None, snap: snapshots.TierSnapshot) -> tuple[dict[str, int], set[Key]]:
     """What earlier runs finished: topic → when, and the (group, topic, partition)s committed. A state of an earlier
     version said `done_ms` and whole groups (`groups_committed`): its topics with ids were finished then, and a
@@ -234,6 +240,7 @@ class Restore:
             _run(self._save(target, state))
 
         view = describe_cluster(s.own_bootstrap, s.identity)
+        _step("groups")
         groups: GroupsResult = commit_groups(s.own_bootstrap, list(view.brokers.values()), snap.groups, restored,
                                              s.identity, done, saved)
         report.groups.update(committed=groups.committed, kept=groups.kept, active=groups.active,
@@ -264,10 +271,14 @@ class Restore:
         """Steps 2-4 for the topics not finished yet; each marked finished in the state once its mounts exist."""
         s, owner = self.s, _run(recorded_owner(self.rsm))
         view = describe_cluster(s.own_bootstrap, s.identity)
+        _step("hand-over")
         _run(hand_over(self.rsm, owner, target, snap.cluster_id))  # says a restore is in progress: no `tier` pass
+        _step("create")
         self._create(view, plans, existing)
         floors = {(pp.topic, pp.partition): pp.min_epoch for plan in plans for pp in plan.partitions}
+        _step("epochs")
         report.leader_moves = raise_epochs(s.own_bootstrap, floors, s.identity)
+        _step("fill")
         fills = self._fill(plans)
         report.filled_offsets = sum(f.filled for f in fills)
         report.fill_seconds = max((f.seconds for f in fills), default=0.0)
@@ -275,7 +286,9 @@ class Restore:
         ids = {p.topic: p.topic_id for p in view.partitions}
         state["topics"].update({plan.facts.name: uuid_str(ids[plan.facts.name]) for plan in plans})
         _run(self._save(target, state))
+        _step("verify")
         self._verify(plans)
+        _step("metadata")
         _run(self._metadata(snap, history, plans, ids, target))
         now = int(time.time() * 1000)
         state["finished"].update({plan.facts.name: now for plan in plans})
