@@ -76,6 +76,19 @@ def _pruned_by_b_passes(tier: Path) -> None:
     asyncio.run(go())
 
 
+def _newest(tier: Path) -> snapshots.TierSnapshot:
+    async def go() -> snapshots.TierSnapshot | None:
+        rsm = RemoteStorageManager.from_uri(f"file://{tier}")
+        try:
+            return await snapshots.newest(rsm.store, rsm.prefix)
+        finally:
+            await rsm.close()
+
+    snap = asyncio.run(go())
+    assert snap is not None
+    return snap
+
+
 def _state(tier: Path, b: KafkaCluster) -> dict[str, Any]:
     return dict(json.loads((tier / "restore" / f"{b.cluster_id}.json").read_text()))
 
@@ -126,14 +139,15 @@ def test_three_stages_with_b_in_service_between_every_group_resumes_every_partit
             assert prod.flush(30) == 0
             summary = tier_once(tier_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))
             assert summary.snapshot and summary.failed == 0, summary
-    facts = snapshots.TierSnapshot.decode((disaster.tier / "restore" / f"{b.cluster_id}.facts.json").read_bytes())
-    assert facts.cluster_id == disaster.a_cluster_id, "the stages planned from A's facts, not B's snapshots"
+    facts = _newest(disaster.before_restore)  # A's last pass, as A left the tier
     want = {(g, o.topic, o.partition): (o.offset, o.leader_epoch) for g, offs in facts.groups.items() for o in offs
             if o.topic in stages}
     assert {g for g, _, _ in want} >= {"classic", "kip848", "past", STAGED_GROUP, LEDGER_GROUP}, want
     got = {(g, t, p): v for g, t in {(g, t) for g, t, _ in want}
            for p, v in committed(b.bootstrap, g, t, facts.topics[t].partitions).items()}
     assert got == want
+    pinned = snapshots.TierSnapshot.decode((disaster.tier / "restore" / f"{b.cluster_id}.facts.json").read_bytes())
+    assert pinned.cluster_id == disaster.a_cluster_id, "the stages planned from A's facts, not B's snapshots"
 
 
 def test_a_rerun_killed_inside_the_group_commits_never_rewinds_a_group_that_moved_on(disaster: Disaster,
