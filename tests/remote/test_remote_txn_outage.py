@@ -123,9 +123,11 @@ def test_an_abort_many_tiered_segments_later_is_found(kafka: KafkaCluster, tmp_p
 def test_an_abort_still_in_the_brokers_log_is_found(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
     """T1 writes 100 records and is aborted only after T2 (another producer) has opened a transaction: the tier
     copies up to the last stable offset (T2's start), so T1's records are tiered and its ABORT marker is not. Once
-    the broker has deleted T1's records but still holds the marker, read_committed through the proxy learns the
-    abort from the broker's log (Kafka's collectAbortedTransactions goes on into the local log): none of T1's
-    records is served (before: all 100 were, as committed), through the proxy nor in the tier's DataFrame."""
+    the broker has deleted T1's records but still holds the marker, read_committed through the proxy knows the
+    abort: the pass recorded it in the tier (`tier.transactions`, from the copy's own READ_COMMITTED fetch; a tier
+    without that record asks the broker's log, as Kafka's collectAbortedTransactions goes on into the local log):
+    none of T1's records is served (before: all 100 were, as committed), through the proxy nor in the tier's
+    DataFrame."""
     create_topic(kafka.bootstrap, topic_name, config={"segment.ms": "300"})
     t1, t2 = (Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"{n}-{topic_name}",
                         "linger.ms": 0}) for n in ("t1", "t2"))
@@ -161,7 +163,7 @@ def test_an_abort_still_in_the_brokers_log_is_found(kafka: KafkaCluster, tmp_pat
             assert read_to_end(proxy.bootstrap, topic_name, "read_committed", timeout=60) == ["plain-0"]
         finally:
             proxy.stop()
-        # the tier as a Spark DataFrame: the same abort, learned from the broker when the read is planned
+        # the tier as a Spark DataFrame: the same abort, from the tier's recorded outcome when the read is planned
         spark = local_session()
 
         def values(isolation: str) -> list[str]:
