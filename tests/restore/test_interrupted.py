@@ -10,6 +10,7 @@ of this module's, so nothing of the disaster's tier or metadata is touched: no c
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +51,8 @@ class Source:
     storage: str
     metadata: str  # B's metadata topic for this tier
     work: Path
+    tier_copy: Path  # the tier as the purge left it (still the lost cluster's)
+    metadata_before: Path  # the lost cluster's metadata (a file store) before the purge
 
 
 def _restore_args(b: KafkaCluster, src: Source) -> list[str]:
@@ -71,6 +74,7 @@ def source(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Sou
     s = settings(kafka.bootstrap, work, topic)
     summary = tier_once(s)
     assert summary.segments > 0 and summary.snapshot, summary
+    shutil.copytree(work / "meta", work / "meta-before")
     p = ProxyProcess(kafka.bootstrap, work, extra={"TIERPROXY_STORAGE": s.storage,
                                                    "TIERPROXY_METADATA": s.metadata or ""})
     try:
@@ -79,7 +83,9 @@ def source(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Sou
         assert delete_records(p.bootstrap, topic, {0: PURGED_BELOW}) == {0: (0, PURGED_BELOW)}
     finally:
         p.stop()
-    return Source(topic, s.storage, f"topic:__tp_meta_{topic.replace('-', '_')}", work)
+    shutil.copytree(work / "tier", work / "tier-copy")
+    return Source(topic, s.storage, f"topic:__tp_meta_{topic.replace('-', '_')}", work, work / "tier-copy",
+                  work / "meta-before")
 
 
 @pytest.fixture(scope="module")
@@ -149,5 +155,19 @@ def test_a_purge_after_the_last_pass_is_not_served_after_the_restore(disaster: D
         finally:
             c.close()
         assert first == PURGED_BELOW, "reading from 0 begins at the purge, never below it"
+    finally:
+        p.stop()
+
+
+def test_a_proxy_whose_metadata_lacks_the_purge_serves_from_the_purge_record(kafka: KafkaCluster, source: Source,
+                                                                            tmp_path: Path) -> None:
+    """Finding 6, the proxy's side: the purge record is read by a proxy whose metadata does not hold the purge
+    (here the lost cluster's metadata as it was before the purge): it never serves below it."""
+    p = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{source.tier_copy}",
+                                                       "TIERPROXY_METADATA": f"file://{source.metadata_before}"})
+    try:
+        wait_until(lambda: list_offsets_at_leaders(p.bootstrap, OffsetSpec.EARLIEST, quiet=True,
+                                                   topic=source.topic), "the proxy's tier loaded")
+        assert list_offsets_at_leaders(p.bootstrap, OffsetSpec.EARLIEST, topic=source.topic)[0][0] == PURGED_BELOW
     finally:
         p.stop()

@@ -30,7 +30,7 @@ from tierproxy.tier.indexes import AbortedTxn, lookup_time
 from tierproxy.tier.model import RemoteLogStartOffset, TopicIdPartition
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import WrongCluster, check_cluster
-from tierproxy.tier.purges import record_purge
+from tierproxy.tier.purges import newer_purges, record_purge, recorded_purges
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
@@ -73,10 +73,14 @@ class RemoteTier:
 
     async def _run(self) -> None:
         delay = 1.0
+        started = False
         while True:
             try:
                 await self._check_owner()
-                await self.rlmm.start()
+                if not started:
+                    await self.rlmm.start()
+                    started = True
+                await self._replay_purges()
                 break
             except Exception as exc:  # the tier is optional for tail reads: keep trying in the background
                 reason = await self._identity_problem() or exc
@@ -91,6 +95,14 @@ class RemoteTier:
             while True:  # the file backend has no consumer: pick up what `tier` appended
                 await asyncio.sleep(1.0)
                 await self.rlmm.catch_up()
+
+    async def _replay_purges(self) -> None:
+        """The tier's purge records above what the metadata says (`tier.purges`), before anything is served: a
+        purge is in the tier the moment it is recorded, whatever the metadata topic holds."""
+        for event in newer_purges(self.rlmm.cache, await recorded_purges(self.rsm.store, self.rsm.prefix)):
+            self.rlmm.cache.apply(event)
+            log.warning("%s-%d: purged below %d by a purge record the metadata does not hold", event.tp.topic,
+                        event.tp.partition, event.log_start_offset)
 
     async def _warm(self) -> None:
         """What a remote answer asks of the cluster, made ready before the first one: the tiered topics' current

@@ -6,7 +6,8 @@ the metadata and answers, one small object beside the snapshots, `purges/<topic 
 holding the purge as a metadata record (`RemoteLogStartOffset`, key and value) like the one it then writes. One
 object per purge, named by its log start: two proxies purging a partition at once never overwrite each other's.
 A restore (`with_purges`) replays every purge record above what its snapshot holds: no purged offset is served
-after it.
+after it. A proxy replays them too when its metadata has loaded (`newer_purges`): a purge record its metadata
+lacks (another cluster's metadata topic, or a write that failed after the record) still moves what it serves.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import logging
 from dataclasses import replace
 
+from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import RemoteLogStartOffset, TopicIdPartition, uuid_str
 from tierproxy.tier.rlmm import ReplayedMetadata
 from tierproxy.tier.serde import decode_value, encode_value, record_key
@@ -60,19 +62,26 @@ async def recorded_purges(store: ObjectStore, prefix: str) -> list[tuple[bytes, 
     return [(k, v) for _, k, v in sorted(out)]
 
 
-async def with_purges(store: ObjectStore, prefix: str, snap: TierSnapshot) -> TierSnapshot:
-    """`snap` with the purge records its own records do not hold yet appended (recorded after its pass): what a
-    restore replays then moves every such log start, in the plan and in the new cluster's metadata alike."""
-    cache = ReplayedMetadata.of(snap.records).cache
-    newer = []
-    for key, value in await recorded_purges(store, prefix):
+def newer_purges(cache: MetadataCache, purges: list[tuple[bytes, bytes]]) -> list[RemoteLogStartOffset]:
+    """Of `purges` (`recorded_purges`), those that move the log start of a history `cache` holds, in order."""
+    out = []
+    for _, value in purges:
         event = decode_value(value)
         assert isinstance(event, RemoteLogStartOffset)
         pc = cache.get(event.tp.topic_id, event.tp.partition)
-        if pc is not None and event.log_start_offset > pc.log_start_offset:
-            newer.append((key, value))
-            log.warning("%s-%d: purged below %d after the snapshot %s (a purge record): replayed", event.tp.topic,
-                        event.tp.partition, event.log_start_offset, snap.name)
+        if pc is not None and not cache.is_deleted(event.tp.topic_id, event.tp.partition) and \
+                event.log_start_offset > pc.log_start_offset:
+            out.append(event)
+    return out
+
+
+async def with_purges(store: ObjectStore, prefix: str, snap: TierSnapshot) -> TierSnapshot:
+    """`snap` with the purge records its own records do not hold yet appended (recorded after its pass): what a
+    restore replays then moves every such log start, in the plan and in the new cluster's metadata alike."""
+    newer = newer_purges(ReplayedMetadata.of(snap.records).cache, await recorded_purges(store, prefix))
+    for event in newer:
+        log.warning("%s-%d: purged below %d after the snapshot %s (a purge record): replayed", event.tp.topic,
+                    event.tp.partition, event.log_start_offset, snap.name)
     if not newer:
         return snap
-    return replace(snap, records=[*snap.records, *newer])
+    return replace(snap, records=[*snap.records, *((record_key(e), encode_value(e)) for e in newer)])

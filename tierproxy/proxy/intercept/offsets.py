@@ -5,7 +5,8 @@ the broker's local start (as it answers); -5 LATEST_TIERED → the last tiered o
 the broker says; a timestamp ≥ 0 → the tier's time index first (the first record at or after it), then the
 broker. OffsetForLeaderEpoch: an epoch older than the broker still knows is answered from the segments' epochs.
 DeleteRecords: forwarded; an offset inside the tiered range below the broker's log start becomes the low watermark, and
-every log start it moves is recorded in the metadata before the answer (`delete_records_response`).
+every log start it moves is recorded, in the tier (`tier.purges`) then in the metadata, before the answer
+(`delete_records_response`).
 """
 
 from __future__ import annotations
@@ -180,9 +181,10 @@ def delete_records_response(session: Session, slot: Slot, ev: ResponseEvent) -> 
         try:
             await asyncio.wait_for(tier.put_log_start(pc.tp, log_start), timeout)
         except Exception as exc:
-            log.error("%s-%d: the purge below %d could not be recorded in the remote log metadata (%s: %s); answered "
-                      "KAFKA_STORAGE_ERROR. tierproxy's own principal needs WRITE on the metadata topic "
-                      "(docs/proxy.md 'Secured clusters')", pc.tp.topic, pc.tp.partition, log_start,
+            log.error("%s-%d: the purge below %d could not be recorded in the tier (its purge record) or the remote "
+                      "log metadata (%s: %s); answered KAFKA_STORAGE_ERROR. The storage must take a PUT under "
+                      "purges/, and tierproxy's own principal needs WRITE on the metadata topic (docs/proxy.md "
+                      "'Secured clusters')", pc.tp.topic, pc.tp.partition, log_start,
                       type(exc).__name__, exc)
             p.update({"error_code": NOT_RECORDED, "low_watermark": -1})
             return
