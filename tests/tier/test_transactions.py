@@ -15,7 +15,7 @@ from tierproxy.jobs.iceberg.sync import held_back_from
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.indexes import AbortedTxn
 from tierproxy.tier.model import SegmentState, TransactionOutcome, TxnOutcome, uuid_str
-from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.serde import decode_value, encode_value, record_key
 from tierproxy.tier.transactions import (
     COPIED,
@@ -109,3 +109,26 @@ def test_a_restore_reads_what_was_open_at_the_tier_end_from_the_last_segment(tmp
     got = asyncio.run(run())
     assert [(o.producer_id, o.first_offset, o.outcome, o.learnt) for o in got] == [
         (7, 1, TxnOutcome.ABORTED, LOST_RULE)]
+
+
+def test_a_missing_producer_snapshot_leaves_the_recorded_outcomes_resolved(tmp_path: Path) -> None:
+    """A damaged tier (the last segment's producer snapshot gone): the restore does not fail at its last step; what
+    is recorded OPEN is still aborted by the rule, and the missing object is said in the log."""
+    async def run() -> list[TransactionOutcome]:
+        rsm = RemoteStorageManager.from_uri(f"file://{tmp_path}/tier")
+        try:
+            md = await stored_segment(rsm, build_batch([Record(0, 0, None, b"plain")], base_offset=0), "orders")
+            await rsm.store.delete(rsm.key(md, IndexType.PRODUCER_SNAPSHOT.value))
+            cache = MetadataCache()
+            cache.apply(md)
+            cache.apply_record(dataclasses.replace(md, state=SegmentState.COPY_SEGMENT_FINISHED))
+            cache.apply(TransactionOutcome(md.tp, 5, 0, TxnOutcome.OPEN, "a writer that could not tell", 1_000))
+            pc = cache.get(md.tp.topic_id, md.tp.partition)
+            assert pc is not None
+            return await lost_outcomes(pc, rsm, 3_000)
+        finally:
+            await rsm.close()
+
+    got = asyncio.run(run())
+    assert [(o.producer_id, o.first_offset, o.outcome, o.learnt) for o in got] == [
+        (5, 0, TxnOutcome.ABORTED, LOST_RULE)]

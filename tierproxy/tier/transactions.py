@@ -20,6 +20,7 @@ log begins at S and knows nothing of it. So:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from tierproxy.tier.cache import PartitionCache
@@ -27,6 +28,9 @@ from tierproxy.tier.indexes import AbortedTxn, decode_producer_snapshot
 from tierproxy.tier.model import TopicIdPartition, TransactionOutcome, TxnOutcome
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import served_segments
+from tierproxy.tier.storage import ObjectMissing
+
+log = logging.getLogger("tierproxy.tier.transactions")
 
 COPIED = "the cluster's log, when the pass copied its records"
 LOST_RULE = "restore: open at the tier's end, its end lost with the cluster ([N, S)): aborted by rule"
@@ -60,7 +64,12 @@ async def lost_outcomes(pc: PartitionCache, rsm: RemoteStorageManager, now_ms: i
     served = served_segments(pc.finished(), pc.log_start_offset)
     open_at_end: dict[int, int] = {}
     if served:
-        snapshot = decode_producer_snapshot(await rsm.fetch_index(served[-1], IndexType.PRODUCER_SNAPSHOT))
+        try:
+            snapshot = decode_producer_snapshot(await rsm.fetch_index(served[-1], IndexType.PRODUCER_SNAPSHOT))
+        except ObjectMissing as exc:  # a damaged tier: the recorded outcomes are resolved, the rest is said
+            log.warning("%s-%d: the last segment's producer snapshot is missing (%s): a transaction open at the "
+                        "tier's end without a recorded outcome is not resolved", pc.tp.topic, pc.tp.partition, exc)
+            snapshot = {}
         open_at_end = {pid: e.current_txn_first_offset for pid, e in snapshot.items()
                        if e.current_txn_first_offset >= 0}
     return resolve_lost(pc.tp, pc.outcomes, open_at_end, now_ms)
