@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +97,22 @@ def test_serve_two_ctrl_c(kafka: KafkaCluster, tmp_path: Path, started: list[Sta
     assert serve.proc.poll() is None, serve.text()[-3000:]
     pids = serve.signal_twice(signal.SIGINT, group=True)
     serve.assert_stopped_cleanly(pids, [listen, admin], codes=(0,))
+
+
+@pytest.mark.parametrize("command", ["serve", "tier"])
+def test_ctrl_c_twice_while_a_command_starts(kafka: KafkaCluster, tmp_path: Path, started: list[Started],
+                                             command: str) -> None:
+    """Ctrl-C twice a second after the start (imports, settings, start-up checks: before the command's own
+    handling of signals): one line, no traceback."""
+    listen = free_port_block(1)
+    args = {"serve": ["--listen", f"127.0.0.1:{listen}"], "tier": ["--interval", "1h", "--master", "local[1]"]}
+    run = Started([sys.executable, "-m", "tierproxy.cli", command, "--bootstrap-server", kafka.bootstrap,
+                   "--storage", f"file://{tmp_path}/tier", "--metadata", f"file://{tmp_path}/meta",
+                   *args[command]], tmp_path / f"{command}.out",
+                  env={"TIERPROXY_BROKER_PORT_BASE": str(free_port_block(2)), "TIERPROXY_BROKER_PORT_RANGE": "2",
+                       "TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
+    started.append(run)
+    time.sleep(1.0)  # the moment under test: a second into the start, whatever the command is doing then
+    assert run.proc.poll() is None, run.text()
+    pids = run.signal_twice(signal.SIGINT, group=True)
+    run.assert_stopped_cleanly(pids, [listen], codes=(0, 130))

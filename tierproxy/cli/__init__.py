@@ -67,6 +67,9 @@ def _serve(args: argparse.Namespace) -> int:
         uvloop.run(serve(settings, services=services))
     else:
         asyncio.run(serve(settings, services=services))
+    from tierproxy.cli.signals import ignore_stop_signals
+
+    ignore_stop_signals()  # stopped: the loop put the default actions back, and a late signal would end it by them
     return 0
 
 
@@ -483,6 +486,22 @@ def missing_extra(command: str) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `tierproxy` command. The first SIGINT or SIGTERM stops it wherever it is, later ones are ignored
+    (`cli.signals`; `serve`'s event loop takes them over while it runs): one that lands before a command handles it
+    (in its imports, settings or start-up checks) is one line and exit 130, never a traceback."""
+    from tierproxy.cli.signals import ignore_stop_signals, stop_on_sigterm
+
+    stop_on_sigterm()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("tierproxy: stopped by a signal", file=sys.stderr)
+        return 130
+    finally:
+        ignore_stop_signals()  # before the interpreter's finalization puts the default actions back
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
