@@ -30,7 +30,7 @@ from tierproxy.tier.indexes import AbortedTxn, lookup_time
 from tierproxy.tier.model import RemoteLogStartOffset, TopicIdPartition
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import WrongCluster, check_cluster
-from tierproxy.tier.purges import newer_purges, record_purge, recorded_purges
+from tierproxy.tier.purges import forget_purge, newer_purges, record_purge, recorded_purges
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
@@ -173,7 +173,11 @@ class RemoteTier:
         if pc is not None and log_start <= pc.log_start_offset:
             return  # nothing moves
         await record_purge(self.rsm.store, self.rsm.prefix, RemoteLogStartOffset(tp, log_start, now_ms()))
-        await self.rlmm.put_log_start(tp, log_start)
+        try:
+            await self.rlmm.put_log_start(tp, log_start)
+        except BaseException:  # answered as not recorded: a later proxy or restore must not apply it either
+            await forget_purge(self.rsm.store, self.rsm.prefix, tp, log_start)
+            raise
 
     @property
     def serving(self) -> bool:
