@@ -77,6 +77,7 @@ class RestoreReport:
     older: list[str] = field(default_factory=list)  # facts taken from an older snapshot than the last
     missing: list[str] = field(default_factory=list)  # facts no kept snapshot held (gone on without: accepted)
     drill: DrillFindings | None = None  # a dry run's reading of the tier (`restore.drill`)
+    aborted_by_rule: list[str] = field(default_factory=list)  # open at the tier's end: aborted (tier.transactions)
 
     def lines(self) -> list[str]:
         earlier = [f"  restored by an earlier run, left as they are: {', '.join(self.finished_before)}"] \
@@ -101,6 +102,8 @@ class RestoreReport:
         for key in ("committed", "kept", "active", "failed", "not_recorded"):
             if self.groups.get(key):
                 out.append(f"  groups {key.replace('_', ' ')}: {self.groups[key]}")
+        out += [f"  transaction open at the tier's end, its end lost with the cluster: ABORTED by rule: {t}"
+                for t in self.aborted_by_rule]
         out += self.drill.lines() if self.drill else []
         return out
 
@@ -289,7 +292,7 @@ class Restore:
         _step("verify")
         self._verify(plans)
         _step("metadata")
-        _run(self._metadata(snap, history, plans, ids, target))
+        report.aborted_by_rule = _run(self._metadata(snap, history, plans, ids, target))
         now = int(time.time() * 1000)
         state["finished"].update({plan.facts.name: now for plan in plans})
         _run(self._save(target, state))
@@ -424,7 +427,9 @@ class Restore:
                          f"history's; found {'; '.join(wrong[:3])}")
 
     async def _metadata(self, snap: snapshots.TierSnapshot, history: MetadataCache, plans: list[TopicPlan],
-                        ids: dict[str, bytes], target: str) -> None:
+                        ids: dict[str, bytes], target: str) -> list[str]:
+        """Writes the history's metadata, the transactions aborted by rule and the mounts into B's metadata topic;
+        returns the transactions aborted by rule, as the report names them."""
         s = self.s
         rlmm = open_metadata(s.metadata, s.own_bootstrap, None, s.identity, writer=True)
         await rlmm.start()
@@ -454,3 +459,5 @@ class Restore:
                 await rlmm.put_mounts(changed)  # last: a mount says the history under it is complete
         finally:
             await rlmm.close()
+        return [f"{o.tp.topic}-{o.tp.partition} producer {o.producer_id} from offset {o.first_offset}"
+                for o in resolved]
