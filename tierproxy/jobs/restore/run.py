@@ -112,6 +112,12 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+def _all_mounted(state: dict[str, Any]) -> bool:
+    """Whether every topic any run of this restore began is finished (its mounts written): only then may `tier`
+    run on the new cluster (a stage killed mid-fill keeps it refused, whatever a later stage of other topics did)."""
+    return set(state.get("topics", {})) <= set(state.get("finished", {}))
+
+
 def _step(name: str) -> None:
     """Each step that changes the new cluster says so as it begins: an operator (and the chaos test, which kills
     the restore at each) sees where a run stopped."""
@@ -179,10 +185,13 @@ class Restore:
         plans = plan_topics(snap, history, self.pattern)
         restored = {plan.facts.name for plan in plans}
         missing = chosen.missing_for(restored)
-        if missing and not (live or self.accept_missing or (state or {}).get("missing_accepted")):
+        # what an earlier run was told to go on without; a later stage's new items are asked for again
+        accepted = {tuple(k) for k in (state or {}).get("missing_accepted") or [] if isinstance(k, list)}
+        unaccepted = [u for u in missing if (u.kind, u.name, u.partition) not in accepted]
+        if unaccepted and not (live or self.accept_missing):
             raise RestoreRefused(
                 f"no kept tier snapshot of cluster {snap.cluster_id} holds these whole (its passes could not read "
-                f"them): {'; '.join(u.describe() for u in missing)}; a restore now would go on without them (a "
+                f"them): {'; '.join(u.describe() for u in unaccepted)}; a restore now would go on without them (a "
                 "partition's end, a group's offsets): run it with --accept-missing to do so")
         if live:
             return self._drill(snap, history, plans, view, [u.describe() for u in missing])
@@ -200,6 +209,8 @@ class Restore:
             report = RestoreReport(snap.cluster_id, target, snap.name, snap.taken_ms, True)
             report.done_ms = int(state.get("done_ms") or max(finished.values(), default=0))
             report.finished_before = sorted(restored)
+            if _all_mounted(state):  # a run killed after its last mounts, before it said so
+                _run(restore_finished(self.rsm, target))
             return report  # finished before: the topics are B's now (clients may have written), nothing to redo
         existing = self._existing(view, todo)
         problems = [p for plan in todo if (p := check_target(plan, existing.get(plan.facts.name),
@@ -228,7 +239,7 @@ class Restore:
         state = state or {"source": snap.cluster_id, "snapshot": snap.name, "started_ms": int(time.time() * 1000),
                           "topics": {}}
         state["facts"] = f"{STATE_PREFIX}{target}.facts.json"
-        state["missing_accepted"] = bool(state.get("missing_accepted") or missing)
+        state["missing_accepted"] = sorted(accepted | {(u.kind, u.name, u.partition) for u in missing})
         state["finished"], state["groups_done"] = finished, sorted(key_name(k) for k in done)
         state["topics"].update({plan.facts.name: state["topics"].get(plan.facts.name) for plan in todo})
         state.pop("done_ms", None)  # this run's topics are not done until it ends
@@ -236,7 +247,8 @@ class Restore:
         _run(self._save(target, state))
         if todo:
             self._topics(report, state, snap, history, todo, existing, target)
-        _run(restore_finished(self.rsm, target))  # the mounts exist: `tier` passes on this cluster may run
+        if _all_mounted(state):  # every topic this restore began has its mounts: `tier` passes on B may run
+            _run(restore_finished(self.rsm, target))
 
         def saved(keys: list[Key]) -> None:  # after each group's commit: a kill never commits it again
             state["groups_done"] = sorted({*state["groups_done"], *map(key_name, keys)})
