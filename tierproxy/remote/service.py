@@ -30,13 +30,12 @@ from tierproxy.tier.indexes import AbortedTxn, lookup_time
 from tierproxy.tier.model import RemoteLogStartOffset, TopicIdPartition
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import WrongCluster, check_cluster
-from tierproxy.tier.purges import forget_purge, newer_purges, record_purge, recorded_purges
+from tierproxy.tier.purges import newer_purges, record_purge, recorded_purges
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import served_segments
 from tierproxy.tier.storage import FileStore
-from tierproxy.tier.transactions import recorded_outcomes
 
 log = logging.getLogger("tierproxy.remote")
 
@@ -172,12 +171,11 @@ class RemoteTier:
         pc = self.rlmm.partition(tp)
         if pc is not None and log_start <= pc.log_start_offset:
             return  # nothing moves
+        # the purge record stays whatever the metadata write does: a write that timed out may have been applied
+        # (as a DeleteRecords that timed out may have been, in Kafka), and a record removed then would leave the
+        # purge in the metadata alone, lost with the cluster; the client asked for it and its retry records the same
         await record_purge(self.rsm.store, self.rsm.prefix, RemoteLogStartOffset(tp, log_start, now_ms()))
-        try:
-            await self.rlmm.put_log_start(tp, log_start)
-        except BaseException:  # answered as not recorded: a later proxy or restore must not apply it either
-            await forget_purge(self.rsm.store, self.rsm.prefix, tp, log_start)
-            raise
+        await self.rlmm.put_log_start(tp, log_start)
 
     @property
     def serving(self) -> bool:
@@ -252,12 +250,10 @@ class RemoteTier:
 
         async def read() -> ReadResult:
             res = await self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following,
-                                         as_file, joined=False)  # the answer's encoder sends the pieces as they are
-            if res.unresolved:  # the tier's recorded outcomes are final; only an undecided one is asked of the broker
-                aborted, undecided = recorded_outcomes(pc.outcomes, res.unresolved)
-                res.aborted += aborted
-                if undecided:
-                    res.aborted += await self.aborted_in_broker_log(pc.tp.topic, pc.tp.partition, set(undecided))
+                                         as_file, joined=False,  # the answer's encoder sends the pieces as they are
+                                         recorded=pc.outcomes)  # final: only an undecided one is left unresolved
+            if res.unresolved:
+                res.aborted += await self.aborted_in_broker_log(pc.tp.topic, pc.tp.partition, set(res.unresolved))
             return res
 
         return self.pool.submit(read)
