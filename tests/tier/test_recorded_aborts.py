@@ -1,5 +1,5 @@
 """A recorded aborted transaction reaches only as far as its own records (review of issue 63 finding 1), in the
-DataFrame reader's planner (also the Iceberg step's), over a real file tier.
+DataFrame reader's planner (also the Iceberg step's) and in the proxy's reads, over a real file tier.
 
 Two tiers, each one partition. `one_cluster`: P1 (producer 7) aborts T1 at [0, 2), its marker tiered later (at 2,
 in the next segment), then commits T2 at [4, 6) in a third. `restored`: A's last segment ends inside T1 (recorded
@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from pathlib import Path
 
 from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch
 from tests.support.segments import seg, tp
+from tierproxy.config import ProxySettings
+from tierproxy.dev.ports import free_port
 from tierproxy.jobs.spark.options import parse_options
 from tierproxy.jobs.spark.plan import PartitionPlan, Planner
 from tierproxy.jobs.spark.rows import visible_batches
 from tierproxy.jobs.spark.source import read_tier_slice
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo
+from tierproxy.remote.service import RemoteTier
 from tierproxy.tier.cache import MetadataCache, PartitionCache
 from tierproxy.tier.indexes import build_segment
 from tierproxy.tier.model import SegmentState, TransactionOutcome, TxnOutcome
@@ -111,3 +115,26 @@ def test_after_a_restore_the_dataframe_shows_the_new_clusters_transactions_of_th
     pc = asyncio.run(tiered(tmp_path, RESTORED, LOST_RULE))
     # T1 hidden (aborted by the rule); B's committed records shown (before: hidden behind T1, for good)
     assert dataframe(tmp_path, pc) == [b"b-a", b"b-b", b"b-c"]
+
+
+def test_after_a_restore_the_proxy_lists_the_recorded_abort_whatever_the_new_cluster_wrote(tmp_path: Path) -> None:
+    """The proxy's read of A's last segment lists T1 aborted though B's segment holds producer id 7 with no
+    transaction open (before: that was taken as T1 decided inside B's segment, committed, and T1's records reached
+    read_committed consumers). No broker: an outcome the tier records is never asked of one."""
+    pc = asyncio.run(tiered(tmp_path, RESTORED, LOST_RULE))
+    nobody = f"127.0.0.1:{free_port()}"
+
+    async def read(offset: int) -> list[tuple[int, int]]:
+        tier = RemoteTier(ProxySettings(bootstrap_servers=nobody, storage=f"file://{tmp_path}",
+                                        metadata=f"file://{tmp_path}/meta-{os.getpid()}"))
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            task = tier.submit_read(pc, offset, 1 << 20, True, deadline)
+            assert task is not None
+            res = await asyncio.wait_for(task, 30)
+            return [(a.producer_id, a.first_offset) for a in res.aborted]
+        finally:
+            await tier.close()
+
+    assert asyncio.run(read(0)) == [(P1, 0)]
+    assert asyncio.run(read(10)) == [], "B's transaction is committed"
