@@ -30,8 +30,8 @@ from tierproxy.tier.indexes import AbortedTxn, lookup_time
 from tierproxy.tier.model import RemoteLogStartOffset, TopicIdPartition
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import WrongCluster, check_cluster
-from tierproxy.tier.purges import newer_purges, record_purge, recorded_purges
-from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms
+from tierproxy.tier.purges import forget_purge, newer_purges, record_purge, recorded_purges
+from tierproxy.tier.rlmm import MetadataWriteRefused, RemoteLogMetadataManager, now_ms
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import served_segments
@@ -171,11 +171,15 @@ class RemoteTier:
         pc = self.rlmm.partition(tp)
         if pc is not None and log_start <= pc.log_start_offset:
             return  # nothing moves
-        # the purge record stays whatever the metadata write does: a write that timed out may have been applied
-        # (as a DeleteRecords that timed out may have been, in Kafka), and a record removed then would leave the
-        # purge in the metadata alone, lost with the cluster; the client asked for it and its retry records the same
         await record_purge(self.rsm.store, self.rsm.prefix, RemoteLogStartOffset(tp, log_start, now_ms()))
-        await self.rlmm.put_log_start(tp, log_start)
+        try:
+            await self.rlmm.put_log_start(tp, log_start)
+        except MetadataWriteRefused:  # nothing was written: answered as not recorded, no later reader applies it
+            await forget_purge(self.rsm.store, self.rsm.prefix, tp, log_start)
+            raise
+        # any other failure (a timeout, a cancelled wait) may have been applied, as a DeleteRecords that timed out
+        # may have been in Kafka: the record stays (removed, the purge would live in the metadata alone, and be lost
+        # with the cluster); the client asked for it, and its retry records the same
 
     @property
     def serving(self) -> bool:
