@@ -13,12 +13,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.support.kafka import create_topic, watermarks
 from tests.support.restore import Disaster
 from tests.support.waiting import wait_until
-from tierproxy.jobs.restore.fill import fill_partition, log_end, offsets
+from tierproxy.jobs.restore.fill import ForeignRecords, fill_partition, log_end, offsets
 from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.cluster]
@@ -55,3 +56,19 @@ def test_a_produce_timed_out_after_its_append_is_never_written_twice(disaster: D
         assert result.resent > 0, "a Produce timed out after its append and was sent again"
     finally:
         b.start_node(follower)
+
+
+def test_a_record_something_else_wrote_is_never_purged_by_the_fill(disaster: Disaster) -> None:
+    """A client wrote to the partition before (or while) the fill ran: the fill stops, not retried, and purges
+    nothing (before: it filled on from the log's end and purged below it, the client's acknowledged record too)."""
+    b = disaster.b
+    topic = f"fill-foreign-{uuid.uuid4().hex[:6]}"
+    create_topic(b.bootstrap, topic, 1, 3)
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all"})
+    p.produce(topic, b"someone's record", partition=0)
+    assert p.flush(30) == 0
+    leader = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(topic, timeout=10).topics[topic] \
+        .partitions[0].leader
+    with pytest.raises(ForeignRecords, match="holds records the fill did not write"):
+        fill_partition(b.node(leader).bootstrap, topic, 0, S, BATCH, None)
+    assert watermarks(b.bootstrap, topic) == (0, 1), "the client's record is still there, nothing filled"

@@ -256,7 +256,7 @@ def _restore(args: argparse.Namespace) -> int:
         print(f"tierproxy: --metrics-file={args.metrics_file}: {why}", file=sys.stderr)
         return 2
     from tierproxy.jobs.restore.epochs import EpochsNotRaised
-    from tierproxy.jobs.restore.fill import FillFailed
+    from tierproxy.jobs.restore.fill import FillFailed, ForeignRecords
     from tierproxy.jobs.restore.plan import RestoreRefused
     from tierproxy.jobs.restore.run import Restore
 
@@ -266,6 +266,9 @@ def _restore(args: argparse.Namespace) -> int:
         except RestoreRefused as exc:
             print(f"tierproxy: restore refused: {exc}", file=sys.stderr)
             return 2
+        except ForeignRecords as exc:  # running it again changes nothing until the other writer is dealt with
+            print(f"tierproxy: restore stopped: {exc}", file=sys.stderr)
+            return 1
         except (EpochsNotRaised, FillFailed) as exc:
             print(f"tierproxy: restore stopped (run it again to go on): {exc}", file=sys.stderr)
             return 1

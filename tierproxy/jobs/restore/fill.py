@@ -26,8 +26,8 @@ import crc32c
 
 from protocol import compression
 from protocol.constants import ApiKey, OffsetSpec
-from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, Record, build_batch
-from protocol.requests import list_offsets_request
+from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, Record, build_batch, iter_batches
+from protocol.requests import fetch_request, list_offsets_request
 from tierproxy.config.identity import ClientIdentity
 from tierproxy.kafka.wireclient import WireClient
 
@@ -44,6 +44,11 @@ PRODUCER_OFFSET = 43
 
 class FillFailed(RuntimeError):
     """A partition could not be filled to S (the broker kept refusing, or its end passed S)."""
+
+
+class ForeignRecords(FillFailed):
+    """Something else wrote to the partition being filled: a fill goes no further (its purge would delete those
+    records) and is not retried; nothing of theirs is deleted."""
 
 
 @dataclass(frozen=True)
@@ -159,12 +164,16 @@ def fill_partition(leader: str, topic: str, partition: int, start: int, batch_re
     try:
         log_start, _, epoch = offsets(w, topic, partition)
         end = log_end(w, topic, partition, epoch)  # a batch appended but not replicated counts: never under it
+        if log_start < end and (why := _not_filler(w, topic, partition, log_start, end)):
+            raise ForeignRecords(f"{topic}-{partition} holds records the fill did not write ({why}): refusing to "
+                                 "purge them; stop whatever writes to it (a restored topic's producers wait for "
+                                 "its stage), then delete the topic in the new cluster or keep it out (--topics)")
         producer_id, producer_epoch = init_producer(w)
         sequence = 0
         budget = (start - end) + MAX_ATTEMPTS + 40  # a bounded loop: at worst one offset per request
         for _ in range(max(budget, MAX_ATTEMPTS)):
             if end > start:
-                raise FillFailed(f"{topic}-{partition} ends at {end}, past {start}: something else writes to it")
+                raise ForeignRecords(f"{topic}-{partition} ends at {end}, past {start}: something else writes to it")
             if end == start:
                 break
             n = min(batch_records, start - end)
@@ -189,9 +198,9 @@ def fill_partition(leader: str, topic: str, partition: int, start: int, batch_re
                     raise FillFailed(f"{topic}-{partition}: Produce answered error {err} {attempts} times")
                 time.sleep(min(0.1 * 2 ** attempts, 2.0))
                 continue
-            if err == 0 and answer["base_offset"] != end:
-                raise FillFailed(f"{topic}-{partition}: filler written at {answer['base_offset']}, expected {end}: "
-                                 "something else writes to it")
+            if err == 0 and answer["base_offset"] != end:  # not purged: the records below it are someone's
+                raise ForeignRecords(f"{topic}-{partition}: filler written at {answer['base_offset']}, expected "
+                                     f"{end}: something else writes to it; nothing purged past {end}")
             attempts = 0
             filled += n
             end += n
@@ -210,6 +219,28 @@ def fill_partition(leader: str, topic: str, partition: int, start: int, batch_re
         raise FillFailed(f"{topic}-{partition}: log start {log_start}, end {high_watermark} after the fill; "
                          f"expected {start}")
     return FillResult(topic, partition, start, filled, time.monotonic() - began, resent + w.resent)
+
+
+def _not_filler(w: Requester, topic: str, partition: int, start: int, end: int) -> str | None:
+    """Why [start, end) holds something other than filler (null records a fill wrote and was killed before it
+    purged them: at most a batch or two), or None. Read whole before any purge: a client's record is never purged."""
+    offset = start
+    for _ in range(64):  # bounded: a few batches of filler at most
+        if offset >= end:
+            return None
+        resp = w.request(ApiKey.FETCH, 12, fetch_request({topic: {partition: offset}}, max_bytes=8 << 20))
+        part = resp["responses"][0]["partitions"][0]
+        if part["error_code"]:
+            return f"Fetch at {offset} answered error {part['error_code']}"
+        batches = [b for b in iter_batches(part["records"]) if b.base_offset < end]
+        if not batches:
+            return f"nothing could be read at {offset}"
+        for b in batches:
+            if b.is_control or b.is_transactional or any(
+                    r.key is not None or r.value is not None or r.headers for r in b.records()):
+                return f"the batch at {b.base_offset} holds records other than null ones"
+            offset = b.last_offset + 1
+    return f"more than 64 batches below {end}"
 
 
 def _replicated(w: Requester, topic: str, partition: int, start: int) -> tuple[int, int]:

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from tierproxy.config import TierSettings
 from tierproxy.jobs.restore.drill import DrillFindings, drill
 from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
-from tierproxy.jobs.restore.fill import FillFailed, FillResult, fill_partition
+from tierproxy.jobs.restore.fill import FillFailed, FillResult, ForeignRecords, fill_partition
 from tierproxy.jobs.restore.groups import GroupsResult, Key, commit_groups, key_name
 from tierproxy.jobs.restore.plan import (
     ChosenFacts,
@@ -409,6 +409,8 @@ class Restore:
                 try:
                     return fill_partition(view.leader_address(p), topic, partition, start,
                                           self.s.restore_fill_batch_records, self.s.identity)
+                except ForeignRecords:
+                    raise  # not retried: a retry would purge what the other writer wrote
                 except (FillFailed, OSError) as exc:
                     last = exc
             time.sleep(delay)
