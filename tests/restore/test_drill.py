@@ -97,6 +97,7 @@ def test_the_drill_against_the_live_cluster_reports_what_a_restore_now_would_los
     out = run_cli(*drill)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 broken" in out.stdout and "drill:" in out.stdout, out.stdout
+    assert "storage requests: none;" in out.stdout, "a file tier is asked no billed request, and the run says so"
     samples = {(m.name, m.labels.get("partition")): m.value
                for fam in text_string_to_metric_families(prom.read_text()) for m in fam.samples}
     lost = samples[("tierproxy_restore_drill_lost_offsets", "0")]

@@ -78,6 +78,7 @@ class RestoreReport:
     missing: list[str] = field(default_factory=list)  # facts no kept snapshot held (gone on without: accepted)
     drill: DrillFindings | None = None  # a dry run's reading of the tier (`restore.drill`)
     aborted_by_rule: list[str] = field(default_factory=list)  # open at the tier's end: aborted (tier.transactions)
+    storage: str = ""  # the run's object-store requests and bytes (`tier.requests`)
 
     def lines(self) -> list[str]:
         earlier = [f"  restored by an earlier run, left as they are: {', '.join(self.finished_before)}"] \
@@ -105,6 +106,7 @@ class RestoreReport:
         out += [f"  transaction open at the tier's end, its end lost with the cluster: ABORTED by rule: {t}"
                 for t in self.aborted_by_rule]
         out += self.drill.lines() if self.drill else []
+        out += [f"  {self.storage}"] if self.storage else []
         return out
 
 
@@ -165,7 +167,9 @@ class Restore:
 
     def run(self) -> RestoreReport:
         try:
-            return self._run()
+            report = self._run()
+            report.storage = self.rsm.store.counts.line()  # what this run asked of the object store
+            return report
         finally:
             _run(self.rsm.close())
 
