@@ -28,7 +28,7 @@ from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.restore.epochs import partition_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process]
-PARTITIONS, RECORDS = 3, 300  # per partition: S = 300 (the fill writes one offset per request: slow enough to hit)
+PARTITIONS, RECORDS = 3, 300  # per partition: S = 300, filled 10 offsets a request (30 requests: slow enough to hit)
 GROUPS = {"chaos-a": {0: 100, 1: 200, 2: 299}, "chaos-b": {1: 50}}
 
 
@@ -37,7 +37,7 @@ class Run:
 
     def __init__(self, args: list[str], log: Path) -> None:
         self.log = log
-        env = {**os.environ, "TIERPROXY_RESTORE_FILL_BATCH_RECORDS": "1"}
+        env = {**os.environ, "TIERPROXY_RESTORE_FILL_BATCH_RECORDS": "10"}
         with open(log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", *args], stdout=out,
                                          stderr=subprocess.STDOUT, env=env)
@@ -47,8 +47,11 @@ class Run:
 
     def wait_for(self, step: str) -> bool:
         """True once the run has begun `step`; False if it ended first."""
-        wait_until(lambda: self.reached(step) or self.proc.poll() is not None, f"the restore's step {step}",
-                   timeout=180, interval=0.02)
+        try:
+            wait_until(lambda: self.reached(step) or self.proc.poll() is not None, f"the restore's step {step}",
+                       timeout=300, interval=0.02)
+        except AssertionError as exc:  # what the run was doing says why
+            raise AssertionError(f"{exc}; the run's output:\n{self.log.read_text(errors='replace')[-6000:]}") from None
         return self.reached(step)
 
     def kill(self) -> None:
