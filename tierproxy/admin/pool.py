@@ -1,7 +1,7 @@
 """One `/metrics` for the workers of `serve --workers N`, summed as Prometheus' multiprocess mode sums them.
 
 Every worker but the first writes its metrics (Prometheus' text format) to `worker-INDEX-PID.prom` in a directory the
-supervisor made, once a second; the first serves the admin API and adds those files to its own metrics. When a worker
+supervisor made, every 5 s; the first serves the admin API and adds those files to its own metrics. When a worker
 dies the supervisor renames its file `dead-INDEX-PID.prom`: its counters and histograms still count (a total never
 drops when a worker is restarted), its gauges no longer do. Gauges are summed (connections, bytes held, bounds: each
 worker holds 1/N of a bound, so the sum is the configured total), except those every worker computes from the same
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tierproxy.proxy.server import Proxy
 
 log = logging.getLogger("tierproxy.admin.pool")
-EXPORT_INTERVAL_S = 1.0
+EXPORT_INTERVAL_S = 5.0  # what a scrape of the pool may lag behind a worker; each export walks the tier's view
 # gauges each worker computes from the same view (the tier, the metadata): the pool's value is one worker's, not a sum
 SAME_VIEW = {"tierproxy_ready": min, "tierproxy_tier_segments": max, "tierproxy_tier_bytes": max,
              "tierproxy_tier_last_copy_timestamp_seconds": max, "tierproxy_tier_gaps": max,
@@ -47,7 +47,7 @@ def _register(proxy: Proxy) -> None:
 
 
 async def export_metrics(proxy: Proxy, directory: Path, index: int) -> None:
-    """A worker's metrics written to `directory` every second for the first worker's `/metrics` (a service of
+    """A worker's metrics written to `directory` every EXPORT_INTERVAL_S for the first worker's `/metrics` (a service of
     `serve`: the file is replaced whole, so a reader never sees half of it)."""
     _register(proxy)
     path = directory / f"worker-{index}-{os.getpid()}.prom"

@@ -103,8 +103,10 @@ class Supervisor:
         return rc
 
     def _on_stop(self, signum: int, _frame: object) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):  # the first signal stops; later ones are ignored
-            signal.signal(sig, signal.SIG_IGN)
+        # the first signal stops; later ones meet a handler that does nothing (as in cli.signals: not SIG_IGN, which
+        # reports a signal already on its way as "ignored due to race condition")
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
         log.info("%s: stopping the workers", signal.Signals(signum).name)
         self.stopping = True
 
