@@ -1,8 +1,8 @@
 """The README's quickstart runs as written: its properties file and its commands, read from the README itself (only
 ports and paths are changed, to this test's own), from `make kafka` to kcat through the proxy. Then the broker
-deletes the tiered segment and the proxy still reads every record from offset 0, as the quickstart promises; and
-a Ctrl-C pressed twice on `make kafka` leaves no JVM and its port free. Before: the quickstart had no Kafka to run
-against (the demo's is on random ports and torn down at its end)."""
+deletes all but its active segment and the proxy still reads every record from offset 0, as the quickstart
+promises; a Ctrl-C pressed twice on `make kafka` leaves no JVM and its port free; started again, it has the same
+data. Before: the quickstart had no Kafka to run against (the demo's is on random ports and torn down at its end)."""
 
 from __future__ import annotations
 
@@ -104,6 +104,14 @@ def test_the_readme_quickstart_runs_as_written(kcat: str, tmp_path: Path) -> Non
         assert any(comm(p) == "java" for p in pids), pids
         kafka.assert_stopped_cleanly(pids, [kafka_port], codes=(0, 2, -signal.SIGINT))
         assert "Kafka stopped." in kafka.text()
+
+        # started again, it is the same cluster with the same data (its log dirs keep their cluster id)
+        again = Started(kafka.proc.args, tmp_path / "kafka-again.out", env=env, cwd=ROOT)
+        running.append(again)
+        wait_port(kafka_port, 180, proc=again.proc)
+        assert watermarks(bootstrap, "orders")[1] == 100_000, again.text()
+        pids = again.signal_twice(signal.SIGTERM, group=False)
+        again.assert_stopped_cleanly(pids, [kafka_port], codes=(0, 2, -signal.SIGTERM))
     finally:
         for run in running:
             run.kill()

@@ -7,6 +7,7 @@ import itertools
 import os
 import re
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -203,6 +204,33 @@ def test_tier_now_with_no_tier_job_gives_up_withdraws_and_blocks_nothing(admin: 
         later = c.post("/v1/tiering/run")
         assert later.status_code == 202, later.text
         assert c.delete(f"/v1/tiering/runs/{later.json()['run_id']}").json()["status"] == "withdrawn"
+
+
+def test_tier_now_stopped_by_ctrl_c_withdraws_its_request(admin: tuple[TieredTopic, ProxyProcess, str],
+                                                          tmp_path: Path) -> None:
+    """Ctrl-C while `tier-now` waits for a job: one line, exit 130, and its request withdrawn (not left to block
+    every later request until it expires)."""
+    _, _, url = admin
+    out = tmp_path / "tier-now.out"
+    env = {**os.environ, "TIERPROXY_ADMIN_URL": url, "TIERPROXY_ADMIN_TOKEN": TOKEN, "FORCE_COLOR": "1"}
+    with out.open("w") as sink:  # FORCE_COLOR: the spinner (and its run id) drawn as it goes, as on a terminal
+        asker = subprocess.Popen([sys.executable, "-m", "tierproxy.cli", "admin", "tier-now", "--wait", "10m"],
+                                 stdout=sink, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        run_id = wait_until(lambda: re.findall(r"tiering run (\w+)", out.read_text()), "tier-now's request")[0]
+        with _c(url) as c:
+            assert c.get(f"/v1/tiering/runs/{run_id}").json()["status"] == "requested"
+            asker.send_signal(signal.SIGINT)
+            _, err = asker.communicate(timeout=60)
+            assert asker.returncode == 130 and err.splitlines() == ["tierproxy: stopped by a signal"], err
+            assert c.get(f"/v1/tiering/runs/{run_id}").json()["status"] == "withdrawn"
+            later = c.post("/v1/tiering/run")
+            assert later.status_code == 202, later.text
+            assert c.delete(f"/v1/tiering/runs/{later.json()['run_id']}").json()["status"] == "withdrawn"
+    finally:
+        if asker.poll() is None:
+            asker.kill()
+            asker.wait(10)
 
 
 def test_the_cookie_reads_but_never_changes_and_bodies_are_bounded(admin: tuple[TieredTopic, ProxyProcess, str]

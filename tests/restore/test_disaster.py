@@ -266,6 +266,7 @@ def test_the_snapshot_of_a_pass_describes_the_tier(disaster: Disaster) -> None:
     assert {g: {o.partition: (o.offset, o.leader_epoch) for o in offs} for g, offs in snap.groups.items()
             if g in disaster.groups} == disaster.groups
     assert snap.records, "the live metadata records"
+    assert snap.unread == [] and snap.groups_unreadable is None, "a pass with every broker up reads everything"
 
 
 def test_tier_on_the_new_cluster_continues_the_same_history_and_deletes_none_of_the_old_ids(

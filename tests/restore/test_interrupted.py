@@ -9,6 +9,7 @@ of this module's, so nothing of the disaster's tier or metadata is touched: no c
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -39,7 +40,8 @@ from tests.support.tiering import settings, tier_once
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.tiering.job import RunSummary
-from tierproxy.tier.ownership import RestoreInProgress
+from tierproxy.tier.ownership import RestoreInProgress, hand_over, recorded_owner
+from tierproxy.tier.rsm import RemoteStorageManager
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process]
 RECORDS, PURGED_BELOW = 3000, 1000
@@ -171,3 +173,27 @@ def test_a_proxy_whose_metadata_lacks_the_purge_serves_from_the_purge_record(kaf
         assert list_offsets_at_leaders(p.bootstrap, OffsetSpec.EARLIEST, topic=source.topic)[0][0] == PURGED_BELOW
     finally:
         p.stop()
+
+
+def test_a_run_killed_after_its_mounts_leaves_no_restore_in_progress_once_run_again(disaster: Disaster,
+                                                                                    restored: Source,
+                                                                                    tmp_path: Path) -> None:
+    """A run killed after its last topic's mounts and before it said the restore had ended (the ownership record
+    still says in progress; the state says every topic finished, and no group is left): the rerun finds nothing to
+    do and ends the restore, so `tier` on B runs again (before: every rerun said "nothing to do" and every pass on
+    B was refused for good, naming a restore that would never finish)."""
+    rsm = RemoteStorageManager.from_uri(restored.storage)
+
+    async def as_a_killed_run_left_it() -> None:
+        try:
+            await hand_over(rsm, await recorded_owner(rsm), disaster.b.cluster_id, "the lost cluster")
+        finally:
+            await rsm.close()
+
+    asyncio.run(as_a_killed_run_left_it())
+    with pytest.raises(RestoreInProgress):
+        _b_tier_pass(disaster, restored, tmp_path / "state")
+    out = run_cli(*_restore_args(disaster.b, restored))
+    assert out.returncode == 0 and "nothing to do" in out.stdout, out.stdout + out.stderr
+    summary = _b_tier_pass(disaster, restored, tmp_path / "state")
+    assert summary.failed == 0 and not summary.errors, summary

@@ -139,6 +139,8 @@ def test_three_stages_with_b_in_service_between_every_group_resumes_every_partit
             assert prod.flush(30) == 0
             summary = tier_once(tier_settings(b.bootstrap, disaster.tier, tmp_path / "state-b"))
             assert summary.snapshot and summary.failed == 0, summary
+            unread = snapshots.TierSnapshot.decode((disaster.tier / summary.snapshot).read_bytes()).unread
+            assert unread == [], f"a pass with every broker up reads everything: {unread}"
     facts = _newest(disaster.before_restore)  # A's last pass, as A left the tier
     want = {(g, o.topic, o.partition): (o.offset, o.leader_epoch) for g, offs in facts.groups.items() for o in offs
             if o.topic in stages}

@@ -460,6 +460,8 @@ def test_a_purge_that_cannot_be_recorded_is_a_storage_error_and_changes_nothing(
             p = resp["topics"][0]["partitions"][0]
             assert (p["error_code"], p["low_watermark"]) == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
             assert "WRITE on the metadata topic" in served.proxy.log_text()
+            tier = Path(served.env["TIERPROXY_STORAGE"].removeprefix("file://"))
+            assert not list((tier / "purges").rglob("*.json")), "no purge record left: a restore must not apply it"
             listed = w.request(ApiKey.LIST_OFFSETS, 9, list_offsets_request({served.topic: {0: OffsetSpec.EARLIEST}}))
             assert listed["topics"][0]["partitions"][0]["offset"] == 0
             assert _fetch(w, served.topic, 0)[0] == ErrorCode.NONE and _fetch(w, served.topic, 0)[1] > 0

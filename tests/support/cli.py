@@ -63,7 +63,8 @@ def _log_level(args: list[str]) -> str:
 def run_cli(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path | None = None,
             check: bool = False) -> subprocess.CompletedProcess[str]:
     """`tierproxy ARGS` in this process: its exit code, what it printed and logged. An exception `main` lets through
-    is exit 1 with its traceback on stderr, as in a process of its own; SIGTERM's handler is restored after."""
+    is exit 1 with its traceback on stderr, as in a process of its own; SIGTERM's and SIGINT's handlers are restored
+    after."""
     from tierproxy.cli import main
 
     argv = list(args)
@@ -72,7 +73,7 @@ def run_cli(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path |
 
         worker_session()  # the job finds it running and uses it (and never stops it)
     out, err = io.StringIO(), io.StringIO()
-    sigterm = signal.getsignal(signal.SIGTERM)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     old_cwd = os.getcwd()
     rc: int
     try:
@@ -89,7 +90,8 @@ def run_cli(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path |
                 rc = 1
     finally:
         os.chdir(old_cwd)
-        signal.signal(signal.SIGTERM, sigterm)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     proc = subprocess.CompletedProcess(["tierproxy", *argv], rc, out.getvalue(), err.getvalue())
     if check:
         assert rc == 0, f"tierproxy {' '.join(argv)} exited {rc}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"

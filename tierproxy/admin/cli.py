@@ -184,10 +184,15 @@ def _tier_now(client: httpx.Client, args: argparse.Namespace, console: Console) 
         task = bar.add_task("run", run=run["run_id"], status=run["status"], total=None)
         for status, seconds in (("requested", args.wait), ("running", args.timeout)):
             deadline = time.monotonic() + seconds
-            while run["status"] == status and time.monotonic() < deadline:
-                time.sleep(0.5)
-                run = _get(client, path)
-                bar.update(task, status=run["status"])
+            try:
+                while run["status"] == status and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    run = _get(client, path)
+                    bar.update(task, status=run["status"])
+            except KeyboardInterrupt:  # its asker is gone: a request no job took yet goes with it
+                if run["status"] == "requested":
+                    client.delete(path)
+                raise
             if run["status"] in ("requested", "expired"):  # no job took it in time: it must not run later
                 withdrawn = client.delete(path)
                 if withdrawn.status_code == 409:  # taken meanwhile: wait for the pass

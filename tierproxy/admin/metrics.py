@@ -11,6 +11,7 @@
     tierproxy_remote_response_reserved_bytes, tierproxy_request_memory_pauses_total,
     tierproxy_tier_{segments,bytes,lag_offsets,gaps}{topic},
     tierproxy_rlmm_events_applied_total, tierproxy_rlmm_records_skipped_total, tierproxy_rlmm_consumer_restarts_total,
+    tierproxy_storage_requests_total{kind}, tierproxy_storage_bytes_total{direction=read|written},
     tierproxy_rlmm_lag_records, tierproxy_ready, tierproxy_remote_fetch_purgatory,
     tierproxy_tier_last_copy_timestamp_seconds{topic},
     tierproxy_remote_answers_while_loading_total, tierproxy_remote_answers_without_broker_offsets_total,
@@ -24,7 +25,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -66,6 +67,21 @@ def _iceberg_metrics(st: dict[str, object]) -> Iterator[Metric]:
         g = GaugeMetricFamily(name, help_)
         g.add_metric([], float(value))  # type: ignore[arg-type]
         yield g
+
+
+def _storage_metrics(counts: dict[str, Any]) -> Iterator[Metric]:
+    """The object-store requests this process sent, by kind (`tier.requests`), and their body bytes each way."""
+    requests = CounterMetricFamily("tierproxy_storage_requests", "Object-store requests sent, by kind (get, head, "
+                                   "put, part, multipart, list, delete; a retry counts again, as S3 bills it)",
+                                   labels=["kind"])
+    for kind, n in counts["requests"].items():
+        requests.add_metric([kind], n)
+    yield requests
+    nbytes = CounterMetricFamily("tierproxy_storage_bytes", "Object-store body bytes, read from it or written to it",
+                                 labels=["direction"])
+    nbytes.add_metric(["read"], counts["bytes_read"])
+    nbytes.add_metric(["written"], counts["bytes_written"])
+    yield nbytes
 
 
 class ProxyCollector(Collector):
@@ -153,6 +169,7 @@ class ProxyCollector(Collector):
             c = CounterMetricFamily(name, help_)
             c.add_metric([], value)
             yield c
+        yield from _storage_metrics(tier.rsm.store.counts.as_dict())
         rlmm_lag = GaugeMetricFamily("tierproxy_rlmm_lag_records", "Remote log metadata records written but not "
                                      "applied by this replica yet (purges and segments it does not know of)")
         rlmm_lag.add_metric([], tier.rlmm.lag_records() if tier.ready.is_set() else 0)

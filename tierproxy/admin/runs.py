@@ -38,8 +38,9 @@ async def request_pass(proxy: Proxy, wait_ms: int = DEFAULT_WAIT_MS, now_ms: int
     now = _now_ms() if now_ms is None else now_ms
     pending = rlmm.cache.pass_pending(now)
     if pending is not None:
+        left = f", or it expires in {max(0, pending.expires_ms - now) // 1000} s" if pending.expires_ms >= 0 else ""
         raise HTTPException(409, f"a tiering pass is already asked for: run {pending.request_id} (a tier job takes "
-                            f"it, or it expires in {max(0, pending.expires_ms - now) // 1000} s)")
+                            f"it{left}; DELETE /v1/tiering/runs/{pending.request_id} withdraws it)")
     asked = TierPass(uuid.uuid4().hex[:12], True, now, expires_ms=now + wait_ms)
     await rlmm.put_tier_pass(asked)
     return run_of(asked, None, now)

@@ -94,6 +94,9 @@ def _serve_worker(settings: ProxySettings, index: int, count: int, pool_dir: Pat
         uvloop.run(serve(settings, services=services))
     else:
         asyncio.run(serve(settings, services=services))
+    from tierproxy.cli.signals import ignore_stop_signals
+
+    ignore_stop_signals()  # stopped: the loop put the default actions back, and a late signal would end it by them
     return 0
 
 
@@ -280,7 +283,7 @@ def _restore(args: argparse.Namespace) -> int:
         print(f"tierproxy: --metrics-file={args.metrics_file}: {why}", file=sys.stderr)
         return 2
     from tierproxy.jobs.restore.epochs import EpochsNotRaised
-    from tierproxy.jobs.restore.fill import FillFailed
+    from tierproxy.jobs.restore.fill import FillFailed, ForeignRecords
     from tierproxy.jobs.restore.plan import RestoreRefused
     from tierproxy.jobs.restore.run import Restore
 
@@ -290,6 +293,9 @@ def _restore(args: argparse.Namespace) -> int:
         except RestoreRefused as exc:
             print(f"tierproxy: restore refused: {exc}", file=sys.stderr)
             return 2
+        except ForeignRecords as exc:  # running it again changes nothing until the other writer is dealt with
+            print(f"tierproxy: restore stopped: {exc}", file=sys.stderr)
+            return 1
         except (EpochsNotRaised, FillFailed) as exc:
             print(f"tierproxy: restore stopped (run it again to go on): {exc}", file=sys.stderr)
             return 1
@@ -512,6 +518,22 @@ def missing_extra(command: str) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `tierproxy` command. The first SIGINT or SIGTERM stops it wherever it is, later ones are ignored
+    (`cli.signals`; `serve`'s event loop takes them over while it runs): one that lands before a command handles it
+    (in its imports, settings or start-up checks) is one line and exit 130, never a traceback."""
+    from tierproxy.cli.signals import ignore_stop_signals, stop_on_sigterm
+
+    stop_on_sigterm()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("tierproxy: stopped by a signal", file=sys.stderr)
+        return 130
+    finally:
+        ignore_stop_signals()  # before the interpreter's finalization puts the default actions back
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     worker = os.environ.get("_TIERPROXY_WORKER")  # serve --workers N: which worker says what

@@ -22,10 +22,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("tierproxy: `make kafka` runs from a source checkout: an installed tierproxy does not carry the "
               "developer tools it needs", file=sys.stderr)
         return 2
-    from tierproxy.cli.signals import stop_on_sigterm
+    from tierproxy.cli.signals import ignore_stop_signals, stop_on_sigterm
 
     stop_on_sigterm()
-    return run_local_kafka(args.port, Path(args.dir))
+    try:
+        return run_local_kafka(args.port, Path(args.dir))
+    finally:
+        ignore_stop_signals()
 
 
 if __name__ == "__main__":

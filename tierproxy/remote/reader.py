@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +32,10 @@ from tierproxy.tier.indexes import (
     index_positions,
     lookup_position,
 )
-from tierproxy.tier.model import RemoteLogSegmentMetadata
+from tierproxy.tier.model import RemoteLogSegmentMetadata, TransactionOutcome
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.storage import ObjectMissing, ReadBuffer, S3Store, StorageUnavailable
+from tierproxy.tier.transactions import followed_through, recorded_outcomes
 
 
 class BrokerLogUnavailable(RuntimeError):
@@ -48,6 +49,9 @@ class ReadResult:
     # READ_COMMITTED: producer id → first offset of its transaction open at the end of the tier (its outcome is
     # recorded in the tier, or else in the broker's log: `tier.transactions.recorded_outcomes`)
     unresolved: dict[int, int] = field(default_factory=dict)
+
+
+Recorded = Mapping[tuple[int, int], TransactionOutcome]  # (producer id, first offset) → the tier's recorded outcome
 
 
 @dataclass
@@ -349,19 +353,20 @@ class RemoteReader:
     async def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one: bool,
                    read_committed: bool, deadline: float,
                    following: list[RemoteLogSegmentMetadata] | None = None, as_file: bool = False,
-                   joined: bool = True) -> ReadResult:
+                   joined: bool = True, recorded: Recorded | None = None) -> ReadResult:
         """Whole batches from the one containing `offset`, up to `max_bytes` (at least one batch if `min_one`).
 
         The batches are contiguous in the segment, so the answer is one slice of what storage returned — or, with
         `as_file` on a direct reader of a tier of files (`send_files`), a region of the segment file that the
         transport sends itself (`regions`). An answer that straddles cached chunks is copied into one buffer only
         if `joined`; else it is `RecordPieces`, a view of each chunk (and a copy of the one batch that crosses
-        from one into the next, if any)."""
+        from one into the next, if any). `recorded`: the partition's recorded transaction outcomes (read_committed
+        takes them first, `_result`)."""
         if as_file and self.send_files:
             path = self.rsm.log_file(md)
             if path is not None:
                 return await self._read_region(md, path, offset, max_bytes, min_one, read_committed, deadline,
-                                               following)
+                                               following, recorded)
         seg = md.segment_id.id
         pos = await self._start(md, offset, deadline)
         window = max_bytes + 256 * 1024  # the offset index is sparse: the wanted batch may start a bit later
@@ -406,7 +411,7 @@ class RemoteReader:
                 self._read_next(md, resume_at, max_bytes + 256 * 1024, following or ())
         records: bytes | memoryview | RecordPieces = (
             pieces[0] if len(pieces) == 1 else b"".join(pieces) if joined or not pieces else RecordPieces(pieces))
-        return await self._result(md, records, read_committed, deadline, following)
+        return await self._result(md, records, read_committed, deadline, following, recorded=recorded)
 
     async def _span(self, md: RemoteLogSegmentMetadata, pos: int, window: int, deadline: float,
                     following: Sequence[RemoteLogSegmentMetadata]) -> memoryview:
@@ -433,7 +438,8 @@ class RemoteReader:
 
     async def _read_region(self, md: RemoteLogSegmentMetadata, path: str, offset: int, max_bytes: int,
                            min_one: bool, read_committed: bool, deadline: float,
-                           following: list[RemoteLogSegmentMetadata] | None) -> ReadResult:
+                           following: list[RemoteLogSegmentMetadata] | None, recorded: Recorded | None = None
+                           ) -> ReadResult:
         """`read` as a region of the segment file: its batches found by their headers, read here on the loop (a few
         small reads from the page cache, microseconds; in a thread, the hop and the wait for the interpreter lock
         cost a cold catch-up's first answer 2-4 ms). A tier on a slow or network filesystem reads as S3 does
@@ -443,14 +449,15 @@ class RemoteReader:
         try:
             found = await self._walked(md, path, pos, offset, max_bytes, min_one, deadline, starts)
         except OlderFormat:  # magic 0/1 batches: read and checked as bytes, as the broker's older segments were
-            return await self.read(md, offset, max_bytes, min_one, read_committed, deadline, following)
+            return await self.read(md, offset, max_bytes, min_one, read_committed, deadline, following,
+                                   recorded=recorded)
         self.misses += 1
         if found.region is None:
             return ReadResult(b"")
         self.bytes_read += found.region.length
         self.resume[(md.segment_id.id, found.last_offset + 1)] = found.region.position + found.region.length
         span = (found.first_offset, found.last_offset) if found.transactional else None
-        return await self._result(md, found.region, read_committed, deadline, following, span)
+        return await self._result(md, found.region, read_committed, deadline, following, span, recorded)
 
     def _index_starts(self, md: RemoteLogSegmentMetadata, read_committed: bool,
                       deadline: float) -> Sequence[int] | None:
@@ -516,10 +523,11 @@ class RemoteReader:
 
     async def _result(self, md: RemoteLogSegmentMetadata, records: bytes | memoryview | FileRegion | RecordPieces,
                       read_committed: bool, deadline: float, following: list[RemoteLogSegmentMetadata] | None,
-                      span: tuple[int, int] | None = None) -> ReadResult:
+                      span: tuple[int, int] | None = None, recorded: Recorded | None = None) -> ReadResult:
         """For READ_COMMITTED, the aborted transactions overlapping the records: from this segment's txn index,
-        and for transactions still open at its end (its producer snapshot) from the following segments'. Those
-        still open at the tier's end are `unresolved`: their markers are in the broker's log.
+        and for transactions still open at its end (its producer snapshot) their `recorded` outcome, else from the
+        following segments' (those that follow on: `tier.transactions.followed_through`). Those still open where
+        the tier stops following them are `unresolved`: their markers are in the broker's log.
 
         Records with no transactional batch need none of it: a client applies the aborted list only to
         transactional batches (Java `CompletedFetch.isBatchAborted`, librdkafka likewise), so the indexes are not
@@ -543,8 +551,11 @@ class RemoteReader:
         snapshot = decode_producer_snapshot(await self.index(md, IndexType.PRODUCER_SNAPSHOT, deadline))
         open_at = {pid: e.current_txn_first_offset for pid, e in snapshot.items()
                    if 0 <= e.current_txn_first_offset <= hi}
+        settled, open_at = recorded_outcomes(recorded or {}, open_at)  # a recorded outcome is final
+        found += settled
         still_open = set(open_at)
-        for nxt in following or []:  # as far as it takes (RemoteLogManager.collectAbortedTransactions)
+        # as far as it takes (RemoteLogManager.collectAbortedTransactions), never past a gap
+        for nxt in followed_through(md.end_offset, following or []):
             if not still_open:
                 break
             if not nxt.txn_index_empty:

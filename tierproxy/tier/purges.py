@@ -43,6 +43,16 @@ async def record_purge(store: ObjectStore, prefix: str, event: RemoteLogStartOff
     await store.put(purge_key(prefix, event.tp, event.log_start_offset), json.dumps(body).encode())
 
 
+async def forget_purge(store: ObjectStore, prefix: str, tp: TopicIdPartition, log_start: int) -> None:
+    """Best effort: the purge record of a purge whose metadata write was refused outright (its DeleteRecords is
+    answered as not recorded); one left behind only moves the log start the client asked for."""
+    try:
+        await store.delete(purge_key(prefix, tp, log_start))
+    except Exception as exc:
+        log.warning("%s-%d: the purge record below %d could not be removed: %s", tp.topic, tp.partition, log_start,
+                    exc)
+
+
 async def recorded_purges(store: ObjectStore, prefix: str) -> list[tuple[bytes, bytes]]:
     """Every purge record in the tier as a metadata record (key, value), lowest log start first per partition.
     One that does not parse is skipped with a warning (a purge is written whole: it was never completed)."""

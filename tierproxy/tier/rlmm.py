@@ -43,6 +43,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class MetadataWriteRefused(RuntimeError):
+    """The metadata topic refused a write outright (tierproxy's principal may not write it): nothing of the write
+    was appended. Any other failure of a write (a timeout, a lost connection) may have been applied."""
+
+
 class WriterFenced(RuntimeError):
     """Another tier job writes this metadata now: this one must stop (a second job started on a topic fences the
     first, Kafka's transactional producer epoch; on a file the first holds a lock and a second refuses)."""

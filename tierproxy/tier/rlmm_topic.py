@@ -25,7 +25,7 @@ from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate, TierPass, TopicMount
-from tierproxy.tier.rlmm import RemoteLogMetadataManager, WriterFenced
+from tierproxy.tier.rlmm import MetadataWriteRefused, RemoteLogMetadataManager, WriterFenced
 from tierproxy.tier.serde import decode_value, metadata_partition
 
 
@@ -328,7 +328,13 @@ class TopicRLMM(RemoteLogMetadataManager):
 
     # --- publish -----------------------------------------------------------------------------------------------
     async def publish(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+        from aiokafka.errors import (
+            ClusterAuthorizationFailedError,
+            InvalidProducerEpoch,
+            ProducerFenced,
+            TopicAuthorizationFailedError,
+            TransactionalIdAuthorizationFailed,
+        )
 
         try:
             if self.writer_id is None:
@@ -339,6 +345,9 @@ class TopicRLMM(RemoteLogMetadataManager):
         except (ProducerFenced, InvalidProducerEpoch) as exc:
             raise WriterFenced(f"another tier job took over {self.topic} (transactional id {self.writer_id}): "
                                f"{exc}") from exc
+        except (TopicAuthorizationFailedError, ClusterAuthorizationFailedError,
+                TransactionalIdAuthorizationFailed) as exc:
+            raise MetadataWriteRefused(f"metadata topic {self.topic}: the write was refused: {exc}") from exc
         targets: dict[int, int] = {}
         for md in metas:
             targets[md.partition] = max(targets.get(md.partition, 0), md.offset + 1)

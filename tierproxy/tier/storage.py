@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlparse
 
 from cachetools import LRUCache, TTLCache
 
+from tierproxy.tier.requests import StorageRequests
 from tierproxy.tier.s3body import BodyBuffers, HttpStatus, RangedGets, Unsupported
 
 _boto_lock = threading.Lock()
@@ -84,6 +85,8 @@ class StorageRefused(StorageError):
 
 
 class ObjectStore(Protocol):
+    counts: StorageRequests  # requests sent and their bytes (S3's; a file tier sends none)
+
     async def put(self, key: str, data: bytes) -> None: ...
     async def put_parts(self, key: str, parts: list[memoryview]) -> None: ...
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes: ...
@@ -110,6 +113,7 @@ class FileStore:
         # catch-up reads the same few segment files hundreds of times a second
         self._local: LRUCache[str, Path] = LRUCache(maxsize=4096)
         self._local_lock = threading.Lock()  # a store may be shared by threads (executors, the tiering driver)
+        self.counts = StorageRequests()  # stays at zero: reading files is no billed request
 
     def local_path(self, key: str) -> Path:
         """The file of `key` (StorageError for a key that would leave the root)."""
@@ -268,6 +272,7 @@ class S3Store:
         # bodies' buffers kept to be received into again once nothing refers to them; none unless a reader with a
         # bounded chunk cache sets `bodies.keep_bytes` to that bound
         self.bodies = BodyBuffers()
+        self.counts = StorageRequests()  # every request sent and its bytes (`tier.requests`)
 
     async def _c(self) -> Any:
         if self._client is None:
@@ -317,19 +322,24 @@ class S3Store:
         try:
             c = await self._c()
             if len(data) <= self.part_size:
+                self.counts.count("put", written=len(data))
                 await c.put_object(Bucket=self.bucket, Key=key, Body=data)
                 return
+            self.counts.count("multipart")
             up = await c.create_multipart_upload(Bucket=self.bucket, Key=key)
             parts = []
             try:
                 for n, pos in enumerate(range(0, len(data), self.part_size), 1):
+                    self.counts.count("part", written=min(self.part_size, len(data) - pos))
                     r = await c.upload_part(Bucket=self.bucket, Key=key, UploadId=up["UploadId"], PartNumber=n,
                                             Body=data[pos:pos + self.part_size])
                     parts.append({"ETag": r["ETag"], "PartNumber": n})
+                self.counts.count("multipart")
                 await c.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=up["UploadId"],
                                                   MultipartUpload={"Parts": parts})
             except BaseException:
                 with contextlib.suppress(Exception):
+                    self.counts.count("multipart")
                     await c.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=up["UploadId"])
                 raise
         except StorageError:
@@ -348,9 +358,11 @@ class S3Store:
             kw: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
             if start or end is not None:
                 kw["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+            self.counts.count("get")
             resp = await c.get_object(**kw)
             async with resp["Body"] as body:
                 data: bytes = await body.read()
+            self.counts.received(len(data))
             return data
         except Exception as exc:
             if _invalid_range(exc):
@@ -377,7 +389,10 @@ class S3Store:
             if self._ranged is None:
                 self._ranged = RangedGets(_https_context, connect_timeout=5, read_timeout=30,
                                           bodies=self.bodies)
-            return await self._ranged.get(url, start, end)
+            self.counts.count("get")
+            got = await self._ranged.get(url, start, end)
+            self.counts.received(len(got))
+            return got
         except Unsupported:
             raise
         except HttpStatus as exc:
@@ -394,6 +409,7 @@ class S3Store:
     async def size(self, key: str) -> int:
         try:
             c = await self._c()
+            self.counts.count("head")
             return int((await c.head_object(Bucket=self.bucket, Key=key))["ContentLength"])
         except Exception as exc:
             raise self._map(key, exc) from exc
@@ -410,6 +426,7 @@ class S3Store:
     async def _delete_once(self, keys: list[str]) -> None:
         try:
             c = await self._c()
+            self.counts.count("delete")
             resp = await c.delete_objects(Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys],
                                                                       "Quiet": True})
         except Exception as exc:
@@ -434,9 +451,11 @@ class S3Store:
             c = await self._c()
             paginator = c.get_paginator("list_multipart_uploads")
             async for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                self.counts.count("list")
                 cutoff = _server_time(page) - older_than_s
                 for up in page.get("Uploads", []):
                     if owned(up["Key"]) and up["Initiated"].timestamp() < cutoff:
+                        self.counts.count("multipart")
                         await c.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"])
                         n += 1
         except Exception as exc:
@@ -450,6 +469,7 @@ class S3Store:
         StorageUnavailable when the endpoint cannot be reached."""
         try:
             c = await self._c()
+            self.counts.count("head")
             await c.head_bucket(Bucket=self.bucket)
         except Exception as exc:
             errors = _boto()[1].exceptions
@@ -473,6 +493,7 @@ class S3Store:
             keys: list[str] = []
             paginator = c.get_paginator("list_objects_v2")
             async for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                self.counts.count("list")
                 keys += [o["Key"] for o in page.get("Contents", [])]
             return sorted(keys)
         except Exception as exc:

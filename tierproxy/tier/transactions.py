@@ -16,16 +16,21 @@ log begins at S and knows nothing of it. So:
 - **A reader takes recorded outcomes first** (`recorded_outcomes`): a decided one is final; only an undecided one is
   looked up in the cluster's log (the proxy, the Spark reader and the Iceberg step alike), and nothing waits for a
   marker no segment will ever bring.
+- **A transaction is followed only through segments that follow on** (`followed_through`): past a gap the tier
+  does not hold where its marker may lie, and after a restore the segments past the gap [N, S) are the new
+  cluster's, whose producer ids begin again: a producer id there says nothing of the lost cluster's transactions.
+  So a recorded abort whose marker no segment holds reaches only the end of those segments (`unmarked_aborts`),
+  never the new cluster's, nor a later transaction of its producer.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from tierproxy.tier.cache import PartitionCache
 from tierproxy.tier.indexes import AbortedTxn, decode_producer_snapshot
-from tierproxy.tier.model import TopicIdPartition, TransactionOutcome, TxnOutcome
+from tierproxy.tier.model import RemoteLogSegmentMetadata, TopicIdPartition, TransactionOutcome, TxnOutcome
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import served_segments
 from tierproxy.tier.storage import ObjectMissing
@@ -34,7 +39,7 @@ log = logging.getLogger("tierproxy.tier.transactions")
 
 COPIED = "the cluster's log, when the pass copied its records"
 LOST_RULE = "restore: open at the tier's end, its end lost with the cluster ([N, S)): aborted by rule"
-OPEN_ABOVE = 1 << 62  # the last offset of a transaction whose marker is above the tier (never tiered)
+OPEN_ABOVE = 1 << 62  # the last offset of a transaction whose marker is only in the broker's log, above the tier
 
 
 def copied_outcomes(tp: TopicIdPartition, open_at_end: Mapping[int, int], aborted: Iterable[tuple[int, int]],
@@ -93,3 +98,33 @@ def decided(recorded: Mapping[tuple[int, int], TransactionOutcome]) -> dict[tupl
     """(producer id, first offset) → outcome of every decided transaction recorded (a reader's whole-partition
     view: the Spark planner's aborted list, the Iceberg step's transactions it no longer waits for)."""
     return {key: o.outcome for key, o in recorded.items() if o.decided}
+
+
+def followed_through(end: int, later: Iterable[RemoteLogSegmentMetadata]) -> Iterator[RemoteLogSegmentMetadata]:
+    """Of the segments `later` (any order), those that follow on without a gap from offset `end` (a segment's end),
+    in offset order: as far as the tier follows a transaction open at `end`. The first gap ends them."""
+    for md in sorted(later, key=lambda m: m.start_offset):
+        if md.start_offset > end + 1:
+            return
+        if md.end_offset > end:
+            yield md
+            end = md.end_offset
+
+
+def unmarked_aborts(recorded: Mapping[tuple[int, int], TxnOutcome], marked: Iterable[tuple[int, int]],
+                    segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int, int]]:
+    """(producer id, first offset, last offset) of each transaction recorded aborted whose marker no segment holds
+    (`marked`: those the segments' transaction indexes list): its records reach at most the end of the segments
+    that follow on from the one holding its first offset (`followed_through`). None for one whose first offset
+    no segment holds (nothing of it is read)."""
+    listed, segments = set(marked), list(segments)
+    out = []
+    for (pid, first), outcome in sorted(recorded.items()):
+        if outcome != TxnOutcome.ABORTED or (pid, first) in listed:
+            continue
+        last = -1
+        for md in followed_through(first - 1, segments):
+            last = md.end_offset
+        if last >= first:
+            out.append((pid, first, last))
+    return out

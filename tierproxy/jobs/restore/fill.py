@@ -20,13 +20,14 @@ import logging
 import struct
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import crc32c
 
 from protocol import compression
 from protocol.constants import ApiKey, OffsetSpec
-from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, Record, build_batch
-from protocol.requests import list_offsets_request
+from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, Record, build_batch, iter_batches
+from protocol.requests import fetch_request, list_offsets_request
 from tierproxy.config.identity import ClientIdentity
 from tierproxy.kafka.wireclient import WireClient
 
@@ -45,6 +46,11 @@ class FillFailed(RuntimeError):
     """A partition could not be filled to S (the broker kept refusing, or its end passed S)."""
 
 
+class ForeignRecords(FillFailed):
+    """Something else wrote to the partition being filled: a fill goes no further (its purge would delete those
+    records) and is not retried; nothing of theirs is deleted."""
+
+
 @dataclass(frozen=True)
 class FillResult:
     topic: str
@@ -52,7 +58,7 @@ class FillResult:
     start: int
     filled: int  # offsets written by this run
     seconds: float
-    resent: int = 0  # Produce requests sent again after an error (each answered as a duplicate or appended once)
+    resent: int = 0  # requests sent again after an error or no answer (a Produce: a duplicate, or appended once)
 
 
 @functools.lru_cache(maxsize=8)
@@ -71,7 +77,47 @@ def idempotent_batch(count: int, producer_id: int, producer_epoch: int, base_seq
     return bytes(out)
 
 
-def offsets(w: WireClient, topic: str, partition: int) -> tuple[int, int, int]:
+class Requester(Protocol):
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class Leader:
+    """The partition leader's connection for the fill. Every request of the fill may be sent twice: a Produce
+    carries its producer's sequence (a batch the leader holds is answered as a duplicate), the others read or
+    purge (idempotent). So one that gets no answer (a socket timeout, a lost connection), whether the leader
+    acted on it or not, is sent again on a new connection: up to MAX_ATTEMPTS times within max(30 s, twice the
+    socket timeout) of the first failure (a leader that stays silent longer is left to the caller, which asks
+    for the partition's leader again)."""
+
+    def __init__(self, address: str, identity: ClientIdentity | None, wait: float) -> None:
+        self.address, self.identity, self.wait = address, identity, wait
+        self.resent = 0
+        self.w = self._connect()
+
+    def _connect(self) -> WireClient:
+        return WireClient(self.address, client_id="tierproxy-restore", timeout=self.wait, identity=self.identity)
+
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        first_failure: float | None = None
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return self.w.request(api_key, version, body)
+            except OSError as exc:
+                first_failure = time.monotonic() if first_failure is None else first_failure
+                if attempt == MAX_ATTEMPTS or time.monotonic() - first_failure > max(30.0, 2 * self.wait):
+                    raise
+                self.resent += 1
+                self.w.close()
+                log.info("%s: no answer to API %d (%s): sent again on a new connection", self.address, api_key, exc)
+                time.sleep(min(0.1 * 2 ** attempt, 2.0))
+                self.w = self._connect()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.w.close()
+
+
+def offsets(w: Requester, topic: str, partition: int) -> tuple[int, int, int]:
     """(log start, high watermark, leader epoch) as the leader answers now."""
     got = []
     for spec in (OffsetSpec.EARLIEST, OffsetSpec.LATEST):
@@ -83,7 +129,7 @@ def offsets(w: WireClient, topic: str, partition: int) -> tuple[int, int, int]:
     return got[0]["offset"], got[1]["offset"], got[1]["leader_epoch"]
 
 
-def log_end(w: WireClient, topic: str, partition: int, epoch: int) -> int:
+def log_end(w: Requester, topic: str, partition: int, epoch: int) -> int:
     """The leader's log end offset: what it holds, replicated or not (OffsetForLeaderEpoch of its current epoch
     answers the log end; the high watermark may trail it)."""
     resp = w.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
@@ -95,7 +141,7 @@ def log_end(w: WireClient, topic: str, partition: int, epoch: int) -> int:
     return int(p["end_offset"])
 
 
-def init_producer(w: WireClient) -> tuple[int, int]:
+def init_producer(w: Requester) -> tuple[int, int]:
     """A new idempotent producer's (id, epoch)."""
     for attempt in range(MAX_ATTEMPTS):
         resp = w.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60_000})
@@ -107,21 +153,27 @@ def init_producer(w: WireClient) -> tuple[int, int]:
 
 
 def fill_partition(leader: str, topic: str, partition: int, start: int, batch_records: int,
-                   identity: ClientIdentity | None, timeout_ms: int = 30_000) -> FillResult:
+                   identity: ClientIdentity | None, timeout_ms: int = 30_000,
+                   socket_timeout: float | None = None) -> FillResult:
     """Fill `topic`-`partition` (at its leader) until its log start and high watermark are both `start`.
-    `timeout_ms`: each Produce's own timeout (acks=all)."""
+    `timeout_ms`: each Produce's own timeout (acks=all); `socket_timeout`: how long an answer is waited for
+    (default: twice that, at least 60 s)."""
     began = time.monotonic()
     filled = attempts = resent = 0
-    with WireClient(leader, client_id="tierproxy-restore", timeout=max(60, 2 * timeout_ms / 1000),
-                    identity=identity) as w:
+    w = Leader(leader, identity, socket_timeout if socket_timeout is not None else max(60, 2 * timeout_ms / 1000))
+    try:
         log_start, _, epoch = offsets(w, topic, partition)
         end = log_end(w, topic, partition, epoch)  # a batch appended but not replicated counts: never under it
+        if log_start < end and (why := _not_filler(w, topic, partition, log_start, end)):
+            raise ForeignRecords(f"{topic}-{partition} holds records the fill did not write ({why}): refusing to "
+                                 "purge them; stop whatever writes to it (a restored topic's producers wait for "
+                                 "its stage), then delete the topic in the new cluster or keep it out (--topics)")
         producer_id, producer_epoch = init_producer(w)
         sequence = 0
         budget = (start - end) + MAX_ATTEMPTS + 40  # a bounded loop: at worst one offset per request
         for _ in range(max(budget, MAX_ATTEMPTS)):
             if end > start:
-                raise FillFailed(f"{topic}-{partition} ends at {end}, past {start}: something else writes to it")
+                raise ForeignRecords(f"{topic}-{partition} ends at {end}, past {start}: something else writes to it")
             if end == start:
                 break
             n = min(batch_records, start - end)
@@ -146,9 +198,9 @@ def fill_partition(leader: str, topic: str, partition: int, start: int, batch_re
                     raise FillFailed(f"{topic}-{partition}: Produce answered error {err} {attempts} times")
                 time.sleep(min(0.1 * 2 ** attempts, 2.0))
                 continue
-            if err == 0 and answer["base_offset"] != end:
-                raise FillFailed(f"{topic}-{partition}: filler written at {answer['base_offset']}, expected {end}: "
-                                 "something else writes to it")
+            if err == 0 and answer["base_offset"] != end:  # not purged: the records below it are someone's
+                raise ForeignRecords(f"{topic}-{partition}: filler written at {answer['base_offset']}, expected "
+                                     f"{end}: something else writes to it; nothing purged past {end}")
             attempts = 0
             filled += n
             end += n
@@ -161,13 +213,37 @@ def fill_partition(leader: str, topic: str, partition: int, start: int, batch_re
         if log_start < start:
             _purge(w, topic, partition, start)
         log_start, high_watermark, _ = offsets(w, topic, partition)
+    finally:
+        w.close()
     if (log_start, high_watermark) != (start, start):
         raise FillFailed(f"{topic}-{partition}: log start {log_start}, end {high_watermark} after the fill; "
                          f"expected {start}")
-    return FillResult(topic, partition, start, filled, time.monotonic() - began, resent)
+    return FillResult(topic, partition, start, filled, time.monotonic() - began, resent + w.resent)
 
 
-def _replicated(w: WireClient, topic: str, partition: int, start: int) -> tuple[int, int]:
+def _not_filler(w: Requester, topic: str, partition: int, start: int, end: int) -> str | None:
+    """Why [start, end) holds something other than filler (null records a fill wrote and was killed before it
+    purged them: at most a batch or two), or None. Read whole before any purge: a client's record is never purged."""
+    offset = start
+    for _ in range(64):  # bounded: a few batches of filler at most
+        if offset >= end:
+            return None
+        resp = w.request(ApiKey.FETCH, 12, fetch_request({topic: {partition: offset}}, max_bytes=8 << 20))
+        part = resp["responses"][0]["partitions"][0]
+        if part["error_code"]:
+            return f"Fetch at {offset} answered error {part['error_code']}"
+        batches = [b for b in iter_batches(part["records"]) if b.base_offset < end]
+        if not batches:
+            return f"nothing could be read at {offset}"
+        for b in batches:
+            if b.is_control or b.is_transactional or any(
+                    r.key is not None or r.value is not None or r.headers for r in b.records()):
+                return f"the batch at {b.base_offset} holds records other than null ones"
+            offset = b.last_offset + 1
+    return f"more than 64 batches below {end}"
+
+
+def _replicated(w: Requester, topic: str, partition: int, start: int) -> tuple[int, int]:
     """(log start, high watermark) once the high watermark has reached `start` (a rerun that found the log end
     there may see a tail not replicated yet), within 30 s."""
     deadline = time.monotonic() + 30
@@ -180,7 +256,7 @@ def _replicated(w: WireClient, topic: str, partition: int, start: int) -> tuple[
         delay = min(delay * 2, 1.0)
 
 
-def _purge(w: WireClient, topic: str, partition: int, offset: int) -> None:
+def _purge(w: Requester, topic: str, partition: int, offset: int) -> None:
     """DeleteRecords below `offset`, asked again (it is idempotent) while the leader answers an error."""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         resp = w.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": topic, "partitions": [

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from tierproxy.config import TierSettings
 from tierproxy.jobs.restore.drill import DrillFindings, drill
 from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
-from tierproxy.jobs.restore.fill import FillFailed, FillResult, fill_partition
+from tierproxy.jobs.restore.fill import FillFailed, FillResult, ForeignRecords, fill_partition
 from tierproxy.jobs.restore.groups import GroupsResult, Key, commit_groups, key_name
 from tierproxy.jobs.restore.plan import (
     ChosenFacts,
@@ -77,6 +77,7 @@ class RestoreReport:
     older: list[str] = field(default_factory=list)  # facts taken from an older snapshot than the last
     missing: list[str] = field(default_factory=list)  # facts no kept snapshot held (gone on without: accepted)
     drill: DrillFindings | None = None  # a dry run's reading of the tier (`restore.drill`)
+    aborted_by_rule: list[str] = field(default_factory=list)  # open at the tier's end: aborted (tier.transactions)
 
     def lines(self) -> list[str]:
         earlier = [f"  restored by an earlier run, left as they are: {', '.join(self.finished_before)}"] \
@@ -101,12 +102,20 @@ class RestoreReport:
         for key in ("committed", "kept", "active", "failed", "not_recorded"):
             if self.groups.get(key):
                 out.append(f"  groups {key.replace('_', ' ')}: {self.groups[key]}")
+        out += [f"  transaction open at the tier's end, its end lost with the cluster: ABORTED by rule: {t}"
+                for t in self.aborted_by_rule]
         out += self.drill.lines() if self.drill else []
         return out
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
+
+
+def _all_mounted(state: dict[str, Any]) -> bool:
+    """Whether every topic any run of this restore began is finished (its mounts written): only then may `tier`
+    run on the new cluster (a stage killed mid-fill keeps it refused, whatever a later stage of other topics did)."""
+    return set(state.get("topics", {})) <= set(state.get("finished", {}))
 
 
 def _step(name: str) -> None:
@@ -176,10 +185,13 @@ class Restore:
         plans = plan_topics(snap, history, self.pattern)
         restored = {plan.facts.name for plan in plans}
         missing = chosen.missing_for(restored)
-        if missing and not (live or self.accept_missing or (state or {}).get("missing_accepted")):
+        # what an earlier run was told to go on without; a later stage's new items are asked for again
+        accepted = {tuple(k) for k in (state or {}).get("missing_accepted") or [] if isinstance(k, list)}
+        unaccepted = [u for u in missing if (u.kind, u.name, u.partition) not in accepted]
+        if unaccepted and not (live or self.accept_missing):
             raise RestoreRefused(
                 f"no kept tier snapshot of cluster {snap.cluster_id} holds these whole (its passes could not read "
-                f"them): {'; '.join(u.describe() for u in missing)}; a restore now would go on without them (a "
+                f"them): {'; '.join(u.describe() for u in unaccepted)}; a restore now would go on without them (a "
                 "partition's end, a group's offsets): run it with --accept-missing to do so")
         if live:
             return self._drill(snap, history, plans, view, [u.describe() for u in missing])
@@ -197,6 +209,8 @@ class Restore:
             report = RestoreReport(snap.cluster_id, target, snap.name, snap.taken_ms, True)
             report.done_ms = int(state.get("done_ms") or max(finished.values(), default=0))
             report.finished_before = sorted(restored)
+            if _all_mounted(state):  # a run killed after its last mounts, before it said so
+                _run(restore_finished(self.rsm, target))
             return report  # finished before: the topics are B's now (clients may have written), nothing to redo
         existing = self._existing(view, todo)
         problems = [p for plan in todo if (p := check_target(plan, existing.get(plan.facts.name),
@@ -225,7 +239,7 @@ class Restore:
         state = state or {"source": snap.cluster_id, "snapshot": snap.name, "started_ms": int(time.time() * 1000),
                           "topics": {}}
         state["facts"] = f"{STATE_PREFIX}{target}.facts.json"
-        state["missing_accepted"] = bool(state.get("missing_accepted") or missing)
+        state["missing_accepted"] = sorted(accepted | {(u.kind, u.name, u.partition) for u in missing})
         state["finished"], state["groups_done"] = finished, sorted(key_name(k) for k in done)
         state["topics"].update({plan.facts.name: state["topics"].get(plan.facts.name) for plan in todo})
         state.pop("done_ms", None)  # this run's topics are not done until it ends
@@ -233,7 +247,8 @@ class Restore:
         _run(self._save(target, state))
         if todo:
             self._topics(report, state, snap, history, todo, existing, target)
-        _run(restore_finished(self.rsm, target))  # the mounts exist: `tier` passes on this cluster may run
+        if _all_mounted(state):  # every topic this restore began has its mounts: `tier` passes on B may run
+            _run(restore_finished(self.rsm, target))
 
         def saved(keys: list[Key]) -> None:  # after each group's commit: a kill never commits it again
             state["groups_done"] = sorted({*state["groups_done"], *map(key_name, keys)})
@@ -289,7 +304,7 @@ class Restore:
         _step("verify")
         self._verify(plans)
         _step("metadata")
-        _run(self._metadata(snap, history, plans, ids, target))
+        report.aborted_by_rule = _run(self._metadata(snap, history, plans, ids, target))
         now = int(time.time() * 1000)
         state["finished"].update({plan.facts.name: now for plan in plans})
         _run(self._save(target, state))
@@ -394,6 +409,8 @@ class Restore:
                 try:
                     return fill_partition(view.leader_address(p), topic, partition, start,
                                           self.s.restore_fill_batch_records, self.s.identity)
+                except ForeignRecords:
+                    raise  # not retried: a retry would purge what the other writer wrote
                 except (FillFailed, OSError) as exc:
                     last = exc
             time.sleep(delay)
@@ -424,7 +441,9 @@ class Restore:
                          f"history's; found {'; '.join(wrong[:3])}")
 
     async def _metadata(self, snap: snapshots.TierSnapshot, history: MetadataCache, plans: list[TopicPlan],
-                        ids: dict[str, bytes], target: str) -> None:
+                        ids: dict[str, bytes], target: str) -> list[str]:
+        """Writes the history's metadata, the transactions aborted by rule and the mounts into B's metadata topic;
+        returns the transactions aborted by rule, as the report names them."""
         s = self.s
         rlmm = open_metadata(s.metadata, s.own_bootstrap, None, s.identity, writer=True)
         await rlmm.start()
@@ -454,3 +473,5 @@ class Restore:
                 await rlmm.put_mounts(changed)  # last: a mount says the history under it is complete
         finally:
             await rlmm.close()
+        return [f"{o.tp.topic}-{o.tp.partition} producer {o.producer_id} from offset {o.first_offset}"
+                for o in resolved]

@@ -26,7 +26,7 @@ from tierproxy.tier.model import RemoteLogSegmentMetadata, TxnOutcome
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 from tierproxy.tier.rules import holes_between, served_segments, tier_start
 from tierproxy.tier.timescan import scan_log_for_time
-from tierproxy.tier.transactions import OPEN_ABOVE, decided
+from tierproxy.tier.transactions import OPEN_ABOVE, decided, unmarked_aborts
 
 
 class DataLoss(RuntimeError):
@@ -172,13 +172,13 @@ class Planner:
             return []
         out: list[Slice] = self._holes(view, pp, start, end)
         if o.read_committed:
+            # the indexes from the oldest recorded abort's start on: a marker below `start` tells where it ended
+            since = min([start, *(first for (_, first), oc in pp.outcomes.items() if oc == TxnOutcome.ABORTED)])
             pp.aborted = [(a.producer_id, a.first_offset, a.last_offset)
-                          for md in pp.segments if not md.txn_index_empty and md.end_offset >= start
+                          for md in pp.segments if not md.txn_index_empty and md.end_offset >= since
                           for a in decode_txn_index(await rsm.fetch_index(md, IndexType.TRANSACTION))]
             # aborts the tier recorded whose markers it does not hold (a cluster's log may know nothing of them)
-            indexed = {(pid, first) for pid, first, _ in pp.aborted}
-            pp.aborted += [(pid, first, OPEN_ABOVE) for (pid, first), o in sorted(pp.outcomes.items())
-                           if o == TxnOutcome.ABORTED and (pid, first) not in indexed and first <= pp.tier_end]
+            pp.aborted += unmarked_aborts(pp.outcomes, [(pid, first) for pid, first, _ in pp.aborted], pp.segments)
             if pp.segments and pp.live is not None and info in self.leaders:
                 from tierproxy.jobs.spark.live import live_aborted_reaching
 

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
 from protocol.records import RecordBatch, iter_batches
@@ -150,6 +151,7 @@ class CopyResult:
     leader_moved: bool = False  # refused, reset or timed out: retried at the partition's next leader
     behind: bool = False  # the leader's stable end is below the plan: retried once it has caught up
     error: str = ""
+    storage: dict[str, Any] = field(default_factory=dict)  # the requests the copy sent (`tier.requests`)
 
 
 def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyResult:
@@ -158,6 +160,7 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
     `identity` (tierproxy's own, secrets and key material included) comes bound to the function Spark ships, never
     in the tasks that come back to the driver and its summaries."""
     started = time.monotonic()
+    sent: dict[str, Any] = {}
     try:
         if not task.leader:
             raise LeaderMoved(f"{task.topic}-{task.partition} has no leader the cluster can name")
@@ -180,6 +183,7 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
             try:
                 await rsm.copy_segment(md, files)
             finally:
+                sent.update(rsm.store.counts.as_dict())
                 await rsm.close()
 
         asyncio.run(upload())
@@ -190,9 +194,9 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
                           max_timestamp_ms=files.max_timestamp_ms,
                           leader_epochs=files.leader_epochs or {0: files.start_offset}, size=files.log_size,
                           txn_index_empty=files.txn_index_empty, seconds=time.monotonic() - started,
-                          outcomes=copied_outcomes(tp, open_at_end, aborted, int(time.time() * 1000)))
+                          outcomes=copied_outcomes(tp, open_at_end, aborted, int(time.time() * 1000)), storage=sent)
     except Exception as exc:  # the driver decides: retry with a new segment id
         moved = isinstance(exc, (LeaderMoved, OSError))  # refused, reset or timed out: the leader may be gone
         return CopyResult(task, ok=False, gone=isinstance(exc, DataGone), leader_moved=moved,
                           behind=isinstance(exc, BehindPlan),
-                          error=f"{type(exc).__name__}: {exc}")
+                          error=f"{type(exc).__name__}: {exc}", storage=sent)

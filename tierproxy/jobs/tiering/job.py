@@ -53,6 +53,7 @@ from tierproxy.tier.model import (
 )
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import RestoreInProgress, check_cluster
+from tierproxy.tier.requests import added, describe, since
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
@@ -80,6 +81,8 @@ class RunSummary:
     errors: list[str] = field(default_factory=list)
     recopied: int = 0  # segments whose file:// tier file was short, copied again (once per job, at its first pass)
     snapshot: str = ""  # the tier snapshot this pass wrote (`tier.snapshot`: what a restore reads)
+    storage: dict[str, Any] = field(default_factory=dict)  # object-store requests and bytes of the pass: the
+    # driver's and every copy task's (`tier.requests`)
 
     @property
     def exit_code(self) -> int:
@@ -99,7 +102,8 @@ class RunSummary:
                 f"{len(self.gaps)} gaps; {self.expired} expired; {self.purged} purged; "
                 f"{len(self.retention_refused)} retention refused; {self.orphans_cleaned} orphans cleaned; "
                 f"{self.partitions_deleted} partitions deleted; {len(self.topics_pending_deletion)} deleted topics "
-                f"within the delete delay; {self.failed} failed copies")
+                f"within the delete delay; {self.failed} failed copies"
+                + (f"; {describe(self.storage)}" if any(self.storage.get("requests", {}).values()) else ""))
 
 
 def spark_session(app_name: str, master: str, spark_conf: dict[str, str]) -> Any:
@@ -223,6 +227,7 @@ class TieringJob:
         s = self.settings
         summary = RunSummary(uuid.uuid4().hex[:12], int(time.time() * 1000))
         started = time.monotonic()
+        counted = self.rsm.store.counts.as_dict()  # the driver's requests are this pass's from here
         # first: a refused identity (command.config) fails here with its reason, not as aiokafka's bootstrap error
         view = self._view = describe_cluster(s.own_bootstrap, s.identity)
         self.run(check_cluster(self.rsm, view.cluster_id, record=True, brokers=s.own_bootstrap))
@@ -291,6 +296,7 @@ class TieringJob:
                 end = pc.latest_tiered_offset() if pc else -1
                 summary.lag[f"{p.topic}-{p.partition}"] = tiering_lag(end, o.log_start, o.last_stable)
         self._describe_tier(summary, view, parts, configs, after)
+        summary.storage = added(summary.storage, since(counted, self.rsm.store.counts.as_dict()))
         summary.seconds = time.monotonic() - started
         self._write_state(summary)
         return summary
@@ -372,6 +378,7 @@ class TieringJob:
             moved, behind = set(), {}
             for result in self._run_tasks(tasks):
                 t = result.task
+                summary.storage = added(summary.storage, result.storage)
                 r = next(x for x in pending if (x.part.topic_id, x.part.partition, x.start) ==
                          (t.topic_id, t.partition, t.start))
                 if result.ok:
