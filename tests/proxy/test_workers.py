@@ -62,6 +62,8 @@ def test_a_worker_gets_its_share_of_each_bound() -> None:
     assert (two.remote_fetch_cache_bytes, two.remote_log_manager_fetch_max_bytes_per_second) == (0, -1)
     assert two.admin_listen is None, "the admin API runs in the first worker only"
     assert s.for_worker(0, 1) is s
+    auto = ProxySettings(bootstrap_servers="127.0.0.1:9092", workers="auto")
+    assert auto.worker_count == len(os.sched_getaffinity(0)), "auto: the cores this process may run on"
 
 
 def test_two_workers_answer_on_the_same_ports_and_metrics_sum_both(pool: ProxyProcess, kafka: KafkaCluster) -> None:

@@ -164,7 +164,10 @@ class ProxySettings(CommonSettings):
     @property
     def worker_count(self) -> int:
         """How many processes serve (`workers`; auto: the cores this process may run on)."""
-        return len(os.sched_getaffinity(0)) if self.workers == "auto" else int(self.workers)
+        if self.workers != "auto":
+            return int(self.workers)
+        affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core
+        return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
     def for_worker(self, index: int, count: int) -> ProxySettings:
         """Worker `index` of `count`'s settings: 1/count of each bound in DIVIDED (so the configured totals hold
