@@ -68,6 +68,19 @@ def _pids(proxy: ProxyProcess, workers: int) -> list[int]:
     return wait_until(up, "every worker up and its tier loaded", timeout=90)
 
 
+def _settled(proxy: ProxyProcess) -> float:
+    """The pool's bytes read from storage once the other workers' exports (every 5 s) have caught up: the same
+    value twice, 6 s apart."""
+    last: list[float] = [-1.0]
+
+    def same() -> float | None:
+        now, before = proxy.metric("tierproxy_remote_storage_read_bytes_total"), last[0]
+        last[0] = now
+        return now if now == before else None
+
+    return wait_until(same, "the workers' exports settled", timeout=60, interval=6)
+
+
 @pytest.mark.timeout(3600)
 def test_two_workers_against_one_on_eight_catch_ups_from_the_tier(kafka: KafkaCluster, kcat: str,
                                                                  tmp_path: Path) -> None:
@@ -88,6 +101,7 @@ def test_two_workers_against_one_on_eight_catch_ups_from_the_tier(kafka: KafkaCl
     mbps: dict[str, list[float]] = {"direct": [], "1": [], "2": []}
     cpu: dict[str, list[float]] = {"1": [], "2": []}
     split: dict[str, list[str]] = {"1": [], "2": []}
+    amplification: dict[str, list[float]] = {"1": [], "2": []}  # bytes read from storage per byte served
     for _ in range(ROUNDS):
         mbps["direct"].append(_eight_reads(kcat, kafka.bootstrap, local, whole)[0])
         for workers in ("1", "2"):
@@ -100,8 +114,11 @@ def test_two_workers_against_one_on_eight_catch_ups_from_the_tier(kafka: KafkaCl
                 if workers == "1":
                     wait_until(lambda p=proxy: p.metric("tierproxy_ready") == 1, "the tier loaded", timeout=90)
                 c0, m0 = sum(cpu_seconds(p) for p in pids), machine_ticks()
+                stored = proxy.metric("tierproxy_remote_storage_read_bytes_total")
                 rate, kcat_cpu = _eight_reads(kcat, proxy.bootstrap, tiered, held)
                 proxy_cpu = sum(cpu_seconds(p) for p in pids) - c0
+                read = _settled(proxy) - stored
+                amplification[workers].append(read / (sum(held) * 1024))
                 mbps[workers].append(rate)
                 cpu[workers].append(proxy_cpu / gb)
                 split[workers].append(f"proxy {proxy_cpu:.1f} / kcat {kcat_cpu:.1f} core-s, machine "
@@ -118,6 +135,8 @@ def test_two_workers_against_one_on_eight_catch_ups_from_the_tier(kafka: KafkaCl
            f"{PARTITIONS} x {RECORDS} x 1 KiB, {ROUNDS} rounds: 2 workers / 1 = {each(speedup, 'x')} (median "
            f"{statistics.median(speedup):.2f}x); MB/s 1 worker {each(mbps['1'])}, 2 workers {each(mbps['2'])}, "
            f"direct from the broker {each(mbps['direct'])}; proxy core-s/GB 1 worker {each(cpu['1'])}, 2 workers "
-           f"{each(cpu['2'])} (2 / 1 = {each(cpu_ratio, 'x')}); CPU split 1 worker: {'; '.join(split['1'])}; "
+           f"{each(cpu['2'])} (2 / 1 = {each(cpu_ratio, 'x')}); storage bytes read per byte served 1 worker "
+           f"{each(amplification['1'])}, 2 workers {each(amplification['2'])}; CPU split 1 worker: "
+           f"{'; '.join(split['1'])}; "
            f"2 workers: {'; '.join(split['2'])}")
     assert all(x > 0 for x in speedup + cpu_ratio)
