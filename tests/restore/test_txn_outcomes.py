@@ -14,17 +14,37 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from protocol.constants import ApiKey
+from protocol.records import Record, build_batch
 from tests.support.cli import run_cli
 from tests.support.iceberg import iceberg_cli, pyiceberg_rows, pyiceberg_table
 from tests.support.kafka import read_to_end, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.restore import TXN_RECORDS, TXNS, Disaster, tier_settings
 from tests.support.tiering import tier_once
+from tierproxy.jobs.tiering.cluster import describe_cluster
+from tierproxy.kafka.wireclient import WireClient
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process]
 
 ON_B = [f"on-b-{i}" for i in range(20)]
 ABORTED = [f"p1-aborted-{i}" for i in range(TXN_RECORDS)]
+SAME_PID = "on-b-from-p1s-producer-id"
+B_ALL = [*ON_B, SAME_PID]
+
+
+def produce_as(bootstrap: str, producer_id: int, value: str) -> None:
+    """One idempotent record in TXNS-0 from `producer_id` (B hands out producer ids from 0 again: any of B's
+    producers may hold one of A's), sent to its leader as a new producer's first batch."""
+    view = describe_cluster(bootstrap)
+    part = next(p for p in view.partitions if (p.topic, p.partition) == (TXNS, 0))
+    batch = build_batch([Record(0, 0, None, value.encode())], producer_id=producer_id, producer_epoch=0,
+                        base_sequence=0)
+    with WireClient(view.leader_address(part), client_id="test-same-pid") as w:
+        resp = w.request(ApiKey.PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 30_000,
+                                             "topic_data": [{"name": TXNS, "partition_data": [
+                                                 {"index": 0, "records": batch}]}]})
+    assert resp["responses"][0]["partition_responses"][0]["error_code"] == 0, resp
 
 
 def _outcomes(bootstrap: str) -> dict[tuple[int, int], Any]:
@@ -60,12 +80,16 @@ def test_an_abort_above_the_stable_offset_stays_an_abort_after_the_restore(disas
     for value in ON_B:
         prod.produce(TXNS, value.encode(), partition=0)
     assert prod.flush(30) == 0
+    # and one of B's producers has P1's id: its tiered segment's producer snapshot holds P1's id with no
+    # transaction open (before: the proxy took that as P1's transaction decided inside it, committed)
+    [(p1_id, _first)] = list(_outcomes(b.bootstrap))
+    produce_as(b.bootstrap, p1_id, SAME_PID)
     assert tier_once(tier_settings(b.bootstrap, tier, tmp_path / "state-b")).segments > 0
 
     p = ProxyProcess(b.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tier}",
                                                    "TIERPROXY_METADATA": "topic:"})
     try:
-        assert read_to_end(p.bootstrap, TXNS, "read_uncommitted") == ABORTED + ON_B, "P1's records are tiered"
+        assert read_to_end(p.bootstrap, TXNS, "read_uncommitted") == [*ABORTED, *B_ALL], "P1's records are tiered"
         proxied = read_to_end(p.bootstrap, TXNS, "read_committed")
     finally:
         p.stop()
@@ -82,5 +106,5 @@ def test_an_abort_above_the_stable_offset_stays_an_abort_after_the_restore(disas
 
     # the three readers, each: P1's records never, B's records not held back behind P1's lost marker
     assert {"proxy": proxied, "dataframe": dataframe, "iceberg": rows} == {
-        "proxy": ON_B, "dataframe": ON_B, "iceberg": sorted(ON_B)}
+        "proxy": B_ALL, "dataframe": B_ALL, "iceberg": sorted(B_ALL)}
     assert list(_outcomes(b.bootstrap).values()) == ["ABORTED"], "A's pass recorded P1's outcome"

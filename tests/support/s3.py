@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ class S3Server:
     endpoint: str
     proc: subprocess.Popen[bytes]
     log: Path
+    metrics: str | None = None  # SeaweedFS's Prometheus endpoint (its own count of the requests it served)
 
     region = "us-east-1"
     access_key = "testing"
@@ -46,6 +48,41 @@ class S3Server:
 
         asyncio.run(run())
         os.environ.update({"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key})
+
+    def counted(self, bucket: str) -> ServerCounts:
+        """What SeaweedFS itself counted for `bucket` so far (its Prometheus metrics): requests by its type (an
+        HTTP method, or LIST for object listings; HEADs and ListMultipartUploads are GETs, CreateMultipartUpload
+        and CompleteMultipartUpload POSTs, an abort and DeleteObjects DELETEs) and body bytes each way."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        assert self.metrics is not None, "moto has no metrics endpoint"
+        with urllib.request.urlopen(self.metrics, timeout=10) as answer:
+            text = answer.read().decode()
+        out = ServerCounts(Counter(), 0, 0)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.labels.get("bucket") != bucket:
+                    continue
+                if sample.name == "SeaweedFS_s3_request_total":
+                    out.requests[sample.labels["type"]] += int(sample.value)
+                elif sample.name == "SeaweedFS_s3_bucket_traffic_sent_bytes_total":
+                    out.sent += int(sample.value)
+                elif sample.name == "SeaweedFS_s3_bucket_traffic_received_bytes_total":
+                    out.received += int(sample.value)
+        return out
+
+
+@dataclass
+class ServerCounts:
+    """An S3 server's own count: requests by type, body bytes it sent (GETs) and received (uploads)."""
+
+    requests: Counter[str]
+    sent: int
+    received: int
+
+    def __sub__(self, before: ServerCounts) -> ServerCounts:
+        return ServerCounts(+(self.requests - before.requests), self.sent - before.sent,
+                            self.received - before.received)
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, part: str, timeout: float) -> None:
@@ -103,6 +140,7 @@ class _Launched:
     proc: subprocess.Popen[bytes]
     endpoint: str
     log: Path
+    metrics: str
 
     def stop(self) -> None:
         self.proc.kill()  # a test server's data is thrown away: SIGTERM would wait ~30 s for its volumes to settle
@@ -118,7 +156,7 @@ def _launch(workdir: Path) -> _Launched:
     # each server's HTTP and gRPC ports, all from this worker's share: left to itself SeaweedFS puts a gRPC port at
     # its HTTP port + 10000, which may lie in the kernel's ephemeral range or in another worker's share, where a
     # client socket or another server can take it before SeaweedFS binds it ("address already in use")
-    base = ports.free_port_block(8, reuse_addr=False)
+    base = ports.free_port_block(9, reuse_addr=False)
     master, volume, filer, s3 = base, base + 1, base + 2, base + 3
     grpc = {"master": base + 4, "volume": base + 5, "filer": base + 6, "s3": base + 7}
     log = workdir / "seaweedfs.log"
@@ -128,16 +166,17 @@ def _launch(workdir: Path) -> _Launched:
              f"-master.port={master}", f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
              f"-s3.port={s3}", f"-s3.config={config}", "-master.volumeSizeLimitMB=256", "-volume.max=100",
              *(f"-{name}.port.grpc={port}" for name, port in grpc.items()),
+             f"-metricsPort={base + 8}", "-metricsIp=127.0.0.1",
              "-s3.port.iceberg=0", "-s3.port.lance=0"],  # its Iceberg and Lance servers (on fixed ports) stay off
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    return _Launched(proc, f"http://127.0.0.1:{s3}", log)
+    return _Launched(proc, f"http://127.0.0.1:{s3}", log, f"http://127.0.0.1:{base + 8}/metrics")
 
 
 @contextmanager
 def _serving(launched: _Launched) -> Iterator[S3Server]:
     try:  # an unsigned request is refused once the gateway serves (403), which is what we wait for
         wait_http(launched.endpoint + "/", launched.proc, launched.log, "SeaweedFS S3 server", 60)
-        yield S3Server(launched.endpoint, launched.proc, launched.log)
+        yield S3Server(launched.endpoint, launched.proc, launched.log, launched.metrics)
     finally:
         launched.stop()
 

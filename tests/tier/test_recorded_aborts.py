@@ -14,6 +14,8 @@ import dataclasses
 import os
 from pathlib import Path
 
+import pytest
+
 from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch
 from tests.support.segments import seg, tp
 from tierproxy.config import ProxySettings
@@ -110,10 +112,16 @@ def test_the_dataframe_hides_only_the_aborted_transaction_from_inside_a_later_se
     assert dataframe(tmp_path, pc, '{"txns": {"0": 4}}') == [b"t2-a", b"t2-b"]
 
 
+# a restore that went on without a partition's high watermark (--accept-missing) begins B at the tier's end: S = N
+RESTORED_AT_N = [RESTORED[0], [txn(2, b"b-a", b"b-b") + marker(COMMIT, 4) + plain(5, b"b-c")]]
+
+
+@pytest.mark.parametrize("histories", [RESTORED, RESTORED_AT_N], ids=["S above N", "S = N"])
 def test_after_a_restore_the_dataframe_shows_the_new_clusters_transactions_of_the_same_producer_id(
-        tmp_path: Path) -> None:
-    pc = asyncio.run(tiered(tmp_path, RESTORED, LOST_RULE))
-    # T1 hidden (aborted by the rule); B's committed records shown (before: hidden behind T1, for good)
+        tmp_path: Path, histories: list[list[bytes]]) -> None:
+    pc = asyncio.run(tiered(tmp_path, histories, LOST_RULE))
+    # T1 hidden (aborted by the rule); B's committed records shown (before: hidden behind T1, for good); with no
+    # gap between the histories, B's segment's producer snapshot says T1 is not open there
     assert dataframe(tmp_path, pc) == [b"b-a", b"b-b", b"b-c"]
 
 

@@ -78,9 +78,20 @@ def test_tier_to_s3(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic_nam
 
     s = settings(kafka.bootstrap, tmp_path, topic_name,
                  storage=f"s3://tier/prod?endpoint={s3.endpoint}&region={s3.region}")
-    assert tier_once(s).segments > 0
+    before = s3.counted("tier")
+    first = tier_once(s)
+    assert first.segments > 0
+    # the pass's requests (driver's and copy tasks') and bytes are what the S3 server counted
+    theirs = s3.counted("tier") - before
+    assert sum(first.storage["requests"].values()) == sum(theirs.requests.values()) > first.segments
+    assert (first.storage["bytes_written"], first.storage["bytes_read"]) == (theirs.received, theirs.sent)
+    assert first.storage["bytes_written"] > first.bytes
     served, _ = fetch_raw(kafka.bootstrap, topic_name)
     assert tiered(s, topic_name)[1] == served
+    # a pass with nothing new lists no segment's objects: the unfinished uploads and the snapshots, one page each
+    idle = tier_once(s)
+    assert idle.segments == 0 and idle.storage["requests"]["list"] == 2
+    assert idle.storage["requests"]["part"] == 0 and idle.storage["bytes_written"] < first.storage["bytes_written"]
 
 
 def test_compacted_topics_are_skipped_with_a_log_line(kafka: KafkaCluster, tmp_path: Path, topic_name: str,

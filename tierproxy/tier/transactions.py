@@ -19,8 +19,9 @@ log begins at S and knows nothing of it. So:
 - **A transaction is followed only through segments that follow on** (`followed_through`): past a gap the tier
   does not hold where its marker may lie, and after a restore the segments past the gap [N, S) are the new
   cluster's, whose producer ids begin again: a producer id there says nothing of the lost cluster's transactions.
-  So a recorded abort whose marker no segment holds reaches only the end of those segments (`unmarked_aborts`),
-  never the new cluster's, nor a later transaction of its producer.
+  So a recorded abort whose marker no segment holds reaches only the last of those segments whose producer
+  snapshot still holds it open (`unmarked_aborts`): never the new cluster's, nor a later transaction of its
+  producer.
 """
 
 from __future__ import annotations
@@ -111,12 +112,15 @@ def followed_through(end: int, later: Iterable[RemoteLogSegmentMetadata]) -> Ite
             end = md.end_offset
 
 
-def unmarked_aborts(recorded: Mapping[tuple[int, int], TxnOutcome], marked: Iterable[tuple[int, int]],
-                    segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int, int]]:
+async def unmarked_aborts(recorded: Mapping[tuple[int, int], TxnOutcome], marked: Iterable[tuple[int, int]],
+                          segments: Iterable[RemoteLogSegmentMetadata], rsm: RemoteStorageManager
+                          ) -> list[tuple[int, int, int]]:
     """(producer id, first offset, last offset) of each transaction recorded aborted whose marker no segment holds
-    (`marked`: those the segments' transaction indexes list): its records reach at most the end of the segments
-    that follow on from the one holding its first offset (`followed_through`). None for one whose first offset
-    no segment holds (nothing of it is read)."""
+    (`marked`: those the segments' transaction indexes list). Its records reach the end of the last segment, of
+    those that follow on from the one holding its first offset (`followed_through`), whose producer snapshot
+    still holds it open (one GET each, as far as it goes): never a later segment, where a marker would have
+    been indexed, nor, after a restore, the new cluster's (even where it begins right at the tier's end, S = N).
+    None for one whose first offset no segment holds (nothing of it is read)."""
     listed, segments = set(marked), list(segments)
     out = []
     for (pid, first), outcome in sorted(recorded.items()):
@@ -124,6 +128,11 @@ def unmarked_aborts(recorded: Mapping[tuple[int, int], TxnOutcome], marked: Iter
             continue
         last = -1
         for md in followed_through(first - 1, segments):
+            if last < 0:
+                last = md.end_offset  # the segment holding its first offset
+            entry = decode_producer_snapshot(await rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT)).get(pid)
+            if entry is None or entry.current_txn_first_offset != first:
+                break  # not open at this segment's end: it ended before it, or inside it (the first one)
             last = md.end_offset
         if last >= first:
             out.append((pid, first, last))

@@ -178,7 +178,8 @@ class Planner:
                           for md in pp.segments if not md.txn_index_empty and md.end_offset >= since
                           for a in decode_txn_index(await rsm.fetch_index(md, IndexType.TRANSACTION))]
             # aborts the tier recorded whose markers it does not hold (a cluster's log may know nothing of them)
-            pp.aborted += unmarked_aborts(pp.outcomes, [(pid, first) for pid, first, _ in pp.aborted], pp.segments)
+            pp.aborted += await unmarked_aborts(pp.outcomes, [(pid, first) for pid, first, _ in pp.aborted],
+                                                pp.segments, rsm)
             if pp.segments and pp.live is not None and info in self.leaders:
                 from tierproxy.jobs.spark.live import live_aborted_reaching
 
