@@ -19,6 +19,10 @@ from tierproxy.dev.ports import free_port
      "admin.listen 127.0.0.1:{p+7}: inside the broker port range {p+1}..{p+100}"),
     (["serve", "--bootstrap-server", "127.0.0.1:1", "--listen", "127.0.0.1:99999"],
      "port 99999 is out of range (0..65535)"),
+    (["serve", "--bootstrap-server", "127.0.0.1:1", "--listen", "127.0.0.1:{p}", "--workers", "0"],
+     "workers: '0': a number of processes from 1 to 256, or auto"),
+    (["serve", "--bootstrap-server", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--workers", "2"],
+     "workers=2: needs a fixed listen port"),
     (["tier", "--bootstrap-server", "127.0.0.1:1", "--storage", "file:///nonexistent", "--once",
       "--spark-conf", "nonsense"], "--spark-conf 'nonsense': expected KEY=VALUE"),
 ])

@@ -37,6 +37,7 @@ from tierproxy.admin.models import (
     TieringRun,
     TopicSummary,
 )
+from tierproxy.admin.pool import PoolRegistry
 from tierproxy.admin.runs import DEFAULT_WAIT_MS, request_pass, run_status, withdraw_pass
 from tierproxy.admin.status import iceberg_status, partition_status, refresh_tier_status, remote_status, topic_summary
 from tierproxy.config.distribution import pip_install
@@ -47,7 +48,8 @@ from tierproxy.tier.rules import never_tiered
 log = logging.getLogger("tierproxy.admin")
 
 
-def create_app(proxy: Proxy) -> FastAPI:
+def create_app(proxy: Proxy, pool: PoolRegistry | None = None) -> FastAPI:
+    """The admin API of `proxy`; with `pool` (serve --workers N), /metrics is the whole pool's."""
     app = FastAPI(title="tierproxy admin", version="1", description=__doc__)
     REGISTRY.register(ProxyCollector(proxy)) if not getattr(proxy, "_collector", None) else None
     proxy._collector = True  # type: ignore[attr-defined]
@@ -93,7 +95,7 @@ def create_app(proxy: Proxy) -> FastAPI:
     @app.get("/metrics", dependencies=guarded, response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
         """Prometheus text format."""
-        return PlainTextResponse(generate_latest(REGISTRY).decode(), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(generate_latest(pool or REGISTRY).decode(), media_type="text/plain; version=0.0.4")
 
     async def cluster() -> dict[str, MetadataResponseTopic]:
         try:
@@ -226,14 +228,15 @@ def create_app(proxy: Proxy) -> FastAPI:
     return app
 
 
-async def start_admin(proxy: Proxy) -> None:
+async def start_admin(proxy: Proxy, pool: PoolRegistry | None = None) -> None:
     """The admin HTTP API on `admin.listen` (`serve` starts it only when that is set), on the proxy's event loop; it
-    stops when the proxy does."""
+    stops when the proxy does. `pool`: the first of `serve --workers N`, whose /metrics is the pool's."""
     assert proxy.settings.admin_listen is not None
     import uvicorn
 
     host, _, port = proxy.settings.admin_listen.rpartition(":")
-    config = uvicorn.Config(BoundedBodies(create_app(proxy), MAX_BODY_BYTES), host=host or "0.0.0.0", port=int(port),
+    config = uvicorn.Config(BoundedBodies(create_app(proxy, pool), MAX_BODY_BYTES), host=host or "0.0.0.0",
+                            port=int(port),
                             log_level="warning",
                             lifespan="off", access_log=False)
     server = uvicorn.Server(config)

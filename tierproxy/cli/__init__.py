@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from tierproxy.config.distribution import pip_install
 
 if TYPE_CHECKING:
-    from tierproxy.config import TierSettings
+    from tierproxy.config import ProxySettings, TierSettings
+    from tierproxy.proxy.server import Proxy
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -32,19 +33,19 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import asyncio
-
+    from tierproxy.cli.workers import worker_of_environment
     from tierproxy.config import ConfigError, ProxySettings, load_settings
-    from tierproxy.proxy.server import serve
 
     cli = {"bootstrap_servers": args.bootstrap_server, "listen": args.listen, "advertised_host": args.advertised_host,
            "admin_listen": args.admin_listen, "storage": args.storage, "metadata": args.metadata,
-           "command_config": args.command_config}
+           "command_config": args.command_config, "workers": args.workers}
     try:
         settings = load_settings(ProxySettings, config_file=args.config, cli=cli)
     except ConfigError as exc:
         print(f"tierproxy: config error: {exc}", file=sys.stderr)
         return 2
+    if (worker := worker_of_environment()) is not None:  # one of serve --workers N: the supervisor checked the rest
+        return _serve_worker(settings, *worker)
     for key, address in (("listen", settings.listen), ("admin.listen", settings.admin_listen)):
         if address is not None and (problem := _port_problem(address)) is not None:
             print(f"tierproxy: config error: {key}: {address}: {problem}", file=sys.stderr)
@@ -53,14 +54,40 @@ def _serve(args: argparse.Namespace) -> int:
         return rc
     if (rc := _check_owner(settings)) is not None:
         return rc
+    if (count := settings.worker_count) > 1:
+        if settings.listen_address[1] == 0:
+            print(f"tierproxy: config error: workers={settings.workers}: needs a fixed listen port (with port 0 "
+                  f"each worker would listen on a port of its own)", file=sys.stderr)
+            return 2
+        from tierproxy.cli.workers import Supervisor
+        from tierproxy.proxy.server import CLOSE_GRACE_S
+
+        # a worker's own watchdog ends it drain + close grace + 5 s after SIGTERM: SIGKILL only after that
+        return Supervisor(args.argv, count, settings.shutdown_drain_ms / 1000 + CLOSE_GRACE_S + 10).run()
+    return _serve_worker(settings, 0, 1, None)
+
+
+def _serve_worker(settings: ProxySettings, index: int, count: int, pool_dir: Path | None) -> int:
+    """Serve on this process's loop: the whole `serve`, or worker `index` of `count` (`pool_dir`: the workers'
+    metrics directory)."""
+    import asyncio
+    from functools import partial
+
+    from tierproxy.proxy.server import serve
     from tierproxy.remote.allocator import keep_freed_memory
 
+    whole, settings = settings, settings.for_worker(index, count)
     keep_freed_memory(max(settings.remote_fetch_chunk_bytes, 4 << 20), settings.remote_fetch_cache_bytes)
-    services = []
+    services: list[Callable[[Proxy], Coroutine[Any, Any, None]]] = []
     if settings.admin_listen:  # FastAPI and its models take ~0.4 s to import: only for a proxy that serves them
         from tierproxy.admin.app import start_admin
+        from tierproxy.admin.pool import PoolRegistry
 
-        services.append(start_admin)
+        services.append(partial(start_admin, pool=PoolRegistry(pool_dir, index) if pool_dir else None))
+    elif pool_dir is not None and whole.admin_listen:  # the first worker's /metrics adds this one's
+        from tierproxy.admin.pool import export_metrics
+
+        services.append(partial(export_metrics, directory=pool_dir, index=index))
     if settings.event_loop == "uvloop":
         import uvloop
 
@@ -409,6 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--storage", help="file:///path or s3://bucket/prefix?endpoint=URL (storage)")
     srv.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
     srv.add_argument("--command-config", help="Kafka client properties: tierproxy's own identity (command.config)")
+    srv.add_argument("--workers", help="processes serving the same ports, N or auto: one per core (workers; "
+                     "default 1)")
     srv.set_defaults(func=_serve)
     tier = sub.add_parser("tier", help="copy closed data from the brokers to the tier (a PySpark job)")
     tier.add_argument("--bootstrap-server", help="brokers HOST:PORT[,..] (bootstrap.servers)")
@@ -507,13 +536,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    worker = os.environ.get("_TIERPROXY_WORKER")  # serve --workers N: which worker says what
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format=f"%(asctime)s %(levelname)s {f'[worker {worker}] ' if worker else ''}%(name)s: "
+                        f"%(message)s")
     for chatty in ("aiobotocore", "botocore"):  # "Found credentials in environment variables" on every start
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     if (missing := missing_extra(args.command)) is not None:
         print(f"tierproxy: {missing}", file=sys.stderr)
         return 2
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what serve's workers run again
     rc: int = args.func(args)
     return rc
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -10,6 +11,11 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 from tierproxy.config.common import CommonSettings
 from tierproxy.config.distribution import pip_install
 from tierproxy.config.values import _has_uvloop, _hostport
+
+MAX_WORKERS = 256
+# per-process bounds whose configured value is the whole pool's: a worker gets 1/N of each (`for_worker`)
+DIVIDED = ("queued_max_request_bytes", "remote_fetch_cache_bytes", "remote_log_index_file_cache_total_size_bytes",
+           "max_connections", "remote_log_manager_fetch_max_bytes_per_second")
 
 
 class ProxySettings(CommonSettings):
@@ -35,6 +41,9 @@ class ProxySettings(CommonSettings):
     buffer_high_water_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024,
                                          description="pause the other side above this many buffered bytes")
     max_in_flight_requests: int = Field(1000, ge=1, description="per connection, before reading pauses")
+    workers: str = Field("1", description="processes serving the same ports (SO_REUSEPORT), restarted when one "
+                         "dies; the memory bounds, max.connections and the remote fetch quota are divided between "
+                         "them (the totals hold for the whole); auto: one per core the process may use")
     event_loop: str = Field(default_factory=lambda: "uvloop" if _has_uvloop() else "asyncio",
                             description="uvloop (libuv: lower added latency; the default where installed, as in the "
                             "image and kafka-tierproxy[uvloop]) or asyncio (the standard loop)")
@@ -86,6 +95,14 @@ class ProxySettings(CommonSettings):
     def _rate(cls, v: int) -> int:
         if v == 0:
             raise ValueError("0 would serve nothing from the tier: use -1 for no limit, or a positive rate")
+        return v
+
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, v: str) -> str:
+        v = v.strip()
+        if v != "auto" and not (v.isdigit() and 1 <= int(v) <= MAX_WORKERS):
+            raise ValueError(f"{v!r}: a number of processes from 1 to {MAX_WORKERS}, or auto")
         return v
 
     @field_validator("event_loop")
@@ -144,3 +161,23 @@ class ProxySettings(CommonSettings):
         host = self.listen_address[0]
         return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
 
+    @property
+    def worker_count(self) -> int:
+        """How many processes serve (`workers`; auto: the cores this process may run on)."""
+        if self.workers != "auto":
+            return int(self.workers)
+        affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core
+        return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+    def for_worker(self, index: int, count: int) -> ProxySettings:
+        """Worker `index` of `count`'s settings: 1/count of each bound in DIVIDED (so the configured totals hold
+        for the pool), and the admin API in worker 0 only."""
+        if count == 1:
+            return self
+        update: dict[str, object] = {"workers": str(count)}
+        for name in DIVIDED:
+            total = getattr(self, name)
+            update[name] = total if total <= 0 else max(1, total // count)  # -1: no limit, 0: none
+        if index != 0:
+            update["admin_listen"] = None
+        return self.model_copy(update=update)

@@ -59,6 +59,8 @@ class Proxy:
         self.fetch_stats = RemoteFetchStats()  # recorded by the intercepts, read by the admin API
         self.request_budget = ByteBudget(settings.queued_max_request_bytes, REQUEST_FLOOR)
         self.on_stop: list[Callable[[], None]] = []  # services started beside the proxy (the admin API)
+        # one of several workers (serve --workers): every worker binds every port, the kernel spreads connections
+        self.reuse_port = settings.worker_count > 1
 
     # --- startup -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -73,7 +75,7 @@ class Proxy:
         except (TimeoutError, OSError, ConnectionError) as exc:
             log.warning("no broker answered Metadata at start (%s); will retry when clients connect", exc)
         host, port = self.settings.listen_address
-        sock = socket.create_server((host, port), reuse_port=False, backlog=1024)
+        sock = socket.create_server((host, port), reuse_port=self.reuse_port, backlog=1024)
         self.listeners[None] = await self.loop.create_server(
             lambda: ClientProtocol(self, None), sock=sock, ssl=self.listener_ssl)
         self.bootstrap_port = self.listeners[None].sockets[0].getsockname()[1]
@@ -92,7 +94,7 @@ class Proxy:
             return
         host = self.settings.listen_address[0]
         try:
-            sock = socket.create_server((host, port), backlog=1024)
+            sock = socket.create_server((host, port), reuse_port=self.reuse_port, backlog=1024)
         except OSError as exc:
             log.error("cannot listen on %s:%d for broker %d: %s", host, port, node_id, exc)
             return
