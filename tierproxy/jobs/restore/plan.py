@@ -90,19 +90,22 @@ def choose_facts(snaps: list[TierSnapshot]) -> ChosenFacts:
     older: list[str] = []
     missing: list[Unread] = []
     partitions: list[PartitionFacts] = []
+    # each snapshot's partitions by (topic, partition) (its first entry for one, as a scan finds it) and its unread
+    # ones, once: a look-up per partition, not a scan of every snapshot's list (thousands of partitions)
+    index = [({(f.topic, f.partition): f for f in reversed(s.partitions)},
+              {(u.name, u.partition) for u in s.unread if u.kind == PARTITION}) for s in snaps]
     for name, facts in sorted(newest.topics.items()):
         for p in range(facts.partitions):
-            seen = [f for s in snaps for f in s.partitions if (f.topic, f.partition) == (name, p)
-                    and s.partition_whole(name, p)]
-            chosen = next((s for s in snaps if s.partition_whole(name, p)), None)
-            if chosen is None:
+            held = [found[(name, p)] for found, unread in index if (name, p) in found and (name, p) not in unread]
+            if not held:
                 missing.append(_why(newest, PARTITION, name, p, "not recorded by any kept pass"))
                 continue
-            f = next(f for f in chosen.partitions if (f.topic, f.partition) == (name, p))
-            partitions.append(replace(f, high_watermark=max(x.high_watermark for x in seen),
-                                      leader_epoch=max(x.leader_epoch for x in seen)))
-            if chosen is not newest:
-                older.append(f"{name}-{p} from the pass at {chosen.taken_ms} "
+            f = held[0]  # the newest snapshot's that read it whole
+            source = next(s for s, (found, _) in zip(snaps, index, strict=True) if found.get((name, p)) is f)
+            partitions.append(replace(f, high_watermark=max(x.high_watermark for x in held),
+                                      leader_epoch=max(x.leader_epoch for x in held)))
+            if source is not newest:
+                older.append(f"{name}-{p} from the pass at {source.taken_ms} "
                              f"(the last: {_why(newest, PARTITION, name, p, 'not recorded').why})")
     groups: dict[str, list[GroupOffset]] = {}
     for g in sorted({g for s in snaps for g in s.groups} | {u.name for u in newest.unread if u.kind == GROUP}):
