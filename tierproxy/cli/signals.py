@@ -9,15 +9,25 @@ cannot hold the process for ever: every stop of a child is bounded (SIGKILL afte
 
 While the command stops, a later signal meets a Python handler that does nothing, not SIG_IGN: a signal already on
 its way when the handler changed would otherwise be reported as "ignored due to race condition", with a traceback.
-At the very end (`ignore_stop_signals`) they become SIG_IGN, which finalization leaves alone."""
+At the very end (`ignore_stop_signals`) they become SIG_IGN, which finalization leaves alone.
+
+A KeyboardInterrupt raised where Python cannot propagate it (inside a `__del__`, "Exception ignored in ...") would
+be lost, and the command would run on deaf to every later signal: it is caught by the unraisable hook and the signal
+delivered again, to be raised at the main thread's next step (a few times at most)."""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REDELIVERIES = 5  # a lost interrupt is delivered again at most this often
+_lost: list[int] = []  # the signals of interrupts lost in a `__del__`, to be raised again by `_ignore`
+_previous_hook = sys.unraisablehook
 
 
 def ignore_stop_signals() -> None:
@@ -30,7 +40,24 @@ def ignore_stop_signals() -> None:
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
-    """A stop signal while the command stops already."""
+    """A stop signal while the command stops already; or the first one again, if it was lost (`_unraisable`)."""
+    if _lost and len(_lost) <= REDELIVERIES and _lost[-1] == signum:
+        _lost.append(-1)  # raised again once; a later signal meets this handler as usual
+        raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _unraisable(args: Any) -> None:
+    """Our KeyboardInterrupt raised inside a `__del__` or the like is lost there: deliver its signal again."""
+    exc = args.exc_value
+    if isinstance(exc, KeyboardInterrupt) and str(exc).startswith("signal ") and len(_lost) < 2 * REDELIVERIES:
+        signum = int(str(exc).split()[1])
+        _lost.append(signum)
+        # sent from a thread a moment later: sent now, its handler would raise inside this hook, lost again
+        again = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+        return
+    _previous_hook(args)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -43,5 +70,6 @@ def stop_on_sigterm() -> None:
     """From now on the first SIGTERM or SIGINT raises KeyboardInterrupt in the main thread, and any later one is
     ignored while the command stops what it started."""
     if threading.current_thread() is threading.main_thread():
+        sys.unraisablehook = _unraisable
         for sig in STOP_SIGNALS:
             signal.signal(sig, _interrupt)
