@@ -35,7 +35,8 @@ LEDGER_RECORDS, LEDGER_GROUP, LEDGER_COMMITTED = 2000, "ledgers", 1200
 RESTORER, RESTORER_PASSWORD = "restorer", "restorer-secret-41b7"  # B's one SASL user
 AUDIT_RECORDS = 3000
 # a group with offsets on TOPIC and OTHER, restored in two stages (tests/restore/test_staged.py): (offset, epoch)
-STAGED_GROUP, STAGED_OFFSETS = "staged", {TOPIC: (300, -1), OTHER: (1500, -1)}
+THIRD, THIRD_RECORDS = "payments", 400  # restored only by the staged test's third stage: no other module touches it
+STAGED_GROUP, STAGED_OFFSETS = "staged", {TOPIC: (300, -1), OTHER: (1500, -1), THIRD: (250, -1)}
 PARTITIONS = 2
 Rows = dict[tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]
 
@@ -57,7 +58,7 @@ class Disaster:
 
 
 def tier_settings(bootstrap: str, tier: Path, work: Path, **kw: Any) -> TierSettings:
-    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}|{EXTRA}|{LEDGER}|{TXNS}",
+    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}|{EXTRA}|{LEDGER}|{TXNS}|{THIRD}",
                         storage=f"file://{tier}",
                         metadata="topic:", tier_segment_bytes=16 * 1024, spark_master="local[2]",
                         tier_state_dir=work, **kw)
@@ -204,6 +205,11 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         create_topic(a.bootstrap, EXTRA, 1, 3, small_segments())
         create_topic(a.bootstrap, LEDGER, 1, 3, small_segments())
         create_topic(a.bootstrap, TXNS, 1, 3, small_segments())
+        create_topic(a.bootstrap, THIRD, 1, 3, small_segments())
+        third = small_segment_producer(a.bootstrap)
+        for i in range(THIRD_RECORDS):
+            third.produce(THIRD, f"payment-{i}".encode(), partition=0)
+        assert third.flush(30) == 0
         # leaders moved several times: A's epochs reach 5
         raise_epochs(a.bootstrap, {(t, p): 4 for t, n in ((TOPIC, PARTITIONS), (OTHER, 1)) for p in range(n)}, None)
         ledger_t0 = _produce_history(a.bootstrap)
