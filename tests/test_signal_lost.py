@@ -4,6 +4,7 @@ serve interrupted a second into its start, its interrupt landing in an asyncio t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -36,3 +37,22 @@ def test_an_interrupt_raised_inside_a_del_is_delivered_again() -> None:
     assert "ran on" not in out.stdout, out.stdout + out.stderr
     assert "stopped: signal 2" in out.stdout or "KeyboardInterrupt" in out.stderr, out.stdout + out.stderr
     assert "Exception ignored" not in out.stderr, out.stderr
+
+
+LEAVES_A_CHILD = """
+import subprocess, sys
+from tierproxy.cli.signals import stop_children
+child = subprocess.Popen(["sleep", "120"])  # begun as the signal came: nothing else stops it
+print(child.pid, flush=True)
+stop_children(grace_s=5)
+print("alive" if child.poll() is None else "gone", flush=True)
+"""
+
+
+def test_a_child_begun_as_the_signal_came_does_not_outlive_the_command() -> None:
+    """`main` stopped by a signal (exit 130) stops whatever the command started and did not stop itself (CI saw
+    Spark's JVM, begun in the very moment of a Ctrl-C, outlive `tier`)."""
+    out = subprocess.run([sys.executable, "-c", LEAVES_A_CHILD], capture_output=True, text=True, timeout=60)
+    pid, state = out.stdout.split()
+    assert state == "gone", out.stdout + out.stderr
+    assert not os.path.exists(f"/proc/{pid}"), "the child's process is gone, reaped by its parent"

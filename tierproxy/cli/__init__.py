@@ -521,16 +521,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The `tierproxy` command. The first SIGINT or SIGTERM stops it wherever it is, later ones are ignored
     (`cli.signals`; `serve`'s event loop takes them over while it runs): one that lands before a command handles it
     (in its imports, settings or start-up checks) is one line and exit 130, never a traceback."""
-    from tierproxy.cli.signals import ignore_stop_signals, stop_on_sigterm
+    from tierproxy.cli.signals import ignore_stop_signals, stop_children, stop_on_sigterm
 
     stop_on_sigterm()
+    rc = 1
     try:
-        return _main(argv)
+        rc = _main(argv)
+        return rc
     except KeyboardInterrupt:
         print("tierproxy: stopped by a signal", file=sys.stderr)
-        return 130
+        rc = 130
+        return rc
     finally:
         ignore_stop_signals()  # before the interpreter's finalization puts the default actions back
+        if rc == 130 and argv is None:  # the process's own command, stopped by a signal: nothing it started
+            stop_children()              # outlives it (called with arguments, from Python: not its process)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -17,10 +17,12 @@ delivered again, to be raised at the main thread's next step (a few times at mos
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -73,3 +75,56 @@ def stop_on_sigterm() -> None:
         sys.unraisablehook = _unraisable
         for sig in STOP_SIGNALS:
             signal.signal(sig, _interrupt)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under `pid`, from /proc (none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return []
+    for d in entries:
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out: list[int] = []
+    todo = [pid]
+    while todo and len(out) < 10_000:
+        for c in children.get(todo.pop(0), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_children(grace_s: float = 10.0) -> None:
+    """After a command stopped by a signal: any process it started and did not stop (a child begun in the very
+    moment the signal came, as Spark's JVM while a session starts) gets SIGTERM, then SIGKILL after `grace_s`."""
+    left = _descendants(os.getpid())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while True:
+            for pid in left:  # a child of ours is reaped; another's is its parent's (or init's) to reap
+                with contextlib.suppress(OSError):
+                    os.waitpid(pid, os.WNOHANG)
+            left = [p for p in left if _alive(p)]
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        if not left:
+            return
