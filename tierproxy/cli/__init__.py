@@ -521,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The `tierproxy` command. The first SIGINT or SIGTERM stops it wherever it is, later ones are ignored
     (`cli.signals`; `serve`'s event loop takes them over while it runs): one that lands before a command handles it
     (in its imports, settings or start-up checks) is one line and exit 130, never a traceback."""
-    from tierproxy.cli.signals import ignore_stop_signals, stop_children, stop_on_sigterm
+    from tierproxy.cli.signals import forget_interrupt_in_exec, ignore_stop_signals, stop_children, stop_on_sigterm
 
     stop_on_sigterm()
     rc = 1
@@ -529,6 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc = _main(argv)
         return rc
     except KeyboardInterrupt:
+        forget_interrupt_in_exec()  # exit 130 as said, not by SIGINT
         print("tierproxy: stopped by a signal", file=sys.stderr)
         rc = 130
         return rc

@@ -13,7 +13,8 @@ At the very end (`ignore_stop_signals`) they become SIG_IGN, which finalization 
 
 A KeyboardInterrupt raised where Python cannot propagate it (inside a `__del__`, "Exception ignored in ...") would
 be lost, and the command would run on deaf to every later signal: it is caught by the unraisable hook and the signal
-delivered again, to be raised at the main thread's next step (a few times at most)."""
+delivered again, to be raised at the main thread's next step (a few times at most). One raised inside code run by
+`exec()` would end the process by SIGINT at exit, whatever `main` returns (`forget_interrupt_in_exec`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ def ignore_stop_signals() -> None:
     if threading.current_thread() is threading.main_thread():  # (a command run in a thread: not its process)
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+
+
+def forget_interrupt_in_exec() -> None:
+    """Called once a KeyboardInterrupt is caught. CPython marks one raised inside code run by `exec()` of a string
+    (dataclasses and namedtuples build their methods so, at import) as unhandled, caught or not, and at exit ends the
+    process by SIGINT instead of with its exit code (-2, not 130). Running `exec()` of a string clears the mark
+    (`run_eval_code_obj` resets it before each run)."""
+    exec("")  # the empty program: nothing runs
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
