@@ -51,6 +51,7 @@ from tierproxy.tier.model import uuid_bytes
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.rlmm_topic import DEFAULT_TOPIC
 from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.storage import FileStore
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.process]
 B_RECORDS = 500  # produced to the restored topic in B (then offloaded, and deleted by B's retention)
@@ -232,7 +233,7 @@ def test_delete_segments_due_to_log_start_offset_breach(disaster: Disaster, ledg
     history = _history(disaster, ledger)
     assert history is not None and history.log_start_offset == 800
     assert min(md.end_offset for md in history.finished()) >= 800, "segments wholly below the purge deleted"
-    snap = snapshots.TierSnapshot.decode((disaster.tier / summary.snapshot).read_bytes())
+    snap = asyncio.run(snapshots.read(FileStore(disaster.tier), "", summary.snapshot))
     assert (pc := replay(snap).get(ledger.history_id, 0)) is not None and pc.log_start_offset == 800, \
         "the purge reached the snapshot"
 

@@ -67,7 +67,7 @@ def _pruned_by_b_passes(tier: Path) -> None:
                 newest.cluster_id, newest.taken_ms, newest.run_id = "B-passes", int(time.time() * 1000) + i, f"b{i}"
                 await snapshots.write(rsm.store, rsm.prefix, newest)
             left = [snapshots.TierSnapshot.decode(await rsm.store.get(k)).cluster_id
-                    for k in await rsm.store.list(rsm.object_key(snapshots.PREFIX))]
+                    for k in await rsm.store.list(rsm.object_key(snapshots.PREFIX)) if k.endswith(".json")]
             assert left == ["B-passes"] * snapshots.KEPT, "none of A's snapshots is left"
         finally:
             await rsm.close()

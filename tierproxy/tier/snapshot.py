@@ -16,7 +16,10 @@ A snapshot is written whole (a file store writes a temporary file and renames it
 newest one that parses wins (`newest`). The last `KEPT` are kept; older ones are deleted by the pass that writes a
 newer one. A restore copies what it planned from into its own state, so a later stage never needs them.
 Format 2 added `unread`; format 1 is read as well (its unread partitions are those it lacks, its
-`groups_unreadable` an unread group listing).
+`groups_unreadable` an unread group listing). Format 3 (what a `tier` pass writes, `SnapshotWriter`) is a root
+without the records: it names the chain of record objects that replays to them (`tier.snapshot_chain`), so a pass
+writes what changed, not the whole tier's metadata. A root whose chain does not load whole is skipped as a snapshot
+cut short is. `encode` still gives the whole form (format 2: a restore's pinned copy of its facts).
 
 What a lost cluster costs is what was produced after the last pass: the recovery point is the pass interval.
 """
@@ -26,16 +29,19 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from tierproxy.tier.snapshot_chain import RECORDS, ChainState, encode_records
+from tierproxy.tier.snapshot_chain import load as chain_records
 from tierproxy.tier.storage import ObjectMissing, ObjectStore, StorageError
 
 log = logging.getLogger("tierproxy.tier")
 
 PREFIX = "snapshots/"
-FORMAT = 2
-READABLE = (1, 2)
+FORMAT = 2  # the whole form (`encode`)
+ROOT_FORMAT = 3  # a root naming its chain of record objects (`encode_root`)
+READABLE = (1, 2, 3)
 KEPT = 5
 # the topic configs a restore recreates (any other config takes the new cluster's default)
 RESTORED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes", "compression.type", "max.message.bytes",
@@ -107,6 +113,7 @@ class TierSnapshot:
     groups_unreadable: str | None = None  # why some group offsets are missing (the group items of `unread`)
     records: list[tuple[bytes, bytes]] = field(default_factory=list)  # live metadata records, in order
     unread: list[Unread] = field(default_factory=list)  # what the pass could not read, item by item
+    chain: list[str] = field(default_factory=list)  # a root's record objects (format 3; `records` once loaded)
 
     def partition_whole(self, topic: str, partition: int) -> bool:
         """Whether the pass read this partition's offsets (a partition it lacks is unread, whatever it says)."""
@@ -125,9 +132,18 @@ class TierSnapshot:
         return f"{PREFIX}{self.taken_ms:020d}-{self.run_id}.json"
 
     def encode(self) -> bytes:
+        """The whole snapshot, its records in it."""
         d: dict[str, Any] = asdict(self)
         d["format"] = FORMAT
+        d.pop("chain")
         d["records"] = [[base64.b64encode(k).decode(), base64.b64encode(v).decode()] for k, v in self.records]
+        return json.dumps(d, separators=(",", ":")).encode()
+
+    def encode_root(self) -> bytes:
+        """The root: everything but the records, which its chain holds."""
+        d: dict[str, Any] = asdict(self)
+        d["format"] = ROOT_FORMAT
+        d.pop("records")
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -145,7 +161,8 @@ class TierSnapshot:
                 [PartitionFacts(**p) for p in d["partitions"]],
                 {g: [GroupOffset(**o) for o in offs] for g, offs in d["groups"].items()},
                 d["groups_unreadable"],
-                [(base64.b64decode(k), base64.b64decode(v)) for k, v in d["records"]], unread)
+                [] if d["format"] >= 3 else [(base64.b64decode(k), base64.b64decode(v)) for k, v in d["records"]],
+                unread, [str(n) for n in d["chain"]] if d["format"] >= 3 else [])
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a whole tier snapshot: {exc!r}") from None
 
@@ -165,28 +182,125 @@ async def write(store: ObjectStore, prefix: str, snap: TierSnapshot) -> str:
     return key
 
 
+class SnapshotWriter:
+    """Writes a tier job's snapshots as roots and chains (format 3), the chain's state kept between passes: a pass
+    writes one record object of what changed (`tier.snapshot_chain`), then the root naming the chain. The first
+    pass of a process continues the newest root of its cluster whose chain loads (read once), or writes a base."""
+
+    def __init__(self, store: ObjectStore, prefix: str) -> None:
+        self.store, self.prefix = store, prefix
+        self.state: ChainState | None = None
+        self._chains: dict[str, list[str]] = {}  # root key -> its chain, as read or written (for the clean-up)
+        self._names: set[str] = set()  # every snapshot object: as listed once, then as written and deleted
+        self.last_bytes = 0  # what the last `write` put: its record object and its root
+
+    async def write(self, snap: TierSnapshot) -> str:
+        """Write `snap` (its `records` the live metadata records) as a root and what its chain lacks; then delete
+        all roots but the newest `KEPT`, and every record object none of them names. Returns the root's key."""
+        if self.state is None:
+            self.state = await self._resume(snap.cluster_id)
+        step = self.state.next_step(snap.records, f"{RECORDS}{snap.taken_ms:020d}-{snap.run_id}.rec")
+        body = encode_records(step.records) if step.name in step.chain else b""
+        if body:
+            await self.store.put(_key(self.prefix, step.name), body)
+            self._names.add(_key(self.prefix, step.name))
+        root = replace(snap, records=[], chain=step.chain).encode_root()
+        key = _key(self.prefix, snap.name)
+        await self.store.put(key, root)  # the root last: a reader never meets a chain not yet written
+        self.last_bytes = len(body) + len(root)
+        self.state.advance(snap.records, step)
+        self._chains[key] = step.chain
+        self._names.add(key)
+        await self._clean(key, snap.taken_ms)
+        return key
+
+    async def _resume(self, cluster_id: str) -> ChainState:
+        self._names = set(await self.store.list(_key(self.prefix, PREFIX)))  # the only listing: no LIST a pass
+        keys = sorted((k for k in self._names if k.endswith(".json")), reverse=True)
+        for key in keys:
+            try:
+                root = TierSnapshot.decode(await self.store.get(key))
+                if root.cluster_id != cluster_id:
+                    continue
+                if not root.chain:
+                    return ChainState()  # a whole snapshot of an earlier version: the chain starts with a base
+                return await ChainState.of_root(self.store, self.prefix, root.chain)
+            except (ValueError, ObjectMissing) as exc:
+                log.warning("tier snapshot %s not continued: %s", key, exc)
+        return ChainState()
+
+    async def _clean(self, written: str, taken_ms: int) -> None:
+        names = sorted(self._names)
+        roots = sorted(k for k in names if k.endswith(".json"))
+        old, kept = roots[:-KEPT], roots[-KEPT:]
+        named: set[str] = set()
+        for key in kept:
+            if key not in self._chains:
+                try:
+                    self._chains[key] = TierSnapshot.decode(await self.store.get(key)).chain
+                except (ValueError, ObjectMissing):
+                    self._chains[key] = []  # not whole: names nothing a reader could load
+            named |= {_key(self.prefix, n) for n in self._chains[key]}
+        records_at = _key(self.prefix, RECORDS)
+        # a record object no kept root names, written before this root (a later one may be a writer's in flight)
+        unnamed = [k for k in names if k.startswith(records_at) and k not in named
+                   and k[len(records_at):len(records_at) + 20] <= f"{taken_ms:020d}"]
+        if old or unnamed:
+            await self.store.delete_many(old + unnamed)
+        for key in old:
+            self._chains.pop(key, None)
+        self._names -= {*old, *unnamed}
+
+
+async def _read(store: ObjectStore, key: str, prefix: str, records: bool) -> TierSnapshot:
+    """A snapshot, its records loaded from its chain when `records` (ValueError or ObjectMissing: not whole)."""
+    snap = TierSnapshot.decode(await store.get(key))
+    if records and snap.chain:
+        snap.records = await chain_records(store, prefix, snap.chain)
+    return snap
+
+
+async def read(store: ObjectStore, prefix: str, name: str) -> TierSnapshot:
+    """The snapshot at `name` (under `prefix`), records and all. ValueError or ObjectMissing: not whole."""
+    return await _read(store, _key(prefix, name), prefix, records=True)
+
+
+async def pin(store: ObjectStore, prefix: str, name: str, snap: TierSnapshot) -> None:
+    """Keep `snap` at `name` for good (a restore's facts): its records as one record object beside it, then the
+    root naming it (the tier's own chains are cleaned up as passes go on; this one is not theirs)."""
+    records = f"{name.removesuffix('.json')}.rec"
+    await store.put(_key(prefix, records), encode_records(snap.records))
+    await store.put(_key(prefix, name), replace(snap, records=[], chain=[records]).encode_root())
+
+
 async def of_cluster(store: ObjectStore, prefix: str, cluster_id: str | None = None) -> list[TierSnapshot]:
-    """Every snapshot that parses, newest first, of `cluster_id` (None: of the newest one's cluster)."""
+    """Every snapshot that parses, newest first, of `cluster_id` (None: of the newest one's cluster). Records are
+    loaded for the newest only (what a restore replays; a root whose chain does not load is skipped); the others'
+    facts are read, their `records` left empty when a chain holds them."""
     keys = sorted((k for k in await store.list(_key(prefix, PREFIX)) if k.endswith(".json")), reverse=True)
     out: list[TierSnapshot] = []
     for key in keys:
         try:
-            snap = TierSnapshot.decode(await store.get(key))
+            snap = await _read(store, key, prefix, records=False)
+            cluster_id = cluster_id if cluster_id is not None else snap.cluster_id
+            if snap.cluster_id != cluster_id:
+                continue
+            if not out and snap.chain:
+                snap.records = await chain_records(store, prefix, snap.chain)
         except (ValueError, ObjectMissing) as exc:
             log.warning("skipping tier snapshot %s: %s", key, exc)
             continue
-        cluster_id = cluster_id if cluster_id is not None else snap.cluster_id
-        if snap.cluster_id == cluster_id:
-            out.append(snap)
+        out.append(snap)
     return out
 
 
 async def newest(store: ObjectStore, prefix: str) -> TierSnapshot | None:
-    """The newest snapshot that parses (one cut short or unreadable is skipped with a warning); None: none."""
+    """The newest snapshot that parses whole, records and all (one cut short, or whose chain does not load, is
+    skipped with a warning); None: none."""
     keys = sorted((k for k in await store.list(_key(prefix, PREFIX)) if k.endswith(".json")), reverse=True)
     for key in keys:
         try:
-            return TierSnapshot.decode(await store.get(key))
+            return await _read(store, key, prefix, records=True)
         except (ValueError, ObjectMissing) as exc:
             log.warning("skipping tier snapshot %s: %s", key, exc)
         except StorageError:

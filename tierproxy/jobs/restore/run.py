@@ -4,10 +4,10 @@ Steps, each one resumable (a rerun after kill -9 finds what is done and goes on;
 in the tier, is saved after every step that changes the new cluster, each group commit included):
 1. choose the facts from the lost cluster's kept snapshots (`restore.plan.choose_facts`: each item from the newest
    snapshot that holds it whole; refused, naming them, when some are held by none, unless `accept_missing`) and
-   copy them into the restore's state (`restore/<B's id>.facts.json`): a rerun, or a later stage for other topics
-   hours later, plans from that copy, whatever the new cluster's own `tier` passes have pruned since. Plan every
-   topic (`restore.plan`); refuse, changing nothing, what would lose or overwrite data (a topic an earlier run
-   finished is the new cluster's now: accepted as it is, whatever its clients wrote since);
+   copy them into the restore's state (`restore/<B's id>.facts.json`, its records beside it): a rerun, or a later
+   stage for other topics hours later, plans from that copy, whatever the new cluster's own `tier` passes have
+   pruned since. Plan every topic (`restore.plan`); refuse, changing nothing, what would lose or overwrite data
+   (a topic an earlier run finished is the new cluster's now: accepted as it is, whatever its clients wrote since);
 2. hand the tier to the new cluster (`tier.ownership.hand_over`: the lost cluster joins the lineage);
 3. create the topics (recorded partition count and configs), raise their leader epochs (`restore.epochs`), fill
    and purge them to S (`restore.fill`), verify log start = high watermark = S;
@@ -159,9 +159,6 @@ class Restore:
         except ObjectMissing:
             return None
 
-    def _facts_key(self, cluster: str) -> str:
-        return self.rsm.object_key(f"{STATE_PREFIX}{cluster}.facts.json")
-
     async def _save(self, cluster: str, state: dict[str, Any]) -> None:
         await self.rsm.store.put(self._state_key(cluster), json.dumps(state, indent=1).encode())
 
@@ -239,7 +236,7 @@ class Restore:
             return report
 
         if state is None or "facts" not in state:  # pinned before anything changes: every later run plans from it
-            _run(self.rsm.store.put(self._facts_key(target), snap.encode()))
+            _run(snapshots.pin(self.rsm.store, self.rsm.prefix, f"{STATE_PREFIX}{target}.facts.json", snap))
         state = state or {"source": snap.cluster_id, "snapshot": snap.name, "started_ms": int(time.time() * 1000),
                           "topics": {}}
         state["facts"] = f"{STATE_PREFIX}{target}.facts.json"
@@ -320,9 +317,10 @@ class Restore:
         into it has topics of the pattern left to restore (a dry run of its next stage plans from the pinned facts)."""
         pinned = None
         if state is not None:
-            key = self.rsm.object_key(state.get("facts") or state["snapshot"])  # no "facts": an earlier version's
+            name = state.get("facts") or state["snapshot"]  # no "facts": an earlier version's
+            key = self.rsm.object_key(name)
             try:
-                pinned = snapshots.TierSnapshot.decode(await self.rsm.store.get(key))
+                pinned = await snapshots.read(self.rsm.store, self.rsm.prefix, name)
             except (ObjectMissing, ValueError) as exc:
                 raise RestoreRefused(f"the facts this restore began from ({key}) are gone: {exc}") from None
         rx = re.compile(self.pattern)

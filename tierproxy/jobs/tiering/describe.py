@@ -3,7 +3,6 @@ epochs, the committed offsets of the groups that read tiered topics, and every l
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import defaultdict
 from typing import Any
@@ -13,7 +12,6 @@ from tierproxy.config.identity import ClientIdentity
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.kafka.wireclient import WireClient
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
-from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.snapshot import (
     GROUP,
     LISTING,
@@ -24,7 +22,6 @@ from tierproxy.tier.snapshot import (
     TierSnapshot,
     TopicFacts,
     Unread,
-    write,
 )
 
 log = logging.getLogger("tierproxy.tier")
@@ -182,7 +179,3 @@ def _b64(raw: bytes) -> str:
     from tierproxy.tier.model import uuid_str
 
     return uuid_str(raw)
-
-
-def write_snapshot(rsm: RemoteStorageManager, snap: TierSnapshot, loop: asyncio.AbstractEventLoop) -> str:
-    return asyncio.run_coroutine_threadsafe(write(rsm.store, rsm.prefix, snap), loop).result()

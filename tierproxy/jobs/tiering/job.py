@@ -38,7 +38,7 @@ from tierproxy.jobs.tiering.cluster import (
     topic_configs,
 )
 from tierproxy.jobs.tiering.copy import CopyResult, CopyTask, copy_task
-from tierproxy.jobs.tiering.describe import build_snapshot, write_snapshot
+from tierproxy.jobs.tiering.describe import build_snapshot
 from tierproxy.jobs.tiering.plan import Gap, Range, plan_partition, select_topics
 from tierproxy.tier.model import (
     PassStage,
@@ -57,6 +57,7 @@ from tierproxy.tier.requests import added, describe, since
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
 from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
+from tierproxy.tier.snapshot import SnapshotWriter
 
 log = logging.getLogger("tierproxy.tier")
 T = TypeVar("T")
@@ -204,6 +205,7 @@ class TieringJob:
                                                             settings.metadata_checkpoint_dir, settings.identity,
                                                             writer=True)
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
+        self.snapshots = SnapshotWriter(self.rsm.store, self.rsm.prefix)  # its chain carries over between passes
         self.spark = JobSpark("tierproxy-tier", settings.spark_master, self.spark_conf, spark)
         self._started = False
         self._files_checked = False
@@ -308,7 +310,7 @@ class TieringJob:
                               getattr(self.rlmm, "topic", None))
         if snap.groups_unreadable:
             summary.errors.append(f"group offsets not in the tier snapshot: {snap.groups_unreadable}")
-        summary.snapshot = write_snapshot(self.rsm, snap, self.loop)
+        summary.snapshot = self.run(self.snapshots.write(snap))
 
     def report(self, summary: RunSummary) -> None:
         """Record that this pass served the pass asked for through the admin API (its run turns succeeded or
