@@ -46,6 +46,7 @@ class Generated:
         self.deleted = self.per // 4  # 20 % of all history: deleted below the log start
         self.ends = {t: (self.deleted + self.per) * SEGMENT_OFFSETS for t in self.tps}
         self.values: dict[bytes, bytes] = {}
+        self.changed: dict[bytes, bytes | None] = {}
         for t in self.tps:
             start = self.deleted * SEGMENT_OFFSETS
             ls = RemoteLogStartOffset(t, start, 1)
@@ -58,7 +59,13 @@ class Generated:
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId(t, self.rng.randbytes(16)), base, end, 1_700_000_000_000,
                                       1, 1_700_000_000_000, {0: 0}, 1 << 30, SegmentState.COPY_SEGMENT_FINISHED,
                                       False, None, 1)
-        self.values[record_key(md)] = encode_value(md)
+        self.values[record_key(md)] = value = encode_value(md)
+        self.changed[record_key(md)] = value
+
+    def take_changed(self) -> dict[bytes, bytes | None]:
+        """What the metadata view tells the writer (`RemoteLogMetadataManager.take_changed`)."""
+        taken, self.changed = self.changed, {}
+        return taken
 
     def add(self, n: int) -> None:
         """A pass: `n` new segments on as many partitions."""
@@ -75,16 +82,17 @@ class Generated:
 
 async def _write(root: Path, segments: int, partitions: int) -> dict[str, float]:
     gen = Generated(segments, partitions)
-    writer = SnapshotWriter(FileStore(root), "")
+    writer = SnapshotWriter(FileStore(root), "", tracked=True)
+    gen.take_changed()  # as a tier job's first pass: the view tracks changes from here
     began = time.perf_counter()
     await writer.write(gen.snap(1))
     base_s, base_bytes = time.perf_counter() - began, writer.last_bytes
     times, sizes = [], []
     for taken in range(2, 12):  # ten passes of 100 new segments each
         gen.add(100)
-        snap = gen.snap(taken)
+        changed, snap = gen.take_changed(), gen.snap(taken)
         began = time.perf_counter()
-        await writer.write(snap)
+        await writer.write(snap, changed)
         times.append(time.perf_counter() - began)
         sizes.append(writer.last_bytes)
     return {"live": len(gen.values), "base_s": base_s, "base_bytes": base_bytes, "pass_s": sorted(times)[5],

@@ -53,13 +53,17 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def test_each_pass_reads_back_as_the_live_records_and_writes_what_changed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tracked", [False, True], ids=["compared", "told"])
+def test_each_pass_reads_back_as_the_live_records_and_writes_what_changed(tmp_path: Path, tracked: bool) -> None:
+    """"told": the metadata view says what changed since the last pass (as in a tier job), nothing is compared."""
     store, tier = FileStore(tmp_path), Tier(1)
-    writer = SnapshotWriter(store, "p")
+    writer = SnapshotWriter(store, "p", tracked=tracked)
     tier.grow(3000)
+    tier.view.take_changed()
     total = 0
     for taken in range(1, 60):
-        run(writer.write(tier.snap(taken)))
+        changed = tier.view.take_changed() if tracked and taken > 1 else None
+        run(writer.write(tier.snap(taken), changed))
         total += writer.last_bytes
         newest = run(snapshots.newest(store, "p"))
         assert newest is not None and newest.run_id == f"r{taken}"
@@ -98,6 +102,23 @@ class FailingRoot(FileStore):
         if self.fail and key.endswith(".json"):
             raise StorageUnavailable("killed")
         await super().put(key, data)
+
+
+def test_a_told_pass_that_failed_is_written_by_the_next_one(tmp_path: Path) -> None:
+    store, tier = FailingRoot(tmp_path), Tier(8)
+    writer = SnapshotWriter(store, "p", tracked=True)
+    tier.grow(2000)
+    tier.view.take_changed()
+    run(writer.write(tier.snap(1)))
+    tier.grow(20, deleted=5)
+    store.fail = True
+    with pytest.raises(StorageUnavailable):
+        run(writer.write(tier.snap(2), tier.view.take_changed()))
+    store.fail = False
+    tier.grow(20)
+    run(writer.write(tier.snap(3), tier.view.take_changed()))  # told only of the last 20: the 25 before are kept
+    newest = run(snapshots.newest(store, "p"))
+    assert newest is not None and newest.run_id == "r3" and newest.records == tier.view.live_records()
 
 
 def test_a_pass_killed_before_its_root_leaves_the_snapshot_before_whole_and_the_next_writer_continues(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import threading
 import time
 from dataclasses import replace
 
@@ -63,6 +64,8 @@ class RemoteLogMetadataManager(abc.ABC):
         self.records_skipped = 0  # malformed or inapplicable records, logged and skipped
         self.consumer_restarts = 0  # the metadata consumer failed and was restarted (with backoff)
         self.failure: BaseException | None = None  # why the view is not moving right now (None: it is)
+        self._changed: dict[bytes, bytes | None] | None = None  # live keys written since `take_changed` (if asked)
+        self._changed_lock = threading.Lock()  # applied on the view's loop, taken from the tier job's thread
 
     # --- backend -----------------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -89,8 +92,8 @@ class RemoteLogMetadataManager(abc.ABC):
         if value is None:
             if pk is not None:
                 self.keys.get(pk, set()).discard(key)
-            if key:
-                self.values.pop(key, None)
+            if key and self.values.pop(key, None) is not None and self._changed is not None:
+                self._note_changed(key, None)
             return
         event = decode_value(value)
         if isinstance(event, RemoteLogSegmentMetadata):
@@ -99,9 +102,24 @@ class RemoteLogMetadataManager(abc.ABC):
             self.cache.apply(event)
         if key and not key.startswith(b"tierproxy:tierPass:"):  # a pass request is this cluster's, not history
             self.values.pop(key, None)
-            self.values[key] = bytes(value)
+            self.values[key] = stored = bytes(value)
+            if self._changed is not None:
+                self._note_changed(key, stored)
         if pk is not None and key is not None:
             self.keys.setdefault(pk, set()).add(key)
+
+    def _note_changed(self, key: bytes, value: bytes | None) -> None:
+        with self._changed_lock:
+            if self._changed is not None:
+                self._changed.pop(key, None)  # latest write last, as `values` keeps them
+                self._changed[key] = value
+
+    def take_changed(self) -> dict[bytes, bytes | None] | None:
+        """The live records written since the last call (None: removed), latest write last: what an incremental
+        snapshot writes (`tier.snapshot.SnapshotWriter`). None on the first call, from which the view tracks them."""
+        with self._changed_lock:
+            taken, self._changed = self._changed, {}
+        return taken
 
     # --- writes ------------------------------------------------------------------------------------------------
     async def add_segment(self, md: RemoteLogSegmentMetadata) -> None:

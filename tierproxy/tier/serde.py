@@ -140,8 +140,20 @@ def _seg_id(s: RemoteLogSegmentId) -> dict[str, object]:
     return {"topic_id_partition": _tip(s.tp), "id": s.id}
 
 
+_TIPS: dict[tuple[str, bytes, int], TopicIdPartition] = {}  # one object per partition, not one per record
+_TIPS_MAX = 200_000  # partitions remembered at most (emptied, then filled again, past that)
+
+
 def _from_tip(d: dict[str, object]) -> TopicIdPartition:
-    return TopicIdPartition(str(d["name"]), bytes(d["id"]), int(d["partition"]))  # type: ignore[call-overload]
+    """The partition a record names, shared by every record that names it: a million segments of a thousand
+    partitions hold a thousand of these, not a million (their names and ids with them)."""
+    key = (str(d["name"]), bytes(d["id"]), int(d["partition"]))  # type: ignore[call-overload]
+    found = _TIPS.get(key)
+    if found is None:
+        if len(_TIPS) >= _TIPS_MAX:
+            _TIPS.clear()
+        found = _TIPS[key] = TopicIdPartition(*key)
+    return found
 
 
 def _from_seg_id(d: dict[str, object]) -> RemoteLogSegmentId:

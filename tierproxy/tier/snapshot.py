@@ -187,19 +187,26 @@ class SnapshotWriter:
     writes one record object of what changed (`tier.snapshot_chain`), then the root naming the chain. The first
     pass of a process continues the newest root of its cluster whose chain loads (read once), or writes a base."""
 
-    def __init__(self, store: ObjectStore, prefix: str) -> None:
-        self.store, self.prefix = store, prefix
+    def __init__(self, store: ObjectStore, prefix: str, tracked: bool = False) -> None:
+        """`tracked`: each `write` after the first is told what changed (`RemoteLogMetadataManager.take_changed`)."""
+        self.store, self.prefix, self.tracked = store, prefix, tracked
+        self._pending: dict[bytes, bytes | None] = {}  # changes told to a write that failed: the next one's too
         self.state: ChainState | None = None
         self._chains: dict[str, list[str]] = {}  # root key -> its chain, as read or written (for the clean-up)
         self._names: set[str] = set()  # every snapshot object: as listed once, then as written and deleted
         self.last_bytes = 0  # what the last `write` put: its record object and its root
 
-    async def write(self, snap: TierSnapshot) -> str:
-        """Write `snap` (its `records` the live metadata records) as a root and what its chain lacks; then delete
-        all roots but the newest `KEPT`, and every record object none of them names. Returns the root's key."""
+    async def write(self, snap: TierSnapshot, changed: dict[bytes, bytes | None] | None = None) -> str:
+        """Write `snap` (its `records` the live metadata records; `changed` those written since the last call) as a
+        root and what its chain lacks; then delete all roots but the newest `KEPT`, and every record object none
+        of them names. Returns the root's key."""
+        for k, v in (changed or {}).items():
+            self._pending.pop(k, None)
+            self._pending[k] = v
         if self.state is None:
             self.state = await self._resume(snap.cluster_id)
-        step = self.state.next_step(snap.records, f"{RECORDS}{snap.taken_ms:020d}-{snap.run_id}.rec")
+        step = self.state.next_step(snap.records, f"{RECORDS}{snap.taken_ms:020d}-{snap.run_id}.rec",
+                                    self._pending if changed is not None else None)
         body = encode_records(step.records) if step.name in step.chain else b""
         if body:
             await self.store.put(_key(self.prefix, step.name), body)
@@ -208,7 +215,8 @@ class SnapshotWriter:
         key = _key(self.prefix, snap.name)
         await self.store.put(key, root)  # the root last: a reader never meets a chain not yet written
         self.last_bytes = len(body) + len(root)
-        self.state.advance(snap.records, step)
+        self.state.advance(snap.records, step, self.tracked)
+        self._pending = {}
         self._chains[key] = step.chain
         self._names.add(key)
         await self._clean(key, snap.taken_ms)

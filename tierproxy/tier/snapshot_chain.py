@@ -132,33 +132,44 @@ class Step:
 @dataclass
 class ChainState:
     """What the last root a writer wrote replays to, and how its chain is made: what the next delta is taken
-    against. Values are the very bytes objects of the metadata view when this process wrote them (an unchanged
-    record is found by identity, not compared)."""
+    against. Either `written`, the records themselves (values the very bytes objects of the metadata view when this
+    process wrote them: an unchanged record is found by identity), or, once `tracking`, nothing: the view says what
+    changed since (`RemoteLogMetadataManager.take_changed`), and a pass costs what changed, not every record."""
 
     chain: list[str] = field(default_factory=list)
     written: dict[bytes, bytes] = field(default_factory=dict)
+    tracking: bool = False
     base_records: int = 0  # records in the base
     delta_records: int = 0  # records in the deltas after it (tombstones included)
     touched: set[bytes] = field(default_factory=set)  # keys the deltas wrote or removed
 
-    def next_step(self, live: list[tuple[bytes, bytes]], name: str) -> Step:
-        """The record object a pass writes for `live` (named `name`) and the chain its root names. The state moves
-        on only by `advance`, once the object and its root are written."""
-        current = dict(live)
-        changed: Records = [(k, v) for k, v in live if (w := self.written.get(k)) is not v and w != v]
-        changed += [(k, None) for k in self.written if k not in current]
-        if not self.chain or self.delta_records + len(changed) > max(self.base_records, MIN_BASE) // 2:
+    def next_step(self, live: list[tuple[bytes, bytes]], name: str,
+                  changed: dict[bytes, bytes | None] | None = None) -> Step:
+        """The record object a pass writes for `live` (named `name`; `changed`: what changed since the last write,
+        when tracked) and the chain its root names. The state moves on only by `advance`, once the object and its
+        root are written."""
+        current: dict[bytes, bytes] | None = None
+        if self.tracking and changed is not None:
+            delta: Records = list(changed.items())
+        else:
+            current = dict(live)
+            delta = [(k, v) for k, v in live if (w := self.written.get(k)) is not v and w != v]
+            delta += [(k, None) for k in self.written if k not in current]
+        if not self.chain or self.delta_records + len(delta) > max(self.base_records, MIN_BASE) // 2:
             return Step(name, list(live), [name], base=True)
-        if not changed:  # nothing new: the root names the same chain, no object is written
+        if not delta:  # nothing new: the root names the same chain, no object is written
             return Step(name, [], list(self.chain), base=False)
         if len(self.chain) - 1 >= MAX_DELTAS:  # merge the deltas: the latest value of every key they touched
-            touched = self.touched | {k for k, _ in changed}
+            current = current if current is not None else dict(live)
+            touched = self.touched | {k for k, _ in delta}
             merged: Records = [(k, v) for k, v in live if k in touched]
             merged += [(k, None) for k in touched if k not in current]
             return Step(name, merged, [self.chain[0], name], base=False, merged=True)
-        return Step(name, changed, [*self.chain, name], base=False)
+        return Step(name, delta, [*self.chain, name], base=False)
 
-    def advance(self, live: list[tuple[bytes, bytes]], step: Step) -> None:
+    def advance(self, live: list[tuple[bytes, bytes]], step: Step, tracked: bool) -> None:
+        """`step` is written; `tracked`: every later pass says what changed (no copy of the records is kept)."""
+        self.written, self.tracking = ({}, True) if tracked else (dict(live), False)
         if step.name not in step.chain:
             return
         keys = {k for k, _ in step.records}
@@ -170,7 +181,6 @@ class ChainState:
             self.delta_records += len(step.records)
             self.touched |= keys
         self.chain = step.chain
-        self.written = dict(live)
 
     @classmethod
     async def of_root(cls, store: ObjectStore, prefix: str, chain: list[str]) -> ChainState:

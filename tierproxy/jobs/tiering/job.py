@@ -205,7 +205,8 @@ class TieringJob:
                                                             settings.metadata_checkpoint_dir, settings.identity,
                                                             writer=True)
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
-        self.snapshots = SnapshotWriter(self.rsm.store, self.rsm.prefix)  # its chain carries over between passes
+        # its chain carries over between passes, and the metadata view tells it what changed since the last one
+        self.snapshots = SnapshotWriter(self.rsm.store, self.rsm.prefix, tracked=True)
         self.spark = JobSpark("tierproxy-tier", settings.spark_master, self.spark_conf, spark)
         self._started = False
         self._files_checked = False
@@ -306,11 +307,12 @@ class TieringJob:
     def _describe_tier(self, summary: RunSummary, view: ClusterView, parts: list[PartitionInfo],
                        configs: dict[str, dict[str, str]], offsets: dict[tuple[str, int], PartitionOffsets]) -> None:
         """The tier's description of itself (`tier.snapshot`), written after the pass: what a restore needs."""
+        changed = self.rlmm.take_changed()  # before the records: a record applied between is in both, never lost
         snap = build_snapshot(summary.run_id, int(time.time() * 1000), view, parts, configs, offsets, self.rlmm,
                               getattr(self.rlmm, "topic", None))
         if snap.groups_unreadable:
             summary.errors.append(f"group offsets not in the tier snapshot: {snap.groups_unreadable}")
-        summary.snapshot = self.run(self.snapshots.write(snap))
+        summary.snapshot = self.run(self.snapshots.write(snap, changed))
 
     def report(self, summary: RunSummary) -> None:
         """Record that this pass served the pass asked for through the admin API (its run turns succeeded or
