@@ -28,6 +28,8 @@ from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadat
 from tierproxy.tier.rlmm import MetadataWriteRefused, RemoteLogMetadataManager, WriterFenced
 from tierproxy.tier.serde import decode_value, metadata_partition
 
+TOPIC_VISIBLE_ATTEMPTS = 33  # 0.25, 0.5, 1 s, then 2 s: about a minute for a new metadata topic to show
+
 
 class MetadataTopicMismatch(RuntimeError):
     """The metadata topic exists with settings this manager cannot work with."""
@@ -189,8 +191,10 @@ class TopicRLMM(RemoteLogMetadataManager):
         the history of every segment would grow without bound. Raises `MetadataTopicMismatch` naming both."""
         from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-        count, error = 0, None
-        for _ in range(40):  # a topic just created may not have reached every broker's metadata yet
+        count, error, waited = 0, None, 0.0
+        # a topic just created may not have reached every broker's metadata yet: a broker busy creating thousands
+        # of partitions took over 10 s to show this one's (the wide-pass bench); waited for up to about a minute
+        for attempt in range(TOPIC_VISIBLE_ATTEMPTS):
             described = await admin.describe_topics([self.topic])
             found = [t for t in described if (t.get("topic") or t.get("name")) == self.topic]
             error = found[0].get("error_code") if found else None
@@ -200,7 +204,13 @@ class TopicRLMM(RemoteLogMetadataManager):
             if error == 29:  # TOPIC_AUTHORIZATION_FAILED
                 raise MetadataTopicMismatch(f"metadata topic {self.topic}: not authorized to describe it (grant "
                                             "tierproxy's principal DESCRIBE on it: docs/proxy.md 'Secured clusters')")
-            await asyncio.sleep(0.25)
+            pause = min(2.0, 0.25 * 2 ** attempt)
+            await asyncio.sleep(pause)
+            waited += pause
+        if count == 0:
+            raise MetadataTopicMismatch(f"metadata topic {self.topic} not visible with its partitions after "
+                                        f"{waited:.0f} s (error {error}): the cluster has not finished creating it; "
+                                        "start again")
         if count != self.partitions:
             raise MetadataTopicMismatch(f"metadata topic {self.topic} has {count} partitions, configured "
                                         f"{self.partitions} (the metadata URI's partitions=): records would be "
