@@ -206,3 +206,48 @@ def test_a_record_object_round_trips_and_refuses_anything_else() -> None:
     for bad in (raw[:-1], raw + b"x", b"", b"TPSR", chains.encode_records([])[:4]):
         with pytest.raises(chains.ChainBroken):
             chains.decode_records(bad)
+
+
+def test_a_writer_whose_clock_is_behind_never_deletes_its_own_root_or_what_it_names(tmp_path: Path) -> None:
+    """A tier job restarted on a host whose clock is behind the last one's: its roots sort before five newer
+    names. Found by review: the clean-up deleted the root it had just written and its delta, the chain went on
+    naming them, and once the clock caught up no snapshot was readable."""
+    store, tier = FileStore(tmp_path), Tier(9)
+    tier.grow(2000)
+    ahead = SnapshotWriter(store, "p")
+    for taken in range(10_000, 10_005):
+        tier.grow(5)
+        run(ahead.write(tier.snap(taken)))
+    behind = SnapshotWriter(store, "p", tracked=True)
+    tier.view.take_changed()
+    for i, taken in enumerate([5_000, 5_001, 10_006, 10_007, 10_008, 10_009, 10_010]):
+        tier.grow(5, deleted=1)
+        key = run(behind.write(tier.snap(taken), tier.view.take_changed() if i else None))
+        mine = run(snapshots.read(store, "p", key.removeprefix("p/")))  # its root and every object it names
+        assert mine.records == tier.view.live_records(), taken
+    newest = run(snapshots.newest(store, "p"))
+    assert newest is not None and newest.run_id == "r10010" and newest.records == tier.view.live_records()
+
+
+def test_changes_taken_before_a_failure_are_written_by_the_next_pass(tmp_path: Path) -> None:
+    """The tier job hands what the view says changed to the writer (`note`) before it builds the snapshot, which
+    may fail (the cluster unreachable): the next pass writes them. A tracked writer told nothing after its first
+    pass writes a base rather than miss a tombstone."""
+    store, tier = FileStore(tmp_path), Tier(10)
+    writer = SnapshotWriter(store, "p", tracked=True)
+    tier.grow(1500)
+    tier.view.take_changed()
+    run(writer.write(tier.snap(1)))
+    tier.grow(10, deleted=20)
+    writer.note(tier.view.take_changed())  # ... and building the snapshot failed: no write this pass
+    tier.grow(10)
+    writer.note(tier.view.take_changed())
+    run(writer.write(tier.snap(3)))
+    newest = run(snapshots.newest(store, "p"))
+    assert newest is not None and newest.records == tier.view.live_records() and len(newest.chain) == 2
+    tier.grow(5, deleted=5)
+    tier.view.take_changed()  # taken and dropped by a caller that never told the writer
+    run(writer.write(tier.snap(4)))
+    newest = run(snapshots.newest(store, "p"))
+    assert newest is not None and newest.records == tier.view.live_records()
+    assert newest.chain == ["snapshots/records/00000000000000000004-r4.rec"], "a base, the whole again"

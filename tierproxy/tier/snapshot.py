@@ -153,6 +153,8 @@ class TierSnapshot:
             d = json.loads(raw)
             if d.get("format") not in READABLE:
                 raise ValueError(f"unknown snapshot format {d.get('format')!r}")
+            if d["format"] >= 3 and not d["chain"]:
+                raise ValueError("a root naming no record objects")
             unread = [Unread(**u) for u in d.get("unread", [])] if d["format"] >= 2 else \
                 [Unread(LISTING, "", -1, d["groups_unreadable"])] if d["groups_unreadable"] else []
             return cls(
@@ -190,23 +192,33 @@ class SnapshotWriter:
     def __init__(self, store: ObjectStore, prefix: str, tracked: bool = False) -> None:
         """`tracked`: each `write` after the first is told what changed (`RemoteLogMetadataManager.take_changed`)."""
         self.store, self.prefix, self.tracked = store, prefix, tracked
-        self._pending: dict[bytes, bytes | None] = {}  # changes told to a write that failed: the next one's too
+        self._pending: dict[bytes, bytes | None] = {}  # changes told and not yet in a written root
+        self._told = False  # the view has told what changed since the last root (`note`): `_pending` is complete
         self.state: ChainState | None = None
         self._chains: dict[str, list[str]] = {}  # root key -> its chain, as read or written (for the clean-up)
         self._names: set[str] = set()  # every snapshot object: as listed once, then as written and deleted
         self.last_bytes = 0  # what the last `write` put: its record object and its root
 
-    async def write(self, snap: TierSnapshot, changed: dict[bytes, bytes | None] | None = None) -> str:
-        """Write `snap` (its `records` the live metadata records; `changed` those written since the last call) as a
-        root and what its chain lacks; then delete all roots but the newest `KEPT`, and every record object none
-        of them names. Returns the root's key."""
-        for k, v in (changed or {}).items():
+    def note(self, changed: dict[bytes, bytes | None] | None) -> None:
+        """Take what the metadata view says changed (`RemoteLogMetadataManager.take_changed`) as soon as it is
+        taken, before anything that may fail: kept until a root holding it is written. None: the view's first
+        answer (it tracks from then on), nothing to take."""
+        if changed is None:
+            return
+        self._told = True
+        for k, v in changed.items():
             self._pending.pop(k, None)
             self._pending[k] = v
+
+    async def write(self, snap: TierSnapshot, changed: dict[bytes, bytes | None] | None = None) -> str:
+        """Write `snap` (its `records` the live metadata records; `changed`, or what `note` took, those written
+        since the last call) as a root and what its chain lacks; then delete all roots but the newest `KEPT`, and
+        every record object none of them names (never this root nor what it names). Returns the root's key."""
+        self.note(changed)
         if self.state is None:
             self.state = await self._resume(snap.cluster_id)
         step = self.state.next_step(snap.records, f"{RECORDS}{snap.taken_ms:020d}-{snap.run_id}.rec",
-                                    self._pending if changed is not None else None)
+                                    self._pending if self._told else None)
         body = encode_records(step.records) if step.name in step.chain else b""
         if body:
             await self.store.put(_key(self.prefix, step.name), body)
@@ -216,7 +228,7 @@ class SnapshotWriter:
         await self.store.put(key, root)  # the root last: a reader never meets a chain not yet written
         self.last_bytes = len(body) + len(root)
         self.state.advance(snap.records, step, self.tracked)
-        self._pending = {}
+        self._pending, self._told = {}, False  # the next pass is told again, or writes a base
         self._chains[key] = step.chain
         self._names.add(key)
         await self._clean(key, snap.taken_ms)
@@ -240,7 +252,8 @@ class SnapshotWriter:
     async def _clean(self, written: str, taken_ms: int) -> None:
         names = sorted(self._names)
         roots = sorted(k for k in names if k.endswith(".json"))
-        old, kept = roots[:-KEPT], roots[-KEPT:]
+        # by name (time), the newest KEPT; never the root just written, even if its clock is behind another's
+        old, kept = [k for k in roots[:-KEPT] if k != written], [*roots[-KEPT:], written]
         named: set[str] = set()
         for key in kept:
             if key not in self._chains:

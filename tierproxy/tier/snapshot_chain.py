@@ -149,6 +149,8 @@ class ChainState:
         when tracked) and the chain its root names. The state moves on only by `advance`, once the object and its
         root are written."""
         current: dict[bytes, bytes] | None = None
+        if self.tracking and changed is None:  # nothing said what changed since: the whole again, as a base
+            return Step(name, list(live), [name], base=True)
         if self.tracking and changed is not None:
             delta: Records = list(changed.items())
         else:

@@ -307,12 +307,14 @@ class TieringJob:
     def _describe_tier(self, summary: RunSummary, view: ClusterView, parts: list[PartitionInfo],
                        configs: dict[str, dict[str, str]], offsets: dict[tuple[str, int], PartitionOffsets]) -> None:
         """The tier's description of itself (`tier.snapshot`), written after the pass: what a restore needs."""
-        changed = self.rlmm.take_changed()  # before the records: a record applied between is in both, never lost
+        # before the records (one applied between is in both), and kept by the writer at once: a failure building
+        # the snapshot below loses none of them
+        self.snapshots.note(self.rlmm.take_changed())
         snap = build_snapshot(summary.run_id, int(time.time() * 1000), view, parts, configs, offsets, self.rlmm,
                               getattr(self.rlmm, "topic", None))
         if snap.groups_unreadable:
             summary.errors.append(f"group offsets not in the tier snapshot: {snap.groups_unreadable}")
-        summary.snapshot = self.run(self.snapshots.write(snap, changed))
+        summary.snapshot = self.run(self.snapshots.write(snap))
 
     def report(self, summary: RunSummary) -> None:
         """Record that this pass served the pass asked for through the admin API (its run turns succeeded or
