@@ -30,6 +30,8 @@ stays under its id key to the end. Segments started under the end-offset key (ol
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer, buffers
 from protocol.schema import F, Message
@@ -160,7 +162,7 @@ def _from_seg_id(d: dict[str, object]) -> RemoteLogSegmentId:
     return RemoteLogSegmentId(_from_tip(d["topic_id_partition"]), bytes(d["id"]))  # type: ignore[arg-type, call-overload]
 
 
-def _epochs(d: dict[int, int]) -> list[dict[str, int]]:
+def _epochs(d: Mapping[int, int]) -> list[dict[str, int]]:
     return [{"leader_epoch": e, "offset": o} for e, o in sorted(d.items(), key=lambda kv: kv[1])]
 
 
