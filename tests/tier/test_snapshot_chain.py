@@ -53,6 +53,16 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def tracked_after_one_pass(store: FileStore, seed: int, records: int) -> tuple[SnapshotWriter, Tier]:
+    """A tier job's writer (told what changed) that has written its first pass of a tier of `records` segments."""
+    tier = Tier(seed)
+    writer = SnapshotWriter(store, "p", tracked=True)
+    tier.grow(records)
+    tier.view.take_changed()
+    run(writer.write(tier.snap(1)))
+    return writer, tier
+
+
 @pytest.mark.parametrize("tracked", [False, True], ids=["compared", "told"])
 def test_each_pass_reads_back_as_the_live_records_and_writes_what_changed(tmp_path: Path, tracked: bool) -> None:
     """"told": the metadata view says what changed since the last pass (as in a tier job), nothing is compared."""
@@ -105,11 +115,8 @@ class FailingRoot(FileStore):
 
 
 def test_a_told_pass_that_failed_is_written_by_the_next_one(tmp_path: Path) -> None:
-    store, tier = FailingRoot(tmp_path), Tier(8)
-    writer = SnapshotWriter(store, "p", tracked=True)
-    tier.grow(2000)
-    tier.view.take_changed()
-    run(writer.write(tier.snap(1)))
+    store = FailingRoot(tmp_path)
+    writer, tier = tracked_after_one_pass(store, 8, 2000)
     tier.grow(20, deleted=5)
     store.fail = True
     with pytest.raises(StorageUnavailable):
@@ -233,11 +240,8 @@ def test_changes_taken_before_a_failure_are_written_by_the_next_pass(tmp_path: P
     """The tier job hands what the view says changed to the writer (`note`) before it builds the snapshot, which
     may fail (the cluster unreachable): the next pass writes them. A tracked writer told nothing after its first
     pass writes a base rather than miss a tombstone."""
-    store, tier = FileStore(tmp_path), Tier(10)
-    writer = SnapshotWriter(store, "p", tracked=True)
-    tier.grow(1500)
-    tier.view.take_changed()
-    run(writer.write(tier.snap(1)))
+    store = FileStore(tmp_path)
+    writer, tier = tracked_after_one_pass(store, 10, 1500)
     tier.grow(10, deleted=20)
     writer.note(tier.view.take_changed())  # ... and building the snapshot failed: no write this pass
     tier.grow(10)

@@ -99,18 +99,23 @@ def replay(into: dict[bytes, bytes], records: Records) -> None:
             into[key] = value
 
 
+async def read_object(store: ObjectStore, prefix: str, name: str) -> Records:
+    """One record object of a chain. Raises ChainBroken when it is missing or not whole."""
+    try:
+        raw = await store.get(_key(prefix, name))
+    except ObjectMissing:
+        raise ChainBroken(f"{name} is missing") from None
+    try:
+        return decode_records(raw)
+    except ChainBroken as exc:
+        raise ChainBroken(f"{name}: {exc}") from None
+
+
 async def load(store: ObjectStore, prefix: str, chain: list[str]) -> list[tuple[bytes, bytes]]:
     """The live records a chain replays to. Raises ChainBroken when one of its objects is missing or not whole."""
     live: dict[bytes, bytes] = {}
     for name in chain:
-        try:
-            raw = await store.get(_key(prefix, name))
-        except ObjectMissing:
-            raise ChainBroken(f"{name} is missing") from None
-        try:
-            replay(live, decode_records(raw))
-        except ChainBroken as exc:
-            raise ChainBroken(f"{name}: {exc}") from None
+        replay(live, await read_object(store, prefix, name))
     return list(live.items())
 
 
@@ -190,10 +195,7 @@ class ChainState:
         state = cls(chain=list(chain))
         live: dict[bytes, bytes] = {}
         for i, name in enumerate(chain):
-            try:
-                records = decode_records(await store.get(_key(prefix, name)))
-            except ObjectMissing:
-                raise ChainBroken(f"{name} is missing") from None
+            records = await read_object(store, prefix, name)
             replay(live, records)
             if i == 0:
                 state.base_records = len(records)
