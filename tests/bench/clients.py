@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tests.support.kafka import set_retention, watermarks
+from tests.support.proxy import ProxyProcess
 from tierproxy.dev.kafkadist import KafkaCluster
 
 
@@ -76,6 +77,21 @@ def forget_tiered(kafka: KafkaCluster, topic: str) -> int:
         time.sleep(0.5)
     set_retention(kafka.bootstrap, topic, 3_600_000)
     return watermarks(kafka.bootstrap, topic)[0]
+
+
+def served_from_file_tier(kafka: KafkaCluster, topic: str, tmp: Path, name: str,
+                          records: int) -> tuple[ProxyProcess, int]:
+    """`topic` tiered by one pass into the filesystem tier `tmp/<name>` (32 MiB segments), the broker made to delete
+    every closed segment (at least half of `records` then only in the tier), and a fresh proxy serving it: (the
+    proxy, the broker's log start). The caller stops the proxy."""
+    from tests.support.tiering import settings, tier_once
+
+    tier, meta = f"file://{tmp}/{name}", f"file://{tmp}/meta-{name}"
+    assert tier_once(settings(kafka.bootstrap, tmp, topic, storage=tier, metadata=meta, tier_segment_bytes=32 << 20,
+                              tier_state_dir=tmp / f"state-{name}")).failed == 0
+    tiered = forget_tiered(kafka, topic)
+    assert tiered >= records // 2
+    return ProxyProcess(kafka.bootstrap, tmp, extra={"TIERPROXY_STORAGE": tier, "TIERPROXY_METADATA": meta}), tiered
 
 
 def perf_test_mbps(libs: Path, bootstrap: str, topic: str, count: int) -> float:

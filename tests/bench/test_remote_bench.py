@@ -19,7 +19,16 @@ import pytest
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tests.bench.clients import CLIENT_BUSY, RECORDS, forget_tiered, kcat_args, kcat_mbps, perf_test_mbps, produce
+from tests.bench.clients import (
+    CLIENT_BUSY,
+    RECORDS,
+    forget_tiered,
+    kcat_args,
+    kcat_mbps,
+    perf_test_mbps,
+    produce,
+    served_from_file_tier,
+)
 from tests.bench.report import cpu_seconds, peak_rss_mib, report
 from tests.support.kafka import create_topic, set_retention, watermarks
 from tests.support.proxy import ProxyProcess
@@ -171,13 +180,7 @@ def test_remote_catch_up_of_300_byte_records(kafka: KafkaCluster, kcat: str, tmp
     produce(kafka, topic, records, size)
     direct = max(kcat_mbps(kcat, kafka.bootstrap, topic, records, size) for _ in range(2))
     direct_busy = CLIENT_BUSY["last"]
-    assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=f"file://{tmp_path}/tier-300",
-                              metadata=f"file://{tmp_path}/meta-300", tier_segment_bytes=32 << 20,
-                              tier_state_dir=tmp_path / "state-300")).failed == 0
-    tiered = forget_tiered(kafka, topic)
-    assert tiered >= records // 2
-    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier-300",
-                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta-300"})
+    proxy, tiered = served_from_file_tier(kafka, topic, tmp_path, "tier-300", records)
     try:
         time.sleep(2)
         c0, t0 = cpu_seconds(proxy.proc.pid), time.perf_counter()

@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.clients import RECORDS, forget_tiered, kcat_mbps, produce
+from tests.bench.clients import RECORDS, kcat_mbps, produce, served_from_file_tier
 from tests.bench.report import cpu_seconds, report
 from tests.support.kafka import create_topic
-from tests.support.proxy import ProxyProcess
-from tests.support.tiering import settings, tier_once
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.kcat]
@@ -43,13 +41,7 @@ def test_a_remote_catch_up_against_the_direct_tail(kafka: KafkaCluster, kcat: st
     create_topic(kafka.bootstrap, topic, config={"segment.bytes": str(32 << 20)})
     produce(kafka, topic, RECORDS, 1024)
     direct = sorted(kcat_mbps(kcat, kafka.bootstrap, topic, RECORDS) for _ in range(ROUNDS))
-    assert tier_once(settings(kafka.bootstrap, tmp_path, topic, storage=f"file://{tmp_path}/tier",
-                              metadata=f"file://{tmp_path}/meta", tier_segment_bytes=32 << 20,
-                              tier_state_dir=tmp_path / "state")).failed == 0
-    tiered = forget_tiered(kafka, topic)
-    assert tiered >= RECORDS // 2
-    proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
-                                                           "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
+    proxy, _ = served_from_file_tier(kafka, topic, tmp_path, "tier", RECORDS)
     spy, raw = None, tmp_path / "pyspy.txt"
     try:
         first = kcat_mbps(kcat, proxy.bootstrap, topic, RECORDS)  # a fresh proxy: every chunk from the tier
