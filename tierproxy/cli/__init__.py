@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tierproxy.cli.logs import configure as configure_logs
 from tierproxy.config.distribution import pip_install
 
 if TYPE_CHECKING:
@@ -542,12 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    worker = os.environ.get("_TIERPROXY_WORKER")  # serve --workers N: which worker says what
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s {f'[worker {worker}] ' if worker else ''}%(name)s: "
-                        f"%(message)s")
-    for chatty in ("aiobotocore", "botocore"):  # "Found credentials in environment variables" on every start
-        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
+    configure_logs(args.log_level, os.environ.get("_TIERPROXY_WORKER"))  # serve --workers N: which worker says what
     if (missing := missing_extra(args.command)) is not None:
         print(f"tierproxy: {missing}", file=sys.stderr)
         return 2
