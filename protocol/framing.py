@@ -9,6 +9,11 @@ buffer by `get_buffer`, and the frame is handed out as a memoryview of it — th
 Fetch/Produce frames are not copied again on the way through. Where the sender's sizes are not trusted (a
 client's requests), that buffer grows with the bytes that arrive (doubling, up to the announced size) instead of
 being allocated to the announced size up front: memory follows what a peer sends, not what it claims.
+
+The staging buffer itself starts small (4 KiB) and doubles up to its full size (64 KiB) when a read fills it or a
+staged frame needs the room, as Netty's adaptive receive buffer does: a connection that sent a few small requests
+and sits idle (most of a proxy's thousand) holds 4 KiB a side, not 64; a busy one reaches the full size in a few
+reads. Which frames get a buffer of their own depends on the full size only, never on how far the buffer has grown.
 """
 
 from __future__ import annotations
@@ -22,19 +27,23 @@ from protocol.errors import ProtocolError
 FRAME_SIZE = struct.Struct(">i")
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 DEFAULT_STAGING_SIZE = 64 * 1024
+INITIAL_STAGING_SIZE = 4 * 1024  # what a connection's staging buffer starts with (it grows to the staging size)
 HEAD = FRAME_SIZE.size  # the size prefix in front of each frame handed out by `next_wire`
 
 
 class FrameBuffer:
     """Feed bytes (or receive into `get_buffer`), then take frames with `next_frame` until it returns None."""
 
-    __slots__ = ("_big", "_big_size", "_big_w", "_buf", "_into_big", "_max", "_r", "_size", "_trusted", "_w")
+    __slots__ = ("_big", "_big_size", "_big_w", "_buf", "_filled", "_into_big", "_max", "_r", "_size", "_staging",
+                 "_trusted", "_w")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, staging_size: int = DEFAULT_STAGING_SIZE,
                  trusted_sizes: bool = True) -> None:
         self._max = max_frame_size
         self._trusted = trusted_sizes  # False: a large frame's buffer grows as its bytes arrive
-        self._buf = bytearray(staging_size)
+        self._staging = staging_size  # the staging buffer's full size; frames over half of it get their own
+        self._buf = bytearray(min(staging_size, INITIAL_STAGING_SIZE))
+        self._filled = False  # the last read filled the staging buffer: the peer sends more than it holds
         self._r = 0  # read index into _buf
         self._w = 0  # write index into _buf
         self._size = -1  # payload size of the frame at _r, once read
@@ -64,6 +73,11 @@ class FrameBuffer:
         """Bytes this buffer holds in memory (staging buffer and a large frame's buffer)."""
         return len(self._buf) + (len(self._big) if self._big is not None else 0)
 
+    def budgeted(self) -> int:
+        """What this buffer counts against a memory budget: the staging buffer at its full size (however far it
+        has grown: a budget's per-connection floor covers exactly that) and a large frame's buffer whole."""
+        return max(self._staging, len(self._buf)) + (len(self._big) if self._big is not None else 0)
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """A writable region for the next received bytes (asyncio.BufferedProtocol.get_buffer)."""
         big = self._big
@@ -78,9 +92,14 @@ class FrameBuffer:
             self._into_big = True
             return memoryview(big)[HEAD + self._big_w:]
         self._into_big = False
+        if self._filled:  # the last read filled the buffer: the peer sends more than it holds, read more at once
+            self._filled = False
+            if len(self._buf) < self._staging:
+                with contextlib.suppress(BufferError):  # a caller still holds a view of it: grow another time
+                    self._buf.extend(bytes(len(self._buf)))
         if self._w == len(self._buf):
             self._compact()
-            if self._w == len(self._buf):  # whole frames nobody took yet: make room rather than stall
+            if self._w == len(self._buf):  # whole frames (or a staged one) need more room: make it rather than stall
                 self._buf.extend(bytes(len(self._buf)))
         return memoryview(self._buf)[self._w:]
 
@@ -90,6 +109,7 @@ class FrameBuffer:
             self._big_w += n
         else:
             self._w += n
+            self._filled = self._w == len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Copy `data` in (for callers that are handed bytes, such as tests and non-buffered transports)."""
@@ -139,12 +159,12 @@ class FrameBuffer:
             raise ProtocolError(f"frame size {size} outside 0..{self._max} (max frame size)")
         self._r += 4
         self._size = size
-        if size > len(self._buf) // 2:
+        if size > self._staging // 2:
             # a large frame: give it its own buffer so the rest lands there directly
             have = self._w - self._r
             take = min(have, size)
             # HEAD bytes in front keep the size prefix: the frame goes back out as one piece (`next_wire`)
-            big = bytearray(HEAD + (size if self._trusted else min(size, max(take, len(self._buf)))))
+            big = bytearray(HEAD + (size if self._trusted else min(size, max(take, self._staging))))
             big[:HEAD + take] = memoryview(self._buf)[self._r - HEAD:self._r + take]
             self._r += take
             self._big, self._big_w, self._big_size = big, take, size

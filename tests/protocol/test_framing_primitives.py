@@ -219,3 +219,30 @@ def test_the_request_header_fast_path_agrees_with_the_reader(frame: bytes) -> No
     except ProtocolError:
         fast = None
     assert fast == slow
+
+
+def test_the_staging_buffer_starts_small_and_grows_to_its_full_size_while_reads_fill_it() -> None:
+    """An idle connection holds 4 KiB; a peer that sends more than the buffer holds gets it doubled at each read
+    that fills it, up to the full 64 KiB, with every frame handed out whole; which frames get a buffer of their own
+    (over 32 KiB) does not change with the buffer's size."""
+    fb = FrameBuffer()
+    assert fb.allocated() == 4096
+    frame = frame_header(124) + bytes(range(124))  # 128 bytes: whole frames fill a region exactly
+    offered, frames = [], 0
+    for _ in range(8):
+        region = fb.get_buffer()
+        offered.append(len(region))
+        region[:] = frame * (len(region) // len(frame))
+        fb.buffer_updated(len(region))
+        del region
+        while (got := fb.next_frame()) is not None:
+            assert bytes(got) == frame[4:]
+            frames += 1
+    assert offered == [4096, 8192, 16384, 32768, 65536, 65536, 65536, 65536]
+    assert frames == sum(offered) // len(frame)
+    staged = FrameBuffer()  # a 20 KiB frame is staged (the buffer grows to hold it), a 40 KiB one is not
+    assert received(staged, frame_header(20_000) + bytes(20_000), 4096, FrameBuffer.next_frame) == [bytes(20_000)]
+    assert staged.allocated() == 32768
+    big = FrameBuffer()
+    big.feed(frame_header(40_000) + bytes(100))
+    assert big.next_frame() is None and big.allocated() == 4096 + 4 + 40_000

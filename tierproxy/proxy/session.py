@@ -346,7 +346,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         session.server.buffer_updated(nbytes)
         session.process_client()
         if not session.closed:  # what its request buffers hold now, against queued.max.request.bytes
-            session.proxy.request_budget.charge(id(session), session.server.frames.allocated(), session.client_gate)
+            session.proxy.request_budget.charge(id(session), session.server.frames.budgeted(), session.client_gate)
 
     def eof_received(self) -> bool:
         return False
