@@ -178,6 +178,8 @@ class RemoteLogSegmentMetadata:
     def epoch_ranges(self) -> list[tuple[int, int, int]]:
         """(epoch, first offset, last offset) for each leader epoch in the segment."""
         epochs = self.segment_leader_epochs
+        if isinstance(epochs, LeaderEpochs) and len(epochs._flat) == 2:  # one epoch: the usual segment
+            return [(epochs._flat[0], epochs._flat[1], self.end_offset)]
         items = sorted(epochs.pairs() if isinstance(epochs, LeaderEpochs) else epochs.items(), key=lambda kv: kv[1])
         out = []
         for i, (epoch, start) in enumerate(items):

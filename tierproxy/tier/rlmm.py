@@ -95,14 +95,15 @@ class RemoteLogMetadataManager(abc.ABC):
             if key and self.values.pop(key, None) is not None and self._changed is not None:
                 self._note_changed(key, None)
             return
-        event = decode_value(value)
+        stored = bytes(value)  # one object: the live record below and, for a segment, the cache's form of it
+        event = decode_value(stored)
         if isinstance(event, RemoteLogSegmentMetadata):
-            self.cache.apply_record(event)
+            self.cache.apply_record(event, stored)
         else:
             self.cache.apply(event)
         if key and not key.startswith(b"tierproxy:tierPass:"):  # a pass request is this cluster's, not history
             self.values.pop(key, None)
-            self.values[key] = stored = bytes(value)
+            self.values[key] = stored
             if self._changed is not None:
                 self._note_changed(key, stored)
         if pk is not None and key is not None:
@@ -302,14 +303,26 @@ def _offset_of(log_start_key: bytes) -> int:
         return -1
 
 
+_KEY_PARTITIONS: dict[bytes, tuple[bytes, int] | None] = {}  # "topicId:partition" as keys start → its key
+_KEY_PARTITIONS_MAX = 200_000
+
+
 def _partition_of_key(key: bytes) -> tuple[bytes, int] | None:
     from tierproxy.tier.model import uuid_bytes
 
-    parts = key.split(b":")
+    head = key.split(b":", 2)
+    prefix = b":".join(head[:2])
+    found = _KEY_PARTITIONS.get(prefix, False)
+    if found is not False:
+        return found  # type: ignore[return-value]
     try:
-        return uuid_bytes(parts[0].decode()), int(parts[1])
+        found = uuid_bytes(head[0].decode()), int(head[1])
     except (ValueError, IndexError):
-        return None
+        found = None
+    if len(_KEY_PARTITIONS) >= _KEY_PARTITIONS_MAX:
+        _KEY_PARTITIONS.clear()
+    _KEY_PARTITIONS[prefix] = found
+    return found
 
 
 def new_segment(tp: TopicIdPartition, segment_id: bytes, start: int, end: int, max_ts: int,
