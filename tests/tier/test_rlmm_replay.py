@@ -111,6 +111,8 @@ def test_compaction_and_checkpoint_describe_the_same_tier_as_a_full_replay(
         assert view(ReplayRLMM(compacted(r.log[:cut]) + r.log[cut:])) == live, "compacted, then the tail"
         assert view(restarted(r.log, t, tmp_path / "cp")) == live, "checkpoint restart"
         assert view(ReplayedMetadata.of(r.live_records())) == live, "a tier snapshot's records"
+        replayed = ReplayRLMM(r.log)  # its live keys made from its records when first asked, as kept by a writer
+        assert replayed._keys is None and replayed.keys == {pk: ks for pk, ks in r.keys.items() if ks}
 
     asyncio.run(go())
 

@@ -59,13 +59,29 @@ class RemoteLogMetadataManager(abc.ABC):
 
     def __init__(self) -> None:
         self.cache = MetadataCache()
-        self.keys: dict[tuple[bytes, int], set[bytes]] = {}  # live (not tombstoned) record keys per partition
+        self._keys: dict[tuple[bytes, int], set[bytes]] | None = None  # `keys`, once asked
         self.values: dict[bytes, bytes] = {}  # every live record, latest write last: what compaction keeps
         self.records_skipped = 0  # malformed or inapplicable records, logged and skipped
         self.consumer_restarts = 0  # the metadata consumer failed and was restarted (with backoff)
         self.failure: BaseException | None = None  # why the view is not moving right now (None: it is)
         self._changed: dict[bytes, bytes | None] | None = None  # live keys written since `take_changed` (if asked)
         self._changed_lock = threading.Lock()  # applied on the view's loop, taken from the tier job's thread
+
+    @property
+    def keys(self) -> dict[tuple[bytes, int], set[bytes]]:
+        """The live (not tombstoned) record keys per partition: made from `values` when first asked (a writer's
+        retirements, a purge), kept up to date from then. A proxy's view of a million segments never asks."""
+        if self._keys is None:
+            keys: dict[tuple[bytes, int], set[bytes]] = {}
+            for key in self.values:
+                if (pk := _partition_of_key(key)) is not None:
+                    keys.setdefault(pk, set()).add(key)
+            self._keys = keys
+        return self._keys
+
+    @keys.setter
+    def keys(self, keys: dict[tuple[bytes, int], set[bytes]]) -> None:
+        self._keys = keys
 
     # --- backend -----------------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -88,10 +104,10 @@ class RemoteLogMetadataManager(abc.ABC):
 
     def apply_record(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one stored record (value None = tombstone, which only retires its key)."""
-        pk = _partition_of_key(key) if key else None
+        pk = _partition_of_key(key) if key and self._keys is not None else None
         if value is None:
-            if pk is not None:
-                self.keys.get(pk, set()).discard(key)
+            if pk is not None and self._keys is not None:
+                self._keys.get(pk, set()).discard(key)
             if key and self.values.pop(key, None) is not None and self._changed is not None:
                 self._note_changed(key, None)
             return
@@ -106,8 +122,8 @@ class RemoteLogMetadataManager(abc.ABC):
             self.values[key] = stored
             if self._changed is not None:
                 self._note_changed(key, stored)
-        if pk is not None and key is not None:
-            self.keys.setdefault(pk, set()).add(key)
+        if pk is not None and key is not None and self._keys is not None:
+            self._keys.setdefault(pk, set()).add(key)
 
     def _note_changed(self, key: bytes, value: bytes | None) -> None:
         with self._changed_lock:
