@@ -57,7 +57,7 @@ class Generated:
     def _segment(self, t: TIP, base: int) -> None:
         end = base + SEGMENT_OFFSETS - 1
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId(t, self.rng.randbytes(16)), base, end, 1_700_000_000_000,
-                                      1, 1_700_000_000_000, {0: 0}, 1 << 30, SegmentState.COPY_SEGMENT_FINISHED,
+                                      1, 1_700_000_000_000, {0: base}, 1 << 30, SegmentState.COPY_SEGMENT_FINISHED,
                                       False, None, 1)
         self.values[record_key(md)] = value = encode_value(md)
         self.changed[record_key(md)] = value

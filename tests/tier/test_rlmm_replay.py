@@ -111,6 +111,8 @@ def test_compaction_and_checkpoint_describe_the_same_tier_as_a_full_replay(
         assert view(ReplayRLMM(compacted(r.log[:cut]) + r.log[cut:])) == live, "compacted, then the tail"
         assert view(restarted(r.log, t, tmp_path / "cp")) == live, "checkpoint restart"
         assert view(ReplayedMetadata.of(r.live_records())) == live, "a tier snapshot's records"
+        replayed = ReplayRLMM(r.log)  # its live keys made from its records when first asked, as kept by a writer
+        assert replayed._keys is None and replayed.keys == {pk: ks for pk, ks in r.keys.items() if ks}
 
     asyncio.run(go())
 
@@ -128,3 +130,30 @@ def test_an_empty_last_range_does_not_take_the_copied_segment_with_it(tmp_path: 
         assert view(restarted(r.log, t, tmp_path)) == view(r)
 
     asyncio.run(go())
+
+
+def test_a_checkpoint_of_the_older_format_is_read_as_none_and_replaced(tmp_path: Path) -> None:
+    """Format 1 (a file per metadata partition) is not read: the view reads the topic whole instead, and the next
+    checkpoint (one file) removes the old files. A checkpoint cut short is not read either."""
+    old = tmp_path / "__tierproxy_remote_log_metadata-0.checkpoint"
+    old.write_bytes(b"\x01\x02")
+    view = TopicRLMM("127.0.0.1:1", partitions=1, checkpoint_dir=tmp_path)
+    assert view.load_checkpoint() == {}
+    view.apply_record(*_one_record())
+    view.positions[0] = 7
+    view.write_checkpoint()
+    assert [p.name for p in tmp_path.iterdir()] == ["__tierproxy_remote_log_metadata.checkpoint"]
+    again = TopicRLMM("127.0.0.1:1", partitions=1, checkpoint_dir=tmp_path)
+    assert again.load_checkpoint() == {0: 7} and again.values == view.values
+    whole = (tmp_path / "__tierproxy_remote_log_metadata.checkpoint").read_bytes()
+    (tmp_path / "__tierproxy_remote_log_metadata.checkpoint").write_bytes(whole[:-3])
+    cut = TopicRLMM("127.0.0.1:1", partitions=1, checkpoint_dir=tmp_path)
+    assert cut.load_checkpoint() == {} and cut.values == {}
+
+
+def _one_record() -> tuple[bytes, bytes]:
+    from tests.support.segments import seg
+    from tierproxy.tier.serde import encode_value, record_key
+
+    md = seg(tp("orders", 0), 0, 9)
+    return record_key(md), encode_value(md)

@@ -190,12 +190,12 @@ class ProxyCollector(Collector):
         last = GaugeMetricFamily("tierproxy_tier_last_copy_timestamp_seconds", "When the newest served segment was "
                                  "copied (its COPY_SEGMENT_FINISHED event): tiering progress", labels=["topic"])
         per: dict[str, list[int]] = {}
-        for pc in tier.rlmm.cache.partitions.values():
-            finished = list(pc.finished())
+        for pc in list(tier.rlmm.cache.partitions.values()):
+            n, size_of, newest = pc.summary()  # without making a million segments per scrape
             acc = per.setdefault(pc.tp.topic, [0, 0, 0])
-            acc[0] += len(finished)
-            acc[1] += sum(m.segment_size_in_bytes for m in finished)
-            acc[2] = max([acc[2], *(m.event_timestamp_ms for m in finished)])
+            acc[0] += n
+            acc[1] += size_of
+            acc[2] = max(acc[2], newest)
         for topic, (n, b, copied) in sorted(per.items()):
             segs.add_metric([topic], n)
             size.add_metric([topic], b)

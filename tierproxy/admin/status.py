@@ -21,9 +21,9 @@ def topic_summary(proxy: Proxy, name: str, t: MetadataResponseTopic) -> TopicSum
     for p in t["partitions"]:
         pc = proxy.remote.partition_by_id(t["topic_id"], p["partition_index"]) if proxy.remote else None
         if pc is not None:
-            finished = list(pc.finished())
-            segs += len(finished)
-            nbytes += sum(m.segment_size_in_bytes for m in finished)
+            n, size_of, _ = pc.summary()
+            segs += n
+            nbytes += size_of
     s = proxy.settings
     ms = topic_setting(s.tier_topic_overrides, name, "retention.ms", s.tier_retention_ms)
     max_bytes = topic_setting(s.tier_topic_overrides, name, "retention.bytes", s.tier_retention_bytes)

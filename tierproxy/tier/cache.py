@@ -26,6 +26,7 @@ from tierproxy.tier.model import (
     check_segment_transition,
 )
 from tierproxy.tier.rules import holes_between, served_segments, tier_start
+from tierproxy.tier.segment_table import MATERIALIZED, SegmentTable
 
 PartitionKey = tuple[bytes, int]  # (topic id, partition): names can be reused after a delete, ids cannot
 
@@ -61,31 +62,49 @@ class PartitionCache:
 
     def __init__(self, tp: TopicIdPartition) -> None:
         self.tp = tp
-        self.segments: dict[bytes, RemoteLogSegmentMetadata] = {}
+        self.segments = SegmentTable()  # kept as their records where they came as records (`tier.segment_table`)
         self.epochs: dict[int, _EpochIndex] = {}
         self.unreferenced: set[bytes] = set()
         self.log_start_offset = 0  # moved by purges only (RemoteLogStartOffset): nothing below it is served
         # (producer id, first offset) → the recorded outcome of a transaction open at a tiered segment's end
         self.outcomes: dict[tuple[int, int], TransactionOutcome] = {}
-        # the served segments in offset order and the lineage, computed once per change of `segments`/`epochs`:
-        # every remote fetch asks them (several times), a change comes once per tiered segment
+        # the served segments' ids in offset order, their summary and the lineage, computed once per change of
+        # `segments`/`epochs`, and the served segments made (within `MATERIALIZED`'s budget): every remote fetch
+        # asks them (several times), a change comes once per tiered segment
+        self._order: list[bytes] | None = None
+        self._summary: tuple[int, int, int] | None = None
         self._served: list[RemoteLogSegmentMetadata] | None = None
         self._lineage: list[tuple[int, int, int]] | None = None
 
     def _changed(self) -> None:
-        self._served = self._lineage = None
+        if self._served is not None:
+            MATERIALIZED.drop(self)
+        self._served = self._lineage = self._order = self._summary = None
+
+    def forget_made(self) -> None:
+        """Drop the made served segments (`MATERIALIZED`'s budget): made again when next asked."""
+        self._served = None
 
     # --- events ------------------------------------------------------------------------------------------------
-    def add(self, md: RemoteLogSegmentMetadata) -> None:
+    def add(self, md: RemoteLogSegmentMetadata, record: bytes | None = None) -> None:
+        """A segment's first event; `record`: the metadata record `md` was read from, kept in its place."""
         check_segment_transition(self.segments[md.segment_id.id].state if md.segment_id.id in self.segments else None,
                                  md.state, md.segment_id)
-        self.segments[md.segment_id.id] = md
+        self._put(md, record)
         self.unreferenced.add(md.segment_id.id)
         self._changed()
 
-    def update(self, up: RemoteLogSegmentMetadataUpdate,
-               facts: RemoteLogSegmentMetadata | None = None) -> RemoteLogSegmentMetadata:
-        """Apply a state change; `facts` (a full record) may correct what STARTED planned (the copied range)."""
+    def _put(self, md: RemoteLogSegmentMetadata, record: bytes | None) -> None:
+        self._changed()  # (a record of a segment not seen before, as compaction leaves it, changed it too)
+        if record is None:
+            self.segments[md.segment_id.id] = md
+        else:
+            self.segments.put_record(md.segment_id.id, record)
+
+    def update(self, up: RemoteLogSegmentMetadataUpdate, facts: RemoteLogSegmentMetadata | None = None,
+               record: bytes | None = None) -> RemoteLogSegmentMetadata:
+        """Apply a state change; `facts` (a full record, read from `record` if given) may correct what STARTED
+        planned (the copied range)."""
         seg_id = up.segment_id.id
         current = self.segments.get(seg_id)
         check_segment_transition(current.state if current else None, up.state, up.segment_id)
@@ -96,7 +115,7 @@ class PartitionCache:
             del self.segments[seg_id]
             self.unreferenced.discard(seg_id)
             return md
-        self.segments[seg_id] = md
+        self._put(md, record if facts is not None else None)
         if up.state == SegmentState.COPY_SEGMENT_FINISHED:
             self._reference(md)
         elif up.state == SegmentState.DELETE_SEGMENT_STARTED:
@@ -125,10 +144,28 @@ class PartitionCache:
     # --- queries -----------------------------------------------------------------------------------------------
     def finished(self) -> Iterator[RemoteLogSegmentMetadata]:
         """Served segments (COPY_SEGMENT_FINISHED and referenced), in offset order."""
-        if self._served is None:
+        served = self._served
+        if served is None:
+            served = self._served = [self.segments[i] for i in self._served_ids()]
+            MATERIALIZED.touch(self, len(served))
+        else:
+            MATERIALIZED.touch(self)
+        return iter(served)
+
+    def _served_ids(self) -> list[bytes]:
+        if self._order is None:
             ids = {i for idx in self.epochs.values() for i in idx.ids.values()}
-            self._served = sorted((self.segments[i] for i in ids), key=lambda m: (m.start_offset, m.end_offset))
-        return iter(self._served)
+            facts = {i: self.segments.facts(i) for i in ids}
+            self._order = sorted(ids, key=lambda i: facts[i][:2])
+            self._summary = (len(ids), sum(f[3] for f in facts.values()),
+                             max((f[2] for f in facts.values()), default=0))
+        return self._order
+
+    def summary(self) -> tuple[int, int, int]:
+        """(served segments, their bytes, the newest one's event time in ms; 0 when none), without making them."""
+        self._served_ids()
+        assert self._summary is not None
+        return self._summary
 
     def all_segments(self) -> list[RemoteLogSegmentMetadata]:
         return sorted(self.segments.values(), key=lambda m: (m.start_offset, m.end_offset))
@@ -163,9 +200,10 @@ class PartitionCache:
 
     def _compute_lineage(self) -> list[tuple[int, int, int]]:
         ranges: dict[int, list[int]] = {}
+        served = {md.segment_id.id: md for md in self.finished()}
         for epoch, idx in self.epochs.items():
             for start in idx.starts:
-                md = self.segments[idx.ids[start]]
+                md = served[idx.ids[start]]
                 for e, s, end in md.epoch_ranges():
                     if e == epoch:
                         lo_hi = ranges.setdefault(epoch, [s, end])
@@ -252,24 +290,25 @@ class MetadataCache:
         """By id: the cluster's id of a restored topic finds the history it continues."""
         return self.partitions.get((self.aliases.get(topic_id, topic_id), partition))
 
-    def apply_record(self, md: RemoteLogSegmentMetadata) -> None:
-        """A full segment record carrying any state, as the metadata topic stores each event.
+    def apply_record(self, md: RemoteLogSegmentMetadata, record: bytes | None = None) -> None:
+        """A full segment record carrying any state, as the metadata topic stores each event (`record`: its bytes,
+        which `md` was read from: kept instead of `md`).
 
         Known segments move through the state machine as usual. An unknown segment in a later state is what
         compaction leaves of its history (earlier records shared its key and were compacted away): it is taken
         as it stands.
         """
         pc = self.partition(md.tp)
-        current = pc.segments.get(md.segment_id.id)
-        if md.state == SegmentState.COPY_SEGMENT_STARTED or current is not None:
+        known = md.segment_id.id in pc.segments
+        if md.state == SegmentState.COPY_SEGMENT_STARTED or known:
             if md.state == SegmentState.COPY_SEGMENT_STARTED:
-                pc.add(md)
+                pc.add(md, record)
             else:
                 pc.update(RemoteLogSegmentMetadataUpdate(md.segment_id, md.event_timestamp_ms, md.state, md.broker_id,
                                                          md.custom_metadata, md.broker_leader_epoch, md.end_offset),
-                          md)
+                          md, record)
         elif md.state != SegmentState.DELETE_SEGMENT_FINISHED:
-            pc.segments[md.segment_id.id] = md
+            pc._put(md, record)
             if md.state == SegmentState.COPY_SEGMENT_FINISHED:
                 pc._reference(md)
             else:

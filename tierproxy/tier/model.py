@@ -106,6 +106,13 @@ class LeaderEpochs(Mapping[int, int]):
         self._flat: tuple[int, ...] = tuple(chain.from_iterable((pairs if isinstance(pairs, dict) else
                                                                  dict(pairs)).items()))
 
+    @classmethod
+    def of_flat(cls, flat: tuple[int, ...]) -> LeaderEpochs:
+        """From (epoch, offset, epoch, offset, ...) as read, epochs distinct (a record reader's fast path)."""
+        made = cls.__new__(cls)
+        made._flat = flat
+        return made
+
     def pairs(self) -> list[tuple[int, int]]:
         """(epoch, offset) in the order given: `items()` without a look-up per key."""
         return list(zip(self._flat[0::2], self._flat[1::2], strict=True))
@@ -171,6 +178,8 @@ class RemoteLogSegmentMetadata:
     def epoch_ranges(self) -> list[tuple[int, int, int]]:
         """(epoch, first offset, last offset) for each leader epoch in the segment."""
         epochs = self.segment_leader_epochs
+        if isinstance(epochs, LeaderEpochs) and len(epochs._flat) == 2:  # one epoch: the usual segment
+            return [(epochs._flat[0], epochs._flat[1], self.end_offset)]
         items = sorted(epochs.pairs() if isinstance(epochs, LeaderEpochs) else epochs.items(), key=lambda kv: kv[1])
         out = []
         for i, (epoch, start) in enumerate(items):

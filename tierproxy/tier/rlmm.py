@@ -59,13 +59,29 @@ class RemoteLogMetadataManager(abc.ABC):
 
     def __init__(self) -> None:
         self.cache = MetadataCache()
-        self.keys: dict[tuple[bytes, int], set[bytes]] = {}  # live (not tombstoned) record keys per partition
+        self._keys: dict[tuple[bytes, int], set[bytes]] | None = None  # `keys`, once asked
         self.values: dict[bytes, bytes] = {}  # every live record, latest write last: what compaction keeps
         self.records_skipped = 0  # malformed or inapplicable records, logged and skipped
         self.consumer_restarts = 0  # the metadata consumer failed and was restarted (with backoff)
         self.failure: BaseException | None = None  # why the view is not moving right now (None: it is)
         self._changed: dict[bytes, bytes | None] | None = None  # live keys written since `take_changed` (if asked)
         self._changed_lock = threading.Lock()  # applied on the view's loop, taken from the tier job's thread
+
+    @property
+    def keys(self) -> dict[tuple[bytes, int], set[bytes]]:
+        """The live (not tombstoned) record keys per partition: made from `values` when first asked (a writer's
+        retirements, a purge), kept up to date from then. A proxy's view of a million segments never asks."""
+        if self._keys is None:
+            keys: dict[tuple[bytes, int], set[bytes]] = {}
+            for key in self.values:
+                if (pk := _partition_of_key(key)) is not None:
+                    keys.setdefault(pk, set()).add(key)
+            self._keys = keys
+        return self._keys
+
+    @keys.setter
+    def keys(self, keys: dict[tuple[bytes, int], set[bytes]]) -> None:
+        self._keys = keys
 
     # --- backend -----------------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -88,25 +104,26 @@ class RemoteLogMetadataManager(abc.ABC):
 
     def apply_record(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one stored record (value None = tombstone, which only retires its key)."""
-        pk = _partition_of_key(key) if key else None
+        pk = _partition_of_key(key) if key and self._keys is not None else None
         if value is None:
-            if pk is not None:
-                self.keys.get(pk, set()).discard(key)
+            if pk is not None and self._keys is not None:
+                self._keys.get(pk, set()).discard(key)
             if key and self.values.pop(key, None) is not None and self._changed is not None:
                 self._note_changed(key, None)
             return
-        event = decode_value(value)
+        stored = bytes(value)  # one object: the live record below and, for a segment, the cache's form of it
+        event = decode_value(stored)
         if isinstance(event, RemoteLogSegmentMetadata):
-            self.cache.apply_record(event)
+            self.cache.apply_record(event, stored)
         else:
             self.cache.apply(event)
         if key and not key.startswith(b"tierproxy:tierPass:"):  # a pass request is this cluster's, not history
             self.values.pop(key, None)
-            self.values[key] = stored = bytes(value)
+            self.values[key] = stored
             if self._changed is not None:
                 self._note_changed(key, stored)
-        if pk is not None and key is not None:
-            self.keys.setdefault(pk, set()).add(key)
+        if pk is not None and key is not None and self._keys is not None:
+            self._keys.setdefault(pk, set()).add(key)
 
     def _note_changed(self, key: bytes, value: bytes | None) -> None:
         with self._changed_lock:
@@ -302,14 +319,26 @@ def _offset_of(log_start_key: bytes) -> int:
         return -1
 
 
+_KEY_PARTITIONS: dict[bytes, tuple[bytes, int] | None] = {}  # "topicId:partition" as keys start → its key
+_KEY_PARTITIONS_MAX = 200_000
+
+
 def _partition_of_key(key: bytes) -> tuple[bytes, int] | None:
     from tierproxy.tier.model import uuid_bytes
 
-    parts = key.split(b":")
+    head = key.split(b":", 2)
+    prefix = b":".join(head[:2])
+    found = _KEY_PARTITIONS.get(prefix, False)
+    if found is not False:
+        return found  # type: ignore[return-value]
     try:
-        return uuid_bytes(parts[0].decode()), int(parts[1])
+        found = uuid_bytes(head[0].decode()), int(head[1])
     except (ValueError, IndexError):
-        return None
+        found = None
+    if len(_KEY_PARTITIONS) >= _KEY_PARTITIONS_MAX:
+        _KEY_PARTITIONS.clear()
+    _KEY_PARTITIONS[prefix] = found
+    return found
 
 
 def new_segment(tp: TopicIdPartition, segment_id: bytes, start: int, end: int, max_ts: int,

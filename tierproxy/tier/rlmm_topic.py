@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from protocol.errors import ProtocolError
-from protocol.primitives import Reader, Writer
+from protocol.primitives import Reader, Writer, buffers
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate, TierPass, TopicMount
 from tierproxy.tier.rlmm import MetadataWriteRefused, RemoteLogMetadataManager, WriterFenced
@@ -39,7 +40,7 @@ log = logging.getLogger("tierproxy.rlmm")
 DEFAULT_TOPIC = "__tierproxy_remote_log_metadata"
 TOPIC_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "86400000",
                 "segment.ms": "3600000", "retention.ms": "-1"}
-CHECKPOINT_MAGIC = 1
+CHECKPOINT_MAGIC = 2  # 2: one file, positions then live records (1: a file per partition)
 
 
 class SettlingLeaders(logging.Filter):
@@ -91,7 +92,6 @@ class TopicRLMM(RemoteLogMetadataManager):
         self.topic_config = {**TOPIC_CONFIG, **(topic_config or {})}
         self.client_options = client_options or {}
         self.positions: dict[int, int] = {}
-        self.latest: dict[int, dict[bytes, tuple[int, bytes]]] = {}  # metadata partition → key → (offset, value)
         self.records_consumed = 0
         self.stall_timeout_s = stall_timeout_s
         self._progress = asyncio.Condition()
@@ -109,7 +109,7 @@ class TopicRLMM(RemoteLogMetadataManager):
             await self._start()
         except BaseException:
             await self._stop_clients()
-            self.cache, self.keys, self.latest, self.positions = MetadataCache(), {}, {}, {}
+            self.cache, self.keys, self.values, self.positions = MetadataCache(), {}, {}, {}
             raise
         finally:
             fetcher.removeFilter(settling)
@@ -287,14 +287,6 @@ class TopicRLMM(RemoteLogMetadataManager):
         except (IllegalStateTransition, ValueError, ProtocolError) as exc:
             self.records_skipped += 1
             log.error("metadata partition %d offset %d: %s (record skipped)", partition, offset, exc)
-            if isinstance(exc, ProtocolError):
-                return
-        if key is not None:
-            latest = self.latest.setdefault(partition, {})
-            if value is None:
-                latest.pop(key, None)
-            else:
-                latest[key] = (offset, value)
 
     def lag_records(self) -> int:
         """Per metadata partition, its last stable offset as the latest fetch saw it minus the position applied."""
@@ -379,42 +371,67 @@ class TopicRLMM(RemoteLogMetadataManager):
                 return 0  # not a partition's: the first metadata partition
             tp = event.segment_id.tp if isinstance(event, RemoteLogSegmentMetadataUpdate) else event.tp
             return metadata_partition(tp, self.partitions)
-        for p, latest in self.latest.items():  # a tombstone goes where its key lives
-            if key in latest:
-                return p
-        raise ValueError(f"tombstone for unknown key {key!r}")
+        live = self.values.get(key)  # a tombstone goes where its key lives
+        if live is None:
+            raise ValueError(f"tombstone for unknown key {key!r}")
+        return self._partition_for(key, live)
 
     # --- checkpoint --------------------------------------------------------------------------------------------
-    def _checkpoint_path(self, partition: int) -> Path:
+    def _checkpoint_path(self) -> Path:
         assert self.checkpoint_dir is not None
-        return self.checkpoint_dir / f"{self.topic}-{partition}.checkpoint"
+        return self.checkpoint_dir / f"{self.topic}.checkpoint"
 
     def write_checkpoint(self) -> None:
-        """Write each metadata partition's live records and consumed offset (atomically, file by file)."""
+        """Write the consumed offset of every metadata partition and every live record, in the order applied
+        (atomically). Each key lives in one metadata partition, so replaying them in that order gives this view."""
         if self.checkpoint_dir is None:
             return
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        for p in range(self.partitions):
-            w = Writer()
-            w.unsigned_varint(CHECKPOINT_MAGIC)
-            w.varlong(self.positions.get(p, 0))
-            for key, (_, value) in sorted(self.latest.get(p, {}).items(), key=lambda kv: kv[1][0]):
-                entry = Writer()
-                entry.unsigned_varint(len(key))
-                entry.raw(key)
-                entry.raw(value)
-                w.unsigned_varint(len(entry.buf))
-                w.raw(entry.buf)
-            path = self._checkpoint_path(p)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(bytes(w.buf))
-            os.replace(tmp, path)
+        w = Writer()
+        w.unsigned_varint(CHECKPOINT_MAGIC)
+        w.unsigned_varint(len(self.positions))
+        for p, offset in sorted(self.positions.items()):
+            w.unsigned_varint(p)
+            w.varlong(offset)
+        for key, value in self.values.items():
+            w.unsigned_varint(len(key))
+            w.raw(key)
+            w.unsigned_varint(len(value))
+            w.raw(value)
+        path = self._checkpoint_path()
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("wb") as out:
+            out.writelines(buffers(w.finish()))
+        os.replace(tmp, path)
+        for old in self.checkpoint_dir.glob(f"{glob.escape(self.topic)}-*.checkpoint"):  # the format before 2
+            old.unlink(missing_ok=True)
 
     def load_checkpoint(self) -> dict[int, int]:
-        """Load every partition's checkpoint into the cache; return the offsets to resume from."""
-        offsets: dict[int, int] = {}
+        """Load the checkpoint into the view; return the offsets to resume from (none: read the topic whole)."""
         if self.checkpoint_dir is None:
-            return offsets
+            return {}
+        path = self._checkpoint_path()
+        if not path.exists():
+            return {}
+        r = Reader(memoryview(path.read_bytes()))
+        try:
+            if r.unsigned_varint() != CHECKPOINT_MAGIC:
+                log.warning("ignoring checkpoint %s: unknown format", path)
+                return {}
+            offsets = {r.unsigned_varint(): r.varlong() for _ in range(r.unsigned_varint())}
+            entries = []
+            while r.remaining():
+                key = bytes(r.view(r.unsigned_varint()))
+                entries.append((key, bytes(r.view(r.unsigned_varint()))))
+        except ProtocolError as exc:
+            log.warning("ignoring checkpoint %s: %s", path, exc)
+            return {}
+        for key, value in entries:
+            try:
+                self.apply_record(key, value)
+            except (IllegalStateTransition, ValueError, ProtocolError) as exc:
+                log.error("checkpoint %s: %s (entry skipped)", path, exc)
+        return offsets
         for p in range(self.partitions):
             path = self._checkpoint_path(p)
             if not path.exists():

@@ -51,6 +51,7 @@ from tierproxy.tier.model import (
     TxnOutcome,
     uuid_str,
 )
+from tierproxy.tier.segment_record import read_segment_record
 
 Event = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
          | RemoteLogStartOffset | TierPass | TopicMount | TransactionOutcome)
@@ -147,9 +148,13 @@ _TIPS_MAX = 200_000  # partitions remembered at most (emptied, then filled again
 
 
 def _from_tip(d: dict[str, object]) -> TopicIdPartition:
+    return shared_tip(str(d["name"]), bytes(d["id"]), int(d["partition"]))  # type: ignore[call-overload]
+
+
+def shared_tip(name: str, topic_id: bytes, partition: int) -> TopicIdPartition:
     """The partition a record names, shared by every record that names it: a million segments of a thousand
     partitions hold a thousand of these, not a million (their names and ids with them)."""
-    key = (str(d["name"]), bytes(d["id"]), int(d["partition"]))  # type: ignore[call-overload]
+    key = (name, topic_id, partition)
     found = _TIPS.get(key)
     if found is None:
         if len(_TIPS) >= _TIPS_MAX:
@@ -215,6 +220,13 @@ def encode_value(event: Event, version: int = VERSION) -> bytes:
 
 def decode_value(value: bytes | memoryview) -> Event:
     """Decode a metadata record value; malformed input raises `ProtocolError`."""
+    if type(value) is bytes and value[:1] == b"\0":  # a segment's record: the usual shape read fast
+        try:
+            fast = read_segment_record(value, shared_tip)
+        except ValueError as exc:
+            raise ProtocolError(f"bad remote log metadata record: {exc}") from None
+        if fast is not None:
+            return fast
     r = Reader(memoryview(value))
     api_key, version = r.unsigned_varint(), r.unsigned_varint()
     msg = _BY_KEY.get(api_key)
