@@ -27,6 +27,11 @@ async def main(bootstrap: str, topic: str, checkpoint: str | None) -> None:
     await r.start()
     elapsed = time.perf_counter() - start
     live = sum(len(pc.segments) for pc in r.cache.partitions.values())
+    at_start = _hwm_kib()
+    began = time.perf_counter()
+    for pc in list(r.cache.partitions.values()):  # what a /metrics scrape asks of every partition
+        pc.summary()
+    scrape = time.perf_counter() - began
     if checkpoint and not any(Path(checkpoint).iterdir()):
         r.write_checkpoint()
     consumed = r.records_consumed
@@ -34,7 +39,7 @@ async def main(bootstrap: str, topic: str, checkpoint: str | None) -> None:
     await r.close()
     peak = _hwm_kib()
     print(json.dumps({"seconds": elapsed, "consumed": consumed, "live": live, "rss_mib": peak / 1024,
-                      "rss_before_mib": base / 1024}))
+                      "rss_before_mib": base / 1024, "rss_at_start_mib": at_start / 1024, "scrape_s": scrape}))
 
 
 if __name__ == "__main__":
