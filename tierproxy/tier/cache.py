@@ -130,7 +130,9 @@ class PartitionCache:
         seg_id = md.segment_id.id
         self.unreferenced.discard(seg_id)
         for epoch, start, _ in md.epoch_ranges():
-            idx = self.epochs.setdefault(epoch, _EpochIndex())
+            idx = self.epochs.get(epoch)
+            if idx is None:
+                idx = self.epochs[epoch] = _EpochIndex()
             old = idx.ids.get(start)
             if old is not None and old != seg_id:
                 rival = self.segments[old]

@@ -124,8 +124,8 @@ def read_segment_record(value: bytes, tip: Callable[[str, bytes, int], TopicIdPa
         p += size_of
     if p != n:
         return None
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId(shared, seg_id), start, end, max_ts, broker, event_ts,
-                                    LeaderEpochs.of_flat(flat), size, state, txn_empty, custom, ble)
+    return RemoteLogSegmentMetadata.of_read(RemoteLogSegmentId(shared, seg_id), start, end, max_ts, broker, event_ts,
+                                            LeaderEpochs.of_flat(flat), size, state, txn_empty, custom, ble)
 
 
 _SPAN = struct.Struct(">qq")  # start offset, end offset
