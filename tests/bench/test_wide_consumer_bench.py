@@ -9,7 +9,8 @@ partition: smaller segments would open more files than the broker may.) Reads al
 (`TIERPROXY_BENCH_WIDE_READS` of each, default 2), each with a fresh proxy (the tier's files in the page cache alike)
 and a new consumer group reading from the earliest offset; the consumer's clock starts when its partitions are
 assigned (the JVM's start and the group join left out, alike on both sides). With `TIERPROXY_BENCH_PYSPY` naming a
-py-spy binary, the proxy of the last wide read is sampled (its hottest frames).
+py-spy binary, the proxy of the last wide read is sampled (its hottest frames). `TIERPROXY_BENCH_WIDE_TREES` names
+source trees to run the proxy from, each read in turn on the same data (a baseline beside a change in one run).
 
     pytest -m bench tests/bench/test_wide_consumer_bench.py -s
 """
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, OffsetSpec
 
 from tests.bench.report import busy_share, cpu_seconds, machine_ticks, peak_rss_mib, report
@@ -40,6 +41,9 @@ TOPICS = int(os.environ.get("TIERPROXY_BENCH_WIDE_TOPICS", "100"))
 PER_TOPIC = 100
 PER_PARTITION = int(os.environ.get("TIERPROXY_BENCH_WIDE_RECORDS", "22"))  # records of 1000 B per wide partition
 READS = int(os.environ.get("TIERPROXY_BENCH_WIDE_READS", "2"))  # reads of each side, alternated
+# the proxy's source trees (PYTHONPATH), comma-separated, each read in turn on the same data: a baseline beside a
+# change in one run (default: the tree the bench runs from)
+TREES = os.environ.get("TIERPROXY_BENCH_WIDE_TREES", "").split(",")
 VALUE = b"x" * 1000
 
 # The Java consumer (Kafka's own client, defaults but for the group): subscribes to a pattern, counts records and
@@ -118,6 +122,20 @@ def put(prod: Producer, topic: str, partition: int) -> None:
     raise TimeoutError("the producer's queue stayed full")
 
 
+def forgotten(admin: AdminClient, parts: list[TopicPartition]) -> dict[tuple[str, int], int]:
+    """Each partition's log start once the broker has deleted every partition's history (or after 5 minutes)."""
+    deadline, starts = time.monotonic() + 300, {}
+    while time.monotonic() < deadline:
+        try:
+            starts = log_starts(admin, parts)
+        except (TimeoutError, KafkaException):
+            continue
+        if min(starts.values()) > 0:
+            break
+        time.sleep(2)
+    return starts
+
+
 def alter_retention(admin: AdminClient, topics: list[str], ms: int) -> None:
     res = [ConfigResource("topic", t, incremental_configs=[ConfigEntry(
         "retention.ms", str(ms), incremental_operation=AlterConfigOpType.SET)]) for t in topics]
@@ -126,11 +144,12 @@ def alter_retention(admin: AdminClient, topics: list[str], ms: int) -> None:
 
 
 def log_starts(admin: AdminClient, parts: list[TopicPartition]) -> dict[tuple[str, int], int]:
-    from confluent_kafka import TopicPartition as TP
-
-    futs = admin.list_offsets({TP(tp.topic, tp.partition): OffsetSpec.earliest() for tp in parts},
-                              request_timeout=120)
-    return {(tp.topic, tp.partition): f.result(120).offset for tp, f in futs.items()}
+    """Each partition's log start, asked 1,000 partitions at a time (10,000 at once took minutes)."""
+    out: dict[tuple[str, int], int] = {}
+    for at in range(0, len(parts), 1000):
+        futs = admin.list_offsets({tp: OffsetSpec.earliest() for tp in parts[at:at + 1000]}, request_timeout=60)
+        out.update({(tp.topic, tp.partition): f.result(120).offset for tp, f in futs.items()})
+    return out
 
 
 def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
@@ -166,59 +185,61 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
         assert summary.failed == 0, summary
         alter_retention(admin, [*wide, "narrow"], 1000)  # the broker forgets what the tier holds
         parts = [TopicPartition(t, p) for t in [*wide, "narrow"] for p in range(PER_TOPIC)]
-        deadline = time.monotonic() + 300
-        while min((starts := log_starts(admin, parts)).values()) == 0 and time.monotonic() < deadline:
-            time.sleep(2)
+        starts = forgotten(admin, parts)
         alter_retention(admin, [*wide, "narrow"], 3_600_000)
         assert min(starts.values()) > 0, "the broker kept some history"
         from_tier = {side: sum(v for (t, _), v in starts.items() if (t == "narrow") == (side == "narrow"))
                      for side in ("narrow", "wide")}
         source = tmp_path / "PatternConsumer.java"
         source.write_text(CONSUMER)
-        reads: dict[str, list[dict[str, float]]] = {"narrow": [], "wide": []}
+        reads: dict[tuple[str, str], list[dict[str, float]]] = {}
         profile = ""
         for i in range(READS):
-            for side, pattern in (("narrow", "narrow"), ("wide", "wide-.*")):
-                proxy = ProxyProcess(cluster.bootstrap, tmp_path,
-                                     extra={"TIERPROXY_STORAGE": tier, "TIERPROXY_METADATA": meta})
-                spy, raw = None, tmp_path / "pyspy.txt"
-                try:
-                    if side == "wide" and i == READS - 1 and (pyspy := os.environ.get("TIERPROXY_BENCH_PYSPY")):
-                        spy = subprocess.Popen([pyspy, "record", "--pid", str(proxy.proc.pid), "--rate", "200",
-                                                "--format", "raw", "-o", str(raw), "--nonblocking"],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    ticks, c0 = machine_ticks(), cpu_seconds(proxy.proc.pid)
-                    got = consume(cluster.libs, source, proxy.bootstrap, pattern, total)
-                    got["proxy_cpu_s"] = cpu_seconds(proxy.proc.pid) - c0
-                    got["machine_busy"] = busy_share(ticks, machine_ticks())
-                    got["rss_mib"] = peak_rss_mib(proxy.proc.pid)
-                    reads[side].append(got)
-                finally:
-                    if spy is not None:
-                        spy.send_signal(2)
-                        spy.wait(60)
-                    proxy.stop()
-                if raw.exists():
-                    profile = f"; the wide read's proxy, hottest frames: {_hottest(raw, 8)}"
+            for tree in TREES:
+                for side, pattern in (("narrow", "narrow"), ("wide", "wide-.*")):
+                    extra = {"TIERPROXY_STORAGE": tier, "TIERPROXY_METADATA": meta, **({"PYTHONPATH": tree} if tree
+                                                                                       else {})}
+                    proxy = ProxyProcess(cluster.bootstrap, tmp_path, extra=extra)
+                    spy, raw = None, tmp_path / "pyspy.txt"
+                    try:
+                        if (side == "wide" and i == READS - 1
+                                and (pyspy := os.environ.get("TIERPROXY_BENCH_PYSPY"))):
+                            raw.unlink(missing_ok=True)
+                            spy = subprocess.Popen([pyspy, "record", "--pid", str(proxy.proc.pid), "--rate", "200",
+                                                    "--format", "raw", "-o", str(raw), "--nonblocking"],
+                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        ticks, c0 = machine_ticks(), cpu_seconds(proxy.proc.pid)
+                        got = consume(cluster.libs, source, proxy.bootstrap, pattern, total)
+                        got["proxy_cpu_s"] = cpu_seconds(proxy.proc.pid) - c0
+                        got["machine_busy"] = busy_share(ticks, machine_ticks())
+                        got["rss_mib"] = peak_rss_mib(proxy.proc.pid)
+                        reads.setdefault((tree, side), []).append(got)
+                    finally:
+                        if spy is not None:
+                            spy.send_signal(2)
+                            spy.wait(60)
+                        proxy.stop()
+                    if raw.exists():
+                        profile += f"; {tree or 'this tree'}'s wide read, hottest frames: {_hottest(raw, 8)}"
     finally:
         cluster.stop()
 
     def mbps(r: dict[str, float]) -> float:
         return r["bytes"] / 1e6 / r["assigned_s"]
 
-    narrow, wide_mbps = [mbps(r) for r in reads["narrow"]], [mbps(r) for r in reads["wide"]]
-    ratios = [w / n for w, n in zip(wide_mbps, narrow, strict=True)]
-
-    def side(name: str) -> str:
-        rs = reads[name]
+    def side(tree: str, name: str) -> str:
         return (f"{name} " + " / ".join(f"{mbps(r):.0f} MB/s ({r['assigned_s']:.1f} s after assignment, "
                                          f"{r['total_s']:.1f} s in all; proxy CPU {r['proxy_cpu_s']:.1f} s, "
                                          f"machine {r['machine_busy']:.0%} busy, peak RSS {r['rss_mib']:.0f} MiB)"
-                                         for r in rs))
+                                         for r in reads[tree, name]))
+
+    figures = []
+    for tree in TREES:
+        ratios = [mbps(w) / mbps(n) for w, n in zip(reads[tree, "wide"], reads[tree, "narrow"], strict=True)]
+        figures.append(f"{tree or 'this tree'}: wide / narrow {', '.join(f'{x:.2f}x' for x in ratios)} (median "
+                       f"{statistics.median(ratios):.2f}x); {side(tree, 'narrow')}; {side(tree, 'wide')}")
     report("java consumer, 10,000 partitions vs 100", (
         f"{TOPICS * PER_TOPIC:,} partitions x {PER_PARTITION} records of 1000 B vs 100 partitions x "
         f"{total // PER_TOPIC:,} (produced in {produced_s:.0f} s, tiered in one pass of {tiered_s:.0f} s; from the "
-        f"tier: narrow {from_tier['narrow']:,} records, wide {from_tier['wide']:,}); wide / narrow "
-        f"{', '.join(f'{x:.2f}x' for x in ratios)} (median {statistics.median(ratios):.2f}x); {side('narrow')}; "
-        f"{side('wide')}{profile}"))
+        f"tier: narrow {from_tier['narrow']:,} records, wide {from_tier['wide']:,}); " + "; ".join(figures) + profile))
     assert all(r["records"] >= total for rs in reads.values() for r in rs)

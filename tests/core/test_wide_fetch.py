@@ -128,3 +128,61 @@ def test_a_wide_fetch_is_answered_with_work_for_the_tiers_partitions_only(monkey
         assert counted.entries <= 2 * len(REMOTE), counted.entries
 
     run(go())
+
+
+class AskedTier(InMemoryTier):
+    """The in-memory tier, recording the partitions each ask of the leaders' offsets names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[int] = []
+
+    async def broker_offsets_many(self, pairs: list[tuple[str, int]], max_age: float = 1.0
+                                  ) -> dict[tuple[str, int], Any]:
+        self.asked.append(len(pairs))
+        return await super().broker_offsets_many(pairs, max_age)
+
+
+def test_a_wide_catch_up_asks_the_leaders_offsets_of_the_partitions_it_reads() -> None:
+    """Every one of 200 partitions out of range on the broker and in the tier, a budget of three partitions a
+    fetch: the first fetch asks the leaders for all of them; later ones only for the three they read (the others'
+    empty answers carry the offsets last asked), not for the 200 the fetch names."""
+    tier = AskedTier()
+    wide = [(t, p) for t in TOPICS[:2] for p in range(PARTITIONS)]
+    for topic, p in wide:
+        tier.segment(TopicIdPartition(topic, IDS[topic], p), 0, 199)
+        tier.leader(topic, p, log_start=500, high_watermark=1000)
+    offsets = dict.fromkeys(wide, 0)
+
+    async def go() -> None:
+        proxy = InProcessProxy(tier)
+        wire = Wire(proxy)
+        served = []
+        for n in range(4):
+            body = fetch_request({t: {p: offsets[t, p] for p in range(PARTITIONS)} for t in TOPICS[:2]},
+                                 max_bytes=3 * 4096, partition_max_bytes=4096)
+            wire.client_sends(ApiKey.FETCH, 12, body)
+            [(header, _)] = wire.broker_receives()
+            answer = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "node_endpoints": [], "responses": [
+                {"topic": t, "topic_id": IDS[t], "partitions": [
+                    partition_entry(p, None, None, None) | {"error_code": ErrorCode.OFFSET_OUT_OF_RANGE}
+                    for p in range(PARTITIONS)]} for t in TOPICS[:2]]}
+            asked_before = len(tier.asked)
+            wire.broker_answers(header, answer)
+            await proxy.settle()
+            [(_, _, got)] = wire.client_receives()
+            assert got is not None
+            read = 0
+            for t in got["responses"]:
+                for p in t["partitions"]:
+                    key = (t["topic"], p["partition_index"])
+                    assert p["error_code"] == 0 and p["high_watermark"] == 1000, (n, key, p["error_code"])
+                    if batches := list(iter_batches(p["records"])):
+                        offsets[key] = batches[-1].last_offset + 1
+                        read += 1
+            assert read == 3, n
+            served.append(tier.asked[asked_before:])
+        assert sum(served[0]) >= len(wide)  # the first fetch: nothing known yet
+        assert all(sum(later) <= 3 for later in served[1:]), served
+
+    run(go())

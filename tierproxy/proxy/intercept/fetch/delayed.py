@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -158,14 +159,18 @@ class DelayedRemoteFetch:
         offsets: dict[Key, BrokerOffsets] = {}
         for key in oor:
             pc = self.partition(key)
-            last = tier.last_broker_offsets(pc.tp.topic, key[1], FRESH_OFFSETS_S) if pc is not None else None
+            # records go out with the leader's offsets of the last second; an empty answer with the last known
+            age = FRESH_OFFSETS_S if key in plan.reads else STALE_OFFSETS_S
+            last = tier.last_broker_offsets(pc.tp.topic, key[1], age) if pc is not None else None
             if last is None or (key in plan.reads and plan.read_from.get(key) is not pc):
                 return self.complete(upstream, oor, beyond)
             offsets[key] = last
         settled = self._settle(upstream, oor)
-        if settled.rejected or any(not t.done() for t in settled.reads.values()):
-            # a read to wait for, or one the pool or the memory bound refused (answered empty at the deadline, so
-            # the client does not ask again at once)
+        fresh_since = time.monotonic() - FRESH_OFFSETS_S
+        if (settled.rejected or any(not t.done() for t in settled.reads.values())
+                or any(offsets[k].at < fresh_since for k in settled.reads)):
+            # a read to wait for, one the pool or the memory bound refused (answered empty at the deadline, so the
+            # client does not ask again at once), or one started late whose leader's offsets are to be asked
             return self._finish(upstream, settled, [], None)
         return self._answer(upstream, settled, offsets, {})
 
@@ -194,7 +199,7 @@ class DelayedRemoteFetch:
     async def _finish(self, upstream: FetchResponse | BrokerPart, s: Settled, beyond: list[Key],
                       ids: asyncio.Task[list[Key]] | None) -> Answer:
         loop = asyncio.get_running_loop()
-        offsets_task = loop.create_task(self.broker_offsets(s.oor + beyond))
+        offsets_task = loop.create_task(self.broker_offsets(self._to_ask(s) + beyond))
         offsets_task.add_done_callback(consume_exception)
         if ids is not None:
             s.oor = self._under_ids(set(await ids), s.oor, s.budget, s.reads, s.errors, s.rejected)
@@ -207,6 +212,14 @@ class DelayedRemoteFetch:
         except (TimeoutError, OSError, ConnectionError):
             fresh = {}
         return self._answer(upstream, s, self.last_known(s.oor + beyond, fresh), gaps)
+
+    def _to_ask(self, s: Settled) -> list[Key]:
+        """The partitions whose leader's offsets this answer asks: those it reads (records go out with the leader's
+        offsets of the last second) and those with none known from the last STALE_OFFSETS_S seconds. An empty answer
+        (beyond this fetch's budget) takes the last known: asking the leaders for every partition a wide fetch
+        names, on every fetch, made its cost follow the fetch's partition count, not the partitions it reads."""
+        known = self.last_known([k for k in s.oor if k not in s.budget], {})
+        return [k for k in s.oor if k in s.budget or k not in known]
 
     def _answer(self, upstream: FetchResponse | BrokerPart, s: Settled, offsets: dict[Key, BrokerOffsets],
                 gaps: dict[Key, asyncio.Task[Entry | None]]) -> Answer:
