@@ -152,6 +152,7 @@ def log_starts(admin: AdminClient, parts: list[TopicPartition]) -> dict[tuple[st
     return out
 
 
+@pytest.mark.timeout(2400)  # creating 10,100 partitions and a pass tiering them take about ten minutes
 def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
     cluster = KafkaCluster(1, workdir=tmp_path / "wide").start()
     try:
