@@ -5,12 +5,13 @@ partitions holding the same records; bytes per second of each, and the proxy's p
 On a broker of its own: every wide partition gets `TIERPROXY_BENCH_WIDE_RECORDS` (default 22) records of 1000 bytes,
 the narrow topic as many records in all; one pass tiers them, then the broker deletes everything (a retention of a
 second rolls and deletes even the active segment), so every record is read from the tier. (One broker segment per
-partition: smaller segments would open more files than the broker may.) Reads alternate narrow and wide
-(`TIERPROXY_BENCH_WIDE_READS` of each, default 2), each with a fresh proxy (the tier's files in the page cache alike)
-and a new consumer group reading from the earliest offset; the consumer's clock starts when its partitions are
-assigned (the JVM's start and the group join left out, alike on both sides). With `TIERPROXY_BENCH_PYSPY` naming a
-py-spy binary, the proxy of the last wide read is sampled (its hottest frames). `TIERPROXY_BENCH_WIDE_TREES` names
-source trees to run the proxy from, each read in turn on the same data (a baseline beside a change in one run).
+partition, deleted files closed at once: more would open more files than the broker may here, 20,000.) Reads
+alternate narrow and wide (`TIERPROXY_BENCH_WIDE_READS` of each, default 2), each with a fresh proxy (the tier's
+files in the page cache alike) and a new consumer group reading from the earliest offset; the consumer's clock
+starts when its partitions are assigned (the JVM's start and the group join left out, alike on both sides). With
+`TIERPROXY_BENCH_PYSPY` naming a py-spy binary, the proxy of the last wide read is sampled (its hottest frames).
+`TIERPROXY_BENCH_WIDE_TREES` names source trees to run the proxy from, each read in turn on the same data (a
+baseline beside a change in one run).
 
     pytest -m bench tests/bench/test_wide_consumer_bench.py -s
 """
@@ -158,12 +159,16 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         wide = [f"wide-{t:03d}" for t in range(TOPICS)]
-        for chunk in range(0, TOPICS, 10):  # one broker segment per partition: 10,000 open files, not more
-            futures = admin.create_topics([NewTopic(n, PER_TOPIC, 1) for n in wide[chunk:chunk + 10]],
+        # one broker segment per partition, and a deleted one's file closed at once: the broker may open 20,000
+        # files here, and a retention that rolls every partition's segment holds two per partition for a minute
+        config = {"file.delete.delay.ms": "0"}
+        for chunk in range(0, TOPICS, 10):
+            futures = admin.create_topics([NewTopic(n, PER_TOPIC, 1, config=config) for n in wide[chunk:chunk + 10]],
                                           operation_timeout=120)
             for f in futures.values():
                 f.result(300)
-        for f in admin.create_topics([NewTopic("narrow", PER_TOPIC, 1)], operation_timeout=120).values():
+        for f in admin.create_topics([NewTopic("narrow", PER_TOPIC, 1, config=config)],
+                                     operation_timeout=120).values():
             f.result(120)
         total = TOPICS * PER_TOPIC * PER_PARTITION
         began = time.perf_counter()
