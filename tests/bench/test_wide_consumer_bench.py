@@ -225,6 +225,8 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
                             spy.send_signal(2)
                             spy.wait(60)
                         proxy.stop()
+                    # reads a full reader pool refused (each answered empty, its fetch waiting out its max wait)
+                    reads[tree, side][-1]["refused"] = proxy.log_text().count("pool full")
                     if raw.exists():
                         profile += f"; {tree or 'this tree'}'s wide read, hottest frames: {_hottest(raw, 8)}"
     finally:
@@ -236,7 +238,8 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
     def side(tree: str, name: str) -> str:
         return (f"{name} " + " / ".join(f"{mbps(r):.0f} MB/s ({r['assigned_s']:.1f} s after assignment, "
                                          f"{r['total_s']:.1f} s in all; proxy CPU {r['proxy_cpu_s']:.1f} s, "
-                                         f"machine {r['machine_busy']:.0%} busy, peak RSS {r['rss_mib']:.0f} MiB)"
+                                         f"machine {r['machine_busy']:.0%} busy, peak RSS {r['rss_mib']:.0f} MiB, "
+                                         f"{r['refused']:.0f} reads refused by a full reader pool)"
                                          for r in reads[tree, name]))
 
     figures = []
