@@ -203,8 +203,9 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
         for i in range(READS):
             for tree in TREES:
                 for side, pattern in (("narrow", "narrow"), ("wide", "wide-.*")):
-                    extra = {"TIERPROXY_STORAGE": tier, "TIERPROXY_METADATA": meta, **({"PYTHONPATH": tree} if tree
-                                                                                       else {})}
+                    # `python -m` puts the working directory first on sys.path: PYTHONSAFEPATH leaves it out
+                    extra = {"TIERPROXY_STORAGE": tier, "TIERPROXY_METADATA": meta,
+                             **({"PYTHONPATH": tree, "PYTHONSAFEPATH": "1"} if tree else {})}
                     proxy = ProxyProcess(cluster.bootstrap, tmp_path, extra=extra)
                     spy, raw = None, tmp_path / "pyspy.txt"
                     try:

@@ -114,7 +114,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         return
     # the tail path's only question is "any partition out of range?": a scan answers it without a decode (and,
     # for a connection reading the tier, lists the answer's partitions: in request order, it can be spliced)
-    order: list[Key] | None = [] if plan.remote else None
+    order: list[Key] | None = [] if plan.remote or plan.decoded is not None else None
     scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset, order)
     if not scan.errors and not plan.remote:  # the tail: nothing out of range, nothing read early
         relay.relay_with_endpoints(session, slot, ev, scan=scan)
@@ -207,8 +207,9 @@ async def answer_while_loading(session: Session, slot: Slot, data: FetchResponse
 def _drop_unused_reads(session: Session, plan: FetchPlan, oor: list[Key]) -> None:
     """Early reads of partitions the broker did not answer OFFSET_OUT_OF_RANGE (authorization refused, data
     now local, leader moved...) are never served; those partitions go back to the broker alone."""
+    answered = set(oor)  # a set: a wide fetch has thousands of both
     for key in plan.remote:
-        if key not in oor:
+        if key not in answered:
             plan.reads.pop(key, None)  # left to finish: it only warms the cache
             plan.errors.pop(key, None)
             session.tiered.pop(key, None)
@@ -226,9 +227,10 @@ def past_the_tier(op: DelayedRemoteFetch, scan: FetchScan, oor: list[Key]) -> li
     broker's answer stands) or in a gap the broker deleted before it was tiered (answered from the first offset the
     tier or the broker holds, not reset to the tier's start: that loops). Which one, the leader's offsets tell."""
     out: list[Key] = []
+    served = set(oor)  # a set: a wide fetch has thousands of both (a list made this quadratic)
     for topic, partition, error_code in scan.errors:
         key = (topic, partition)
-        if error_code != ErrorCode.OFFSET_OUT_OF_RANGE or key in oor or key not in op.plan.requested:
+        if error_code != ErrorCode.OFFSET_OUT_OF_RANGE or key in served or key not in op.plan.requested:
             continue
         pc = op.partition(key)
         start = pc.earliest_offset() if pc is not None else None
