@@ -1,5 +1,6 @@
 """A Fetch response scan: each partition's error code, without decoding the response (the tail path's only
-question), and whether it carries KIP-951 NodeEndpoints (the only reason to re-encode it).
+question), and whether it carries KIP-951 NodeEndpoints (the only reason to re-encode it); where each erring
+partition's entry lies, and the record bytes of the others (what a remote answer splices: `fetch_splice`).
 
 Walks the wire grammar of `protocol.apis.fetch` (versions 4-18), skipping everything else:
     FetchResponse => throttle_time_ms error_code(v7+) session_id(v7+)
@@ -43,6 +44,8 @@ class PartitionError(NamedTuple):
 class FetchScan(NamedTuple):
     errors: list[PartitionError]  # partitions answered with a non-zero error code
     node_endpoints: bool  # a non-empty node_endpoints tagged field is present
+    spans: list[tuple[int, int, bool]] = []  # each of `errors`' entry: its bytes' [start, end), tagged fields?
+    answered: int = 0  # record bytes of the partitions answered without an error
 
 
 def fetch_request_session(frame: memoryview, version: int, body_offset: int) -> tuple[int, int, int] | None:
@@ -58,12 +61,14 @@ def fetch_request_session(frame: memoryview, version: int, body_offset: int) -> 
     return session_id, epoch, at
 
 
-def scan_fetch_response(frame: memoryview, version: int, body_offset: int) -> FetchScan:
-    """The partition errors of a Fetch response body at `body_offset` in `frame`."""
+def scan_fetch_response(frame: memoryview, version: int, body_offset: int,
+                        keys: list[tuple[str | bytes, int]] | None = None) -> FetchScan:
+    """The partition errors of a Fetch response body at `body_offset` in `frame`; `keys`, if given, gets every
+    partition's (topic, partition) in the response's order."""
     if not 4 <= version <= 18:
         raise ProtocolError(f"Fetch v{version} is outside the scan's 4-18", api_key=1, api_version=version)
     try:
-        return _scan(frame, version, body_offset)
+        return _scan(frame, version, body_offset, keys)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed Fetch response: {exc}", api_key=1, api_version=version) from None
 
@@ -121,7 +126,7 @@ def _count(buf: memoryview, p: int, end: int, flexible: bool) -> tuple[int, int]
     return n, p
 
 
-def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
+def _scan(buf: memoryview, version: int, p: int, keys: list[tuple[str | bytes, int]] | None) -> FetchScan:
     # straight-line reads on one position `p` (the tail path scans every response: a helper call per array, not
     # per field)
     end = len(buf)
@@ -132,6 +137,8 @@ def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
     if p > end:
         raise _truncated(0, p, end)
     errors: list[PartitionError] = []
+    spans: list[tuple[int, int, bool]] = []
+    answered = 0
     topics, p = _count(buf, p, end, flexible)
     for _ in range(topics):
         topic: str | bytes
@@ -148,6 +155,7 @@ def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
             p += n
         parts, p = _count(buf, p, end, flexible)
         for _ in range(parts):
+            start, tagged = p, False
             partition, error_code = part.unpack_from(buf, p)[:2]
             p += part_size
             aborted, p = _count(buf, p, end, flexible)  # aborted transactions (null: none)
@@ -165,6 +173,9 @@ def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
                 p += max(n - 1, 0)  # records (0: null)
                 if p > end:
                     raise _truncated(n - 1, p - n + 1, end)
+                if not error_code and n > 1:
+                    answered += n - 1
+                tagged = buf[p] != 0
                 p = _skip_tagged(buf, p, end)
             else:
                 n = INT32.unpack_from(buf, p)[0]
@@ -174,8 +185,13 @@ def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
                 if p + max(n, 0) > end:
                     raise _truncated(n, p, end)
                 p += max(n, 0)
+                if not error_code and n > 0:
+                    answered += n
             if error_code:
                 errors.append(PartitionError(topic, partition, error_code))
+                spans.append((start, p, tagged))
+            if keys is not None:
+                keys.append((topic, partition))
         if flexible:
             p = _skip_tagged(buf, p, end)
     endpoints = False
@@ -192,4 +208,4 @@ def _scan(buf: memoryview, version: int, p: int) -> FetchScan:
                 endpoints = Reader(buf, start, p).compact_array_len() > 0
     if p != end:
         raise ProtocolError(f"{end - p} bytes after the Fetch response", api_key=1, api_version=version)
-    return FetchScan(errors, endpoints)
+    return FetchScan(errors, endpoints, spans, answered)

@@ -8,8 +8,11 @@ log start) has its remote read started when the request arrives, in parallel wit
 (`plan.plan_fetch` → `FetchPlan.remote`); its records are served only if the broker then says
 OFFSET_OUT_OF_RANGE, otherwise the read is dropped (it only warmed the cache) and the partition forgotten. The
 broker answers a request holding an out-of-range partition at once (`ReplicaManager`: an error completes the
-fetch), so the speculation costs no wait. The answers are merged into one response holding exactly the requested
-partitions, in request order (`answer.merge_response`).
+fetch), so the speculation costs no wait. The answer is the broker's response with the tier's entries in place of
+its OFFSET_OUT_OF_RANGE ones, spliced into its bytes (`answer.Spliced`: the other partitions' entries are copied, not
+decoded and encoded again, so a fetch naming 10,000 partitions costs the tier's partitions, not all of them); a
+response with NodeEndpoints to rewrite, or not in request order, is decoded and merged (`answer.merge_response`).
+Either way the answer holds exactly the requested partitions.
 
 Modules: `plan` (pure: the plan and the byte budget), `delayed` (`DelayedRemoteFetch`: reads, purgatory, gaps,
 errors), `answer` (entries and the merge), `handler` (the request and response handlers).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,15 @@ from protocol.primitives import FileRegion, RecordPieces
 from protocol.records import build_empty_batch
 from tierproxy.proxy.flow import ByteBudget
 from tierproxy.proxy.intercept.errors import LOST_OBJECT, OFFSETS_UNKNOWN, SEGMENT_GONE, error_for
-from tierproxy.proxy.intercept.fetch.answer import Entry, answered_bytes, by_key, merge_response, partition_entry
+from tierproxy.proxy.intercept.fetch.answer import (
+    Answer,
+    BrokerPart,
+    Entry,
+    answer_of,
+    answered_bytes,
+    broker_entries,
+    partition_entry,
+)
 from tierproxy.proxy.intercept.fetch.plan import Budget, FetchPlan, Key, fit_budget
 from tierproxy.proxy.metrics import RemoteFetchStats
 from tierproxy.remote.pool import PoolFull
@@ -132,8 +141,8 @@ class DelayedRemoteFetch:
             await asyncio.wait(pending, timeout=max(0.0, self.deadline - asyncio.get_running_loop().time()))
 
     # --- completion -----------------------------------------------------------------------------------------------
-    def complete_now(self, upstream: FetchResponse, oor: list[Key], beyond: list[Key]
-                     ) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
+    def complete_now(self, upstream: FetchResponse | BrokerPart, oor: list[Key], beyond: list[Key]
+                     ) -> Answer | Coroutine[Any, Any, Answer]:
         """The answer at once when waiting would find everything already there — a catch-up's steady state: the
         reads started at the request are done, and the topics' current ids and the leader's offsets were asked less
         than a second ago (what `complete` would wait for, it would get without a request). The same steps as
@@ -150,18 +159,22 @@ class DelayedRemoteFetch:
         offsets: dict[Key, BrokerOffsets] = {}
         for key in oor:
             pc = self.partition(key)
-            last = tier.last_broker_offsets(pc.tp.topic, key[1], FRESH_OFFSETS_S) if pc is not None else None
+            # records go out with the leader's offsets of the last second; an empty answer with the last known
+            age = FRESH_OFFSETS_S if key in plan.reads else STALE_OFFSETS_S
+            last = tier.last_broker_offsets(pc.tp.topic, key[1], age) if pc is not None else None
             if last is None or (key in plan.reads and plan.read_from.get(key) is not pc):
                 return self.complete(upstream, oor, beyond)
             offsets[key] = last
         settled = self._settle(upstream, oor)
-        if settled.rejected or any(not t.done() for t in settled.reads.values()):
-            # a read to wait for, or one the pool or the memory bound refused (answered empty at the deadline, so
-            # the client does not ask again at once)
+        fresh_since = time.monotonic() - FRESH_OFFSETS_S
+        if (settled.rejected or any(not t.done() for t in settled.reads.values())
+                or any(offsets[k].at < fresh_since for k in settled.reads)):
+            # a read to wait for, one the pool or the memory bound refused (answered empty at the deadline, so the
+            # client does not ask again at once), or one started late whose leader's offsets are to be asked
             return self._finish(upstream, settled, [], None)
         return self._answer(upstream, settled, offsets, {})
 
-    async def complete(self, upstream: FetchResponse, oor: list[Key], beyond: list[Key]) -> FetchResponse:
+    async def complete(self, upstream: FetchResponse | BrokerPart, oor: list[Key], beyond: list[Key]) -> Answer:
         """The answer: the broker's entries, the tier's for `oor` (read in time, an error, or empty), and an
         answer across the gap for each of `beyond` (`across_the_gap`). Returns the response to encode."""
         # by name: the tier answers only under the topic's current id (never a deleted topic's); the ids are asked
@@ -169,7 +182,7 @@ class DelayedRemoteFetch:
         ids = None if self.plan.by_id else asyncio.get_running_loop().create_task(self.under_current_ids(oor))
         return await self._finish(upstream, self._settle(upstream, oor), beyond, ids)
 
-    def _settle(self, upstream: FetchResponse, oor: list[Key]) -> Settled:
+    def _settle(self, upstream: FetchResponse | BrokerPart, oor: list[Key]) -> Settled:
         """The fetch's final byte budget (the remote quota's allowance, the request's max bytes less what the broker
         answered, the process-wide memory bound) and its reads: those started early where the budget allows them,
         the others now. Partitions beyond the budget have no read and no error: empty, read on a later fetch."""
@@ -183,10 +196,10 @@ class DelayedRemoteFetch:
         reads, errors, rejected = self._reads_for(budget, wanted)
         return Settled(oor, budget, reads, errors, rejected, throttle_ms)
 
-    async def _finish(self, upstream: FetchResponse, s: Settled, beyond: list[Key],
-                      ids: asyncio.Task[list[Key]] | None) -> FetchResponse:
+    async def _finish(self, upstream: FetchResponse | BrokerPart, s: Settled, beyond: list[Key],
+                      ids: asyncio.Task[list[Key]] | None) -> Answer:
         loop = asyncio.get_running_loop()
-        offsets_task = loop.create_task(self.broker_offsets(s.oor + beyond))
+        offsets_task = loop.create_task(self.broker_offsets(self._to_ask(s) + beyond))
         offsets_task.add_done_callback(consume_exception)
         if ids is not None:
             s.oor = self._under_ids(set(await ids), s.oor, s.budget, s.reads, s.errors, s.rejected)
@@ -200,13 +213,21 @@ class DelayedRemoteFetch:
             fresh = {}
         return self._answer(upstream, s, self.last_known(s.oor + beyond, fresh), gaps)
 
-    def _answer(self, upstream: FetchResponse, s: Settled, offsets: dict[Key, BrokerOffsets],
-                gaps: dict[Key, asyncio.Task[Entry | None]]) -> FetchResponse:
-        plan = self.plan
-        broker_entries = by_key(plan, upstream)
-        entries: dict[Key, Entry] = dict(broker_entries)
+    def _to_ask(self, s: Settled) -> list[Key]:
+        """The partitions whose leader's offsets this answer asks: those it reads (records go out with the leader's
+        offsets of the last second) and those with none known from the last STALE_OFFSETS_S seconds. An empty answer
+        (beyond this fetch's budget) takes the last known: asking the leaders for every partition a wide fetch
+        names, on every fetch, made its cost follow the fetch's partition count, not the partitions it reads."""
+        known = self.last_known([k for k in s.oor if k not in s.budget], {})
+        return [k for k in s.oor if k in s.budget or k not in known]
+
+    def _answer(self, upstream: FetchResponse | BrokerPart, s: Settled, offsets: dict[Key, BrokerOffsets],
+                gaps: dict[Key, asyncio.Task[Entry | None]]) -> Answer:
+        """The tier's entries (and the gaps') in place of the broker's own for those partitions."""
+        broker_entry = broker_entries(self.plan, upstream)
+        entries: dict[Key, Entry] = {}
         for key in s.oor:
-            entries[key] = self.remote_entry(key, broker_entries.get(key), offsets.get(key), s.reads.get(key),
+            entries[key] = self.remote_entry(key, broker_entry(key), offsets.get(key), s.reads.get(key),
                                              s.errors.get(key))
         for key, task in gaps.items():
             if not task.done():  # the leader did not answer in time: retriable, the client asks again
@@ -217,11 +238,8 @@ class DelayedRemoteFetch:
                 entries[key] = entry
         served = sum(len(entries[k]["records"] or b"") for k in s.oor if k in entries)
         if served:
-            self.tier.quota.served(plan.client_id, served)
-        response = merge_response(plan, upstream, entries)
-        if s.throttle_ms:  # a spent remote fetch quota: the client waits before asking again (KIP-219)
-            response["throttle_time_ms"] = max(response["throttle_time_ms"], s.throttle_ms)
-        return response
+            self.tier.quota.served(self.plan.client_id, served)
+        return answer_of(self.plan, upstream, entries, s.throttle_ms)
 
     def _under_ids(self, current: set[Key], oor: list[Key], budget: Budget, reads: Reads, errors: dict[Key, int],
                    rejected: set[Key]) -> list[Key]:

@@ -18,6 +18,7 @@ from protocol.constants import ApiKey, ErrorCode
 from protocol.messages import FetchRequest, FetchResponse
 from tierproxy.proxy import relay, rewrite
 from tierproxy.proxy.intercept.errors import LOADING
+from tierproxy.proxy.intercept.fetch.answer import Answer, BrokerPart, Spliced
 from tierproxy.proxy.intercept.fetch.delayed import DelayedRemoteFetch, tiered_partition
 from tierproxy.proxy.intercept.fetch.plan import (
     FetchPlan,
@@ -81,8 +82,9 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
             answering = op.complete(no_broker_part(plan), list(plan.remote), [])
             session.complete_later(slot, complete(session, slot, op, answering))
             return
-    session.forward(ev, registry.encode_request(ev.header, data) if changed else None,
-                    Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
+    # a full request goes as it came but for its epoch (`as_full_request`); only an incremental one is re-encoded
+    upstream = (as_full_request(ev) or registry.encode_request(ev.header, data)) if changed else None
+    session.forward(ev, upstream, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
     if op is not None:  # after the request has left: the reads overlap the broker's round trip, not delay it
         op.start_early()
 
@@ -110,8 +112,10 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     if plan is None or tier is None or not registry.supports(ev.api_key, ev.api_version):
         relay.relay_with_endpoints(session, slot, ev)
         return
-    # the tail path's only question is "any partition out of range?": a scan answers it without a decode
-    scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset)
+    # the tail path's only question is "any partition out of range?": a scan answers it without a decode (and,
+    # for a connection reading the tier, lists the answer's partitions: in request order, it can be spliced)
+    order: list[Key] | None = [] if plan.remote or plan.decoded is not None else None
+    scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset, order)
     if not scan.errors and not plan.remote:  # the tail: nothing out of range, nothing read early
         relay.relay_with_endpoints(session, slot, ev, scan=scan)
         TAIL_LATENCY.observe(time.monotonic() - plan.started)
@@ -131,7 +135,11 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         relay.relay_with_endpoints(session, slot, ev, scan=scan)
         TAIL_LATENCY.observe(time.monotonic() - plan.started)
         return
-    answer = op.complete_now(decode_fetch_response(ev), oor, beyond)
+    # the broker's bytes stay as they came, the tier's entries spliced in; decoded and merged when NodeEndpoints
+    # need rewriting, or the broker's answer is not in request order (a Kafka broker's always is)
+    spliced = not scan.node_endpoints and order is not None and order == list(plan.requested)
+    upstream = BrokerPart(ev, scan) if spliced else decode_fetch_response(ev)
+    answer = op.complete_now(upstream, oor, beyond)
     if asyncio.iscoroutine(answer):
         session.complete_later(slot, complete(session, slot, op, answer))
         return
@@ -148,17 +156,20 @@ def decode_fetch_response(ev: ResponseEvent) -> FetchResponse:
     return cast(FetchResponse, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset))
 
 
-def write_answer(session: Session, slot: Slot, plan: FetchPlan, response: FetchResponse) -> None:
+def write_answer(session: Session, slot: Slot, plan: FetchPlan, response: Answer) -> None:
     """The remote fetch's answer into its slot, written in order."""
-    rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
-    slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
-                                           response)
+    if isinstance(response, Spliced):
+        slot.chunks = response.chunks(slot.header.correlation_id)
+    else:
+        rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
+        slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
+                                               response)
     REMOTE_LATENCY.observe(time.monotonic() - plan.started)
     session.flush()
 
 
 async def complete(session: Session, slot: Slot, op: DelayedRemoteFetch,
-                   answering: Coroutine[Any, Any, FetchResponse]) -> None:
+                   answering: Coroutine[Any, Any, Answer]) -> None:
     """Wait for the delayed remote fetch and write its answer; its memory goes back once the bytes leave."""
     try:
         write_answer(session, slot, op.plan, await answering)
@@ -196,8 +207,9 @@ async def answer_while_loading(session: Session, slot: Slot, data: FetchResponse
 def _drop_unused_reads(session: Session, plan: FetchPlan, oor: list[Key]) -> None:
     """Early reads of partitions the broker did not answer OFFSET_OUT_OF_RANGE (authorization refused, data
     now local, leader moved...) are never served; those partitions go back to the broker alone."""
+    answered = set(oor)  # a set: a wide fetch has thousands of both
     for key in plan.remote:
-        if key not in oor:
+        if key not in answered:
             plan.reads.pop(key, None)  # left to finish: it only warms the cache
             plan.errors.pop(key, None)
             session.tiered.pop(key, None)
@@ -215,9 +227,10 @@ def past_the_tier(op: DelayedRemoteFetch, scan: FetchScan, oor: list[Key]) -> li
     broker's answer stands) or in a gap the broker deleted before it was tiered (answered from the first offset the
     tier or the broker holds, not reset to the tier's start: that loops). Which one, the leader's offsets tell."""
     out: list[Key] = []
+    served = set(oor)  # a set: a wide fetch has thousands of both (a list made this quadratic)
     for topic, partition, error_code in scan.errors:
         key = (topic, partition)
-        if error_code != ErrorCode.OFFSET_OUT_OF_RANGE or key in oor or key not in op.plan.requested:
+        if error_code != ErrorCode.OFFSET_OUT_OF_RANGE or key in served or key not in op.plan.requested:
             continue
         pc = op.partition(key)
         start = pc.earliest_offset() if pc is not None else None
