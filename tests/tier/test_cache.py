@@ -131,3 +131,23 @@ def test_a_requested_pass_is_pending_until_taken_withdrawn_or_expired() -> None:
     cache.apply(TierPass("c", True, 80_000, expires_ms=140_000))
     cache.apply(TierPass("c", False, 80_500, stage=PassStage.TAKEN))
     assert cache.pass_pending(80_600) is None  # taken: a later request waits for the next pass, not behind it
+
+
+def test_find_by_name_takes_the_newest_id_not_deleted() -> None:
+    """A name reused after a delete: `find` (the by-name look-up every Fetch and ListOffsets by name makes, indexed
+    since a fetch names 10,000 partitions) gives the newest id the tier still holds, and the older once the newer is
+    deleted; none once both are."""
+    cache = MetadataCache()
+    old, new = tp("orders", 1), tp("orders", 1)
+    for t in (old, new, tp("orders", 2), tp("other", 1)):
+        cache.apply(seg(t, 0, 9))
+    assert cache.find("orders", 1) is cache.get(new.topic_id, 1)
+    assert cache.find("orders", 3) is None and cache.find("absent", 1) is None
+    for state in (PartitionDeleteState.DELETE_PARTITION_MARKED, PartitionDeleteState.DELETE_PARTITION_STARTED):
+        cache.apply(RemotePartitionDeleteMetadata(new, state, 1, 0))
+    assert cache.find("orders", 1) is cache.get(old.topic_id, 1)
+    cache.apply(RemotePartitionDeleteMetadata(new, PartitionDeleteState.DELETE_PARTITION_FINISHED, 2, 0))
+    for state in PartitionDeleteState:
+        cache.apply(RemotePartitionDeleteMetadata(old, state, 3, 0))
+    assert cache.find("orders", 1) is None and cache.find("orders", 2) is not None
+    assert ("orders", 1) not in cache._by_name
