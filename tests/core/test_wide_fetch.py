@@ -6,7 +6,10 @@ partition count (counted on the codec's response entry points while the proxy an
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -186,3 +189,51 @@ def test_a_wide_catch_up_asks_the_leaders_offsets_of_the_partitions_it_reads() -
         assert all(sum(later) <= 3 for later in served[1:]), served
 
     run(go())
+
+
+def test_offsets_not_asked_again_stand_though_they_age_while_the_reads_wait() -> None:
+    """The found case (a fresh-eyes review): an answer chose not to ask the leaders' offsets of the partitions
+    beyond its budget (known 29.8 s ago), its reads then took 0.3 s, and it looked them up again, 30.1 s old: every
+    such partition was answered REPLICA_NOT_AVAILABLE instead of empty and without error."""
+    tier = AskedTier()
+    wide = [(t, p) for t in TOPICS[:2] for p in range(PARTITIONS)]
+    for topic, p in wide:
+        tier.segment(TopicIdPartition(topic, IDS[topic], p), 0, 199)
+        tier.leader(topic, p, log_start=500, high_watermark=1000)
+    offsets = dict.fromkeys(wide, 0)
+    codes: list[dict[int, int]] = []
+
+    async def go() -> None:
+        proxy = InProcessProxy(tier)
+        wire = Wire(proxy)
+        for n in range(2):
+            body = fetch_request({t: {p: offsets[t, p] for p in range(PARTITIONS)} for t in TOPICS[:2]},
+                                 max_bytes=3 * 4096, partition_max_bytes=4096)
+            wire.client_sends(ApiKey.FETCH, 12, body)
+            [(header, _)] = wire.broker_receives()
+            answer = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "node_endpoints": [], "responses": [
+                {"topic": t, "topic_id": IDS[t], "partitions": [
+                    partition_entry(p, None, None, None) | {"error_code": ErrorCode.OFFSET_OUT_OF_RANGE}
+                    for p in range(PARTITIONS)]} for t in TOPICS[:2]]}
+            if n == 1:  # the offsets the first fetch asked, now 29.8 s old; this fetch's reads take 0.3 s
+                aged = time.monotonic() - 29.8
+                for k, o in list(tier._remembered.items()):
+                    tier._remembered[k] = replace(o, at=aged)
+                tier.script.gate = gate = asyncio.Event()
+            wire.broker_answers(header, answer)
+            if n == 1:
+                await asyncio.sleep(0.3)  # the reads' time (within remote.fetch.max.wait.ms), not a wait for one
+                gate.set()
+            await proxy.settle()
+            [(_, _, got)] = wire.client_receives()
+            assert got is not None
+            count: dict[int, int] = {}
+            for t in got["responses"]:
+                for p in t["partitions"]:
+                    count[p["error_code"]] = count.get(p["error_code"], 0) + 1
+                    if batches := list(iter_batches(p["records"])):
+                        offsets[(t["topic"], p["partition_index"])] = batches[-1].last_offset + 1
+            codes.append(count)
+
+    run(go())
+    assert codes == [{0: len(wide)}, {0: len(wide)}], codes  # before: [{0: 200}, {0: 3, 9: 197}]

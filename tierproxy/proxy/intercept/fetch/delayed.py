@@ -199,7 +199,8 @@ class DelayedRemoteFetch:
     async def _finish(self, upstream: FetchResponse | BrokerPart, s: Settled, beyond: list[Key],
                       ids: asyncio.Task[list[Key]] | None) -> Answer:
         loop = asyncio.get_running_loop()
-        offsets_task = loop.create_task(self.broker_offsets(self._to_ask(s) + beyond))
+        to_ask, known = self._to_ask(s)
+        offsets_task = loop.create_task(self.broker_offsets(to_ask + beyond))
         offsets_task.add_done_callback(consume_exception)
         if ids is not None:
             s.oor = self._under_ids(set(await ids), s.oor, s.budget, s.reads, s.errors, s.rejected)
@@ -211,15 +212,17 @@ class DelayedRemoteFetch:
                                            timeout=max(0.05, self.deadline - loop.time()))
         except (TimeoutError, OSError, ConnectionError):
             fresh = {}
-        return self._answer(upstream, s, self.last_known(s.oor + beyond, fresh), gaps)
+        # what was known when the answer chose not to ask stands, though it aged past STALE_OFFSETS_S meanwhile
+        return self._answer(upstream, s, {**known, **self.last_known(s.oor + beyond, fresh)}, gaps)
 
-    def _to_ask(self, s: Settled) -> list[Key]:
+    def _to_ask(self, s: Settled) -> tuple[list[Key], dict[Key, BrokerOffsets]]:
         """The partitions whose leader's offsets this answer asks: those it reads (records go out with the leader's
         offsets of the last second) and those with none known from the last STALE_OFFSETS_S seconds. An empty answer
         (beyond this fetch's budget) takes the last known: asking the leaders for every partition a wide fetch
-        names, on every fetch, made its cost follow the fetch's partition count, not the partitions it reads."""
+        names, on every fetch, made its cost follow the fetch's partition count, not the partitions it reads.
+        Returns them and the last known offsets of the others."""
         known = self.last_known([k for k in s.oor if k not in s.budget], {})
-        return [k for k in s.oor if k in s.budget or k not in known]
+        return [k for k in s.oor if k in s.budget or k not in known], known
 
     def _answer(self, upstream: FetchResponse | BrokerPart, s: Settled, offsets: dict[Key, BrokerOffsets],
                 gaps: dict[Key, asyncio.Task[Entry | None]]) -> Answer:
