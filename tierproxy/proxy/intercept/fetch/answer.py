@@ -55,9 +55,6 @@ class Spliced:
         throttle = max(throttle_of(part.frame, part.body_offset), self.throttle_ms) if self.throttle_ms else None
         return splice_response(part.frame, part.version, part.body_offset, correlation_id, spans, throttle)
 
-    def served(self) -> int:
-        return sum(len(e["records"] or b"") for e in self.entries.values())
-
 
 Answer = FetchResponse | Spliced
 
