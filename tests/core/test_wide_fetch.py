@@ -150,11 +150,7 @@ def test_a_wide_catch_up_asks_the_leaders_offsets_of_the_partitions_it_reads() -
     """Every one of 200 partitions out of range on the broker and in the tier, a budget of three partitions a
     fetch: the first fetch asks the leaders for all of them; later ones only for the three they read (the others'
     empty answers carry the offsets last asked), not for the 200 the fetch names."""
-    tier = AskedTier()
-    wide = [(t, p) for t in TOPICS[:2] for p in range(PARTITIONS)]
-    for topic, p in wide:
-        tier.segment(TopicIdPartition(topic, IDS[topic], p), 0, 199)
-        tier.leader(topic, p, log_start=500, high_watermark=1000)
+    tier, wide = _all_out_of_range()
     offsets = dict.fromkeys(wide, 0)
 
     async def go() -> None:
@@ -162,14 +158,7 @@ def test_a_wide_catch_up_asks_the_leaders_offsets_of_the_partitions_it_reads() -
         wire = Wire(proxy)
         served = []
         for n in range(4):
-            body = fetch_request({t: {p: offsets[t, p] for p in range(PARTITIONS)} for t in TOPICS[:2]},
-                                 max_bytes=3 * 4096, partition_max_bytes=4096)
-            wire.client_sends(ApiKey.FETCH, 12, body)
-            [(header, _)] = wire.broker_receives()
-            answer = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "node_endpoints": [], "responses": [
-                {"topic": t, "topic_id": IDS[t], "partitions": [
-                    partition_entry(p, None, None, None) | {"error_code": ErrorCode.OFFSET_OUT_OF_RANGE}
-                    for p in range(PARTITIONS)]} for t in TOPICS[:2]]}
+            header, answer = _fetch_of_a_budget_of_three(wire, offsets)
             asked_before = len(tier.asked)
             wire.broker_answers(header, answer)
             await proxy.settle()
@@ -195,11 +184,7 @@ def test_offsets_not_asked_again_stand_though_they_age_while_the_reads_wait() ->
     """The found case (a fresh-eyes review): an answer chose not to ask the leaders' offsets of the partitions
     beyond its budget (known 29.8 s ago), its reads then took 0.3 s, and it looked them up again, 30.1 s old: every
     such partition was answered REPLICA_NOT_AVAILABLE instead of empty and without error."""
-    tier = AskedTier()
-    wide = [(t, p) for t in TOPICS[:2] for p in range(PARTITIONS)]
-    for topic, p in wide:
-        tier.segment(TopicIdPartition(topic, IDS[topic], p), 0, 199)
-        tier.leader(topic, p, log_start=500, high_watermark=1000)
+    tier, wide = _all_out_of_range()
     offsets = dict.fromkeys(wide, 0)
     codes: list[dict[int, int]] = []
 
@@ -207,14 +192,7 @@ def test_offsets_not_asked_again_stand_though_they_age_while_the_reads_wait() ->
         proxy = InProcessProxy(tier)
         wire = Wire(proxy)
         for n in range(2):
-            body = fetch_request({t: {p: offsets[t, p] for p in range(PARTITIONS)} for t in TOPICS[:2]},
-                                 max_bytes=3 * 4096, partition_max_bytes=4096)
-            wire.client_sends(ApiKey.FETCH, 12, body)
-            [(header, _)] = wire.broker_receives()
-            answer = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "node_endpoints": [], "responses": [
-                {"topic": t, "topic_id": IDS[t], "partitions": [
-                    partition_entry(p, None, None, None) | {"error_code": ErrorCode.OFFSET_OUT_OF_RANGE}
-                    for p in range(PARTITIONS)]} for t in TOPICS[:2]]}
+            header, answer = _fetch_of_a_budget_of_three(wire, offsets)
             if n == 1:  # the offsets the first fetch asked, now 29.8 s old; this fetch's reads take 0.3 s
                 aged = time.monotonic() - 29.8
                 for k, o in list(tier._remembered.items()):
@@ -237,3 +215,26 @@ def test_offsets_not_asked_again_stand_though_they_age_while_the_reads_wait() ->
 
     run(go())
     assert codes == [{0: len(wide)}, {0: len(wide)}], codes  # before: [{0: 200}, {0: 3, 9: 197}]
+
+
+def _all_out_of_range() -> tuple[AskedTier, list[tuple[str, int]]]:
+    """200 partitions (two topics) the tier holds [0, 199] of, their leader's log start at 500."""
+    tier = AskedTier()
+    wide = [(t, p) for t in TOPICS[:2] for p in range(PARTITIONS)]
+    for topic, p in wide:
+        tier.segment(TopicIdPartition(topic, IDS[topic], p), 0, 199)
+        tier.leader(topic, p, log_start=500, high_watermark=1000)
+    return tier, wide
+
+
+def _fetch_of_a_budget_of_three(wire: Wire, offsets: dict[tuple[str, int], int]) -> tuple[Any, Data]:
+    """A client's v12 fetch of all 200 at `offsets` (room for three partitions' answers), forwarded; and the
+    broker's answer to it: every partition OFFSET_OUT_OF_RANGE."""
+    body = fetch_request({t: {p: offsets[t, p] for p in range(PARTITIONS)} for t in TOPICS[:2]},
+                         max_bytes=3 * 4096, partition_max_bytes=4096)
+    wire.client_sends(ApiKey.FETCH, 12, body)
+    [(header, _)] = wire.broker_receives()
+    return header, {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "node_endpoints": [], "responses": [
+        {"topic": t, "topic_id": IDS[t], "partitions": [
+            partition_entry(p, None, None, None) | {"error_code": ErrorCode.OFFSET_OUT_OF_RANGE}
+            for p in range(PARTITIONS)]} for t in TOPICS[:2]]}
