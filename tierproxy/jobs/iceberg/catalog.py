@@ -8,6 +8,7 @@ under the tier's own storage, `file://` or `s3://`, with the tier's S3 endpoint 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -17,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tierproxy.config import hide_url_password, redact
+from tierproxy.config.values import TableCollision
 from tierproxy.jobs.iceberg.schema import iceberg_schema, partition_spec, same_columns, sort_order
 
 
@@ -104,6 +106,8 @@ class TableShape:
     order: Callable[[Any], Any]  # the schema → the sort order
     matches: Callable[[Any], bool]
     description: str
+    source: str | None = None  # the one topic the table is made for (a typed or dead-letter table; None: many)
+    source_id: str | None = None  # that topic's id when the table is made (recorded beside its name)
 
 
 def raw_shape(by: tuple[str, ...] = ("partition",)) -> TableShape:
@@ -132,6 +136,8 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
         except NoSuchTableError:
             table = None
         if table is not None:
+            if shape.source is not None:
+                table = _one_source(table, name, shape.source)
             if not shape.matches(table.schema()):
                 raise CatalogError(f"table {name} exists with another schema ({_columns(table.schema())}); "
                                    f"tierproxy writes ({_columns(shape.schema())}): choose another "
@@ -146,13 +152,52 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
         return catalog.create_table(name, schema=schema, partition_spec=shape.spec(schema),
                                     sort_order=shape.order(schema),
                                     properties={"write.parquet.compression-codec": "zstd",
-                                                "tierproxy.table": shape.description})
-    except CatalogError:
+                                                "tierproxy.table": shape.description,
+                                                **({} if shape.source is None else
+                                                   {SOURCE: _source(shape.source, shape.source_id)})})
+    except (CatalogError, TableCollision):
         raise
     except NoSuchNamespaceError:
         raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)}") from None
     except Exception as exc:
         raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc, cfg)}") from None
+
+
+SOURCE = "tierproxy.source"  # the table property naming the topic a one-topic table is made for
+
+
+def _source(topic: str, topic_id: str | None) -> str:
+    return json.dumps({"topic": topic, "id": topic_id}, sort_keys=True)
+
+
+def _one_source(table: Any, name: str, topic: str) -> Any:
+    """`table` when it was made for `topic`; TableCollision when for another (`a-b` tabled as `a_b`, `a.b` later;
+    `Orders` and `orders` in a catalog that folds case answers both names with one table), whenever it appears.
+    A table from before the property: its ledger's topics say whose rows it holds, and the property is recorded."""
+    from tierproxy.jobs.iceberg.ledger import current_ledger
+
+    if SOURCE in table.properties:
+        owners = [json.loads(table.properties[SOURCE])["topic"]]
+    else:
+        owners = sorted(current_ledger(table).topics)
+    other = next((o for o in owners if o != topic), None)
+    if other is not None:
+        raise TableCollision(f"table {name} holds topic {other!r}, and topic {topic!r} maps to it too: a table "
+                             "holds one topic, forever (give one of them a rule of its own, or another table)")
+    if SOURCE not in table.properties:
+        with table.transaction() as tx:
+            tx.set_properties({SOURCE: _source(topic, current_ledger(table).topics.get(topic))})
+        table = table.refresh()
+    return table
+
+
+def name_key(cfg: CatalogConfig) -> Callable[[str], str]:
+    """How the catalog compares table names, the one rule of it: exactly in the SQL catalog on SQLite or PostgreSQL
+    (their text comparisons are exact), case-folded in any other (the SQL catalog on MySQL or MariaDB, whose default
+    collations fold case; a REST catalog, which may be Glue, Hive or another that folds: refusing two names that
+    differ in case only costs a rule, merging them would cost a table)."""
+    exact = cfg.uri.startswith(("sqlite", "postgresql"))
+    return (lambda n: n) if exact else str.casefold
 
 
 def _evolve_spec(table: Any, name: str, wanted: Any) -> Any:

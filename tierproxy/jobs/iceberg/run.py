@@ -13,7 +13,14 @@ from typing import Any
 
 from tierproxy.config import TierSettings
 from tierproxy.config.values import partition_by_fields, typed_table_rules, typed_tables
-from tierproxy.jobs.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, safe_uri
+from tierproxy.jobs.iceberg.catalog import (
+    CatalogConfig,
+    catalog_config,
+    load_existing,
+    name_key,
+    open_catalog,
+    safe_uri,
+)
 from tierproxy.jobs.iceberg.compaction import CompactionOptions
 from tierproxy.jobs.iceberg.ledger import snapshot_at
 from tierproxy.jobs.iceberg.registry import RegistryConfig
@@ -51,7 +58,7 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
         s.iceberg_schema_registry_ssl_ca_location)  # the settings refuse the registry format without one
     raw = options_of(s)
     out = []
-    for topic, table in typed_tables(typed_table_rules(s.iceberg_tables), topics).items():
+    for topic, table in typed_tables(typed_table_rules(s.iceberg_tables), topics, name_key(raw.catalog)).items():
         out.append(dataclasses.replace(raw, table=table, topics=f"^{re.escape(topic)}$",
                                        typed=TypedOptions(registry, f"{topic}-value", upsert=s.iceberg_mode == "upsert",
                                                           value_format=s.iceberg_value_format)))

@@ -247,7 +247,8 @@ class IcebergSync:
         typed: TypedTable | None = None
         if o.typed is not None:
             summary.typed = True
-            typed = open_typed(catalog, o.catalog, o.table, o.typed, o.partition_by)
+            typed = open_typed(catalog, o.catalog, o.table, o.typed, o.partition_by,
+                               next((uuid_str(p.topic_id) for p in view.partitions if p.topic == o.typed.topic), None))
             if typed is None:
                 summary.waiting = True
                 summary.seconds = time.monotonic() - started
