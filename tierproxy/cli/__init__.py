@@ -242,7 +242,7 @@ def _iceberg(args: argparse.Namespace) -> int:
                 print("tierproxy: iceberg snapshot-at needs --topic and --offsets", file=sys.stderr)
                 return 2
             try:
-                found = run.snapshot_for_offsets(settings, args.topic, args.offsets)
+                found = run.snapshot_for_offsets(settings, args.topic, args.offsets, args.topic_id)
             except ValueError as exc:
                 print(f"tierproxy: {exc}", file=sys.stderr)
                 return 2
@@ -470,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     _spark_job_args(ice)
     ice.add_argument("--topic", help="snapshot-at: the topic")
     ice.add_argument("--offsets", help='snapshot-at: {"partition": offset, ...}')
+    ice.add_argument("--topic-id", help="snapshot-at: the topic's incarnation (its topic id; default: the table's "
+                                        "current one; `--retention keep` keeps a re-created topic's older ones)")
     ice.set_defaults(func=_iceberg)
     rst = sub.add_parser("restore", help="the tier's history into a new cluster, every offset kept")
     rst.add_argument("--bootstrap-server", help="the NEW cluster's brokers HOST:PORT[,..] (bootstrap.servers)")

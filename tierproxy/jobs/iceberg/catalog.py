@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse
 
 from tierproxy.config import hide_url_password, redact
 from tierproxy.config.values import TableCollision
-from tierproxy.jobs.iceberg.schema import iceberg_schema, partition_spec, same_columns, sort_order
+from tierproxy.jobs.iceberg.schema import ADDED, iceberg_schema, partition_spec, same_columns, sort_order
 
 
 class CatalogError(RuntimeError):
@@ -108,12 +108,13 @@ class TableShape:
     description: str
     source: str | None = None  # the one topic the table is made for (a typed or dead-letter table; None: many)
     source_id: str | None = None  # that topic's id when the table is made (recorded beside its name)
+    added: tuple[str, ...] = ()  # columns of `schema` an existing table may lack: added (optional) when opened
 
 
 def raw_shape(by: tuple[str, ...] = ("partition",)) -> TableShape:
     """The raw history table partitioned by `topic` and `iceberg.partition.by`."""
     return TableShape(iceberg_schema, lambda _: partition_spec(by), lambda _: sort_order(),
-                      lambda s: same_columns(s, iceberg_schema()), "kafka history from the tier")
+                      lambda s: same_columns(s, iceberg_schema(), ADDED), "kafka history from the tier", added=ADDED)
 
 
 RAW = raw_shape()
@@ -142,6 +143,7 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
                 raise CatalogError(f"table {name} exists with another schema ({_columns(table.schema())}); "
                                    f"tierproxy writes ({_columns(shape.schema())}): choose another "
                                    "table name or drop that one")
+            table = _add_columns(table, name, shape)
             return _evolve_spec(table, name, shape.spec(table.schema())) if evolve_spec else table
         if not _namespace_exists(catalog, namespace):
             if not cfg.embedded:
@@ -189,6 +191,22 @@ def _one_source(table: Any, name: str, topic: str) -> Any:
             tx.set_properties({SOURCE: _source(topic, current_ledger(table).topics.get(topic))})
         table = table.refresh()
     return table
+
+
+def _add_columns(table: Any, name: str, shape: TableShape) -> Any:
+    """A table made before the shape's `added` columns gains them, optional, in a metadata commit (its data files
+    stay as they are: readers read null for them there; new rows fill them)."""
+    have = {f.name for f in table.schema().fields}
+    missing = [c for c in shape.added if c not in have]
+    if not missing:
+        return table
+    wanted = shape.schema()
+    with table.update_schema() as update:
+        for column in missing:
+            update.add_column(column, wanted.find_field(column).field_type, doc=wanted.find_field(column).doc)
+    log.info("iceberg: table %s gained the column(s) %s (rows written before them hold null)", name,
+             ", ".join(missing))
+    return table.refresh()
 
 
 def name_key(cfg: CatalogConfig) -> Callable[[str], str]:

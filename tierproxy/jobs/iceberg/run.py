@@ -24,6 +24,7 @@ from tierproxy.jobs.iceberg.catalog import (
 from tierproxy.jobs.iceberg.compaction import CompactionOptions
 from tierproxy.jobs.iceberg.ledger import snapshot_at
 from tierproxy.jobs.iceberg.registry import RegistryConfig
+from tierproxy.jobs.iceberg.schema import TOPIC_ID
 from tierproxy.jobs.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync, SegmentDataError
 from tierproxy.jobs.iceberg.typed_tables import TypedOptions
 from tierproxy.jobs.tiering.cluster import describe_cluster
@@ -115,9 +116,11 @@ def _existing_table(settings: TierSettings) -> Any:
     return table
 
 
-def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str) -> dict[str, Any]:
-    """`snapshot-at`: {"snapshot_id", "timestamp_ms", "ends"} of the first snapshot holding every record of `topic`
-    below the given offsets ({"partition": offset}, or Spark's {"topic": {"partition": offset}})."""
+def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str,
+                         topic_id: str | None = None) -> dict[str, Any]:
+    """`snapshot-at`: {"snapshot_id", "timestamp_ms", "topic_id", "ends", "filter"} of the first snapshot holding every
+    record of `topic` below the given offsets ({"partition": offset}, or Spark's {"topic": {"partition": offset}}),
+    of its incarnation `topic_id` (default: the table's current one; `--retention keep` keeps older ones)."""
     wanted = f'--offsets {offsets_json!r}: expected a JSON object {{"partition": offset, ...}}'
     try:
         raw = json.loads(offsets_json)
@@ -128,15 +131,22 @@ def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str) 
         offsets = {int(p): int(o) for p, o in raw.items()}
     except (ValueError, TypeError) as exc:
         raise ValueError(wanted if str(exc) == wanted else f"{wanted} ({exc})") from None
+    if topic_id is not None and not re.fullmatch(r"[A-Za-z0-9_-]{22}", topic_id):
+        raise ValueError(f"--topic-id {topic_id!r}: expected a Kafka topic id (22 characters of URL-safe base64)")
     table = _existing_table(settings)
-    snap = snapshot_at(table, topic, offsets)
+    snap, tid = snapshot_at(table, topic, offsets, topic_id)
     if snap is None:
-        return {"snapshot_id": None, "reason": f"no snapshot holds {topic} up to {offsets} yet"}
+        of = f" (incarnation {tid})" if tid else ""
+        return {"snapshot_id": None, "topic_id": tid, "reason": f"no snapshot holds {topic}{of} up to {offsets} yet"}
     from tierproxy.jobs.iceberg.ledger import ledger_of
+    from tierproxy.jobs.iceberg.typed import PREFIX
 
     led = ledger_of(snap)
     assert led is not None
-    tid = led.topics[topic]
-    return {"snapshot_id": snap.snapshot_id, "timestamp_ms": snap.timestamp_ms,
-            "ends": {str(p): led.ends[f"{tid}:{p}"] for p in offsets},
-            "filter": " OR ".join(f"(partition = {p} AND offset < {o})" for p, o in sorted(offsets.items()))}
+    names = {f.name for f in table.schema().fields}
+    prefix = PREFIX if f"{PREFIX}offset" in names else ""  # a typed table's Kafka columns
+    where = " OR ".join(f"({prefix}partition = {p} AND {prefix}offset < {o})" for p, o in sorted(offsets.items()))
+    if len(led.incarnations(topic)) > 1:  # the rows of each incarnation told apart by their id
+        where = f"{prefix}{'topic_id' if prefix else TOPIC_ID} = '{tid}' AND ({where})"
+    return {"snapshot_id": snap.snapshot_id, "timestamp_ms": snap.timestamp_ms, "topic_id": tid,
+            "ends": {str(p): led.ends[f"{tid}:{p}"] for p in offsets}, "filter": where}

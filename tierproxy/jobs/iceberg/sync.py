@@ -320,12 +320,13 @@ class IcebergSync:
         summary.executor_peak_rss_mb = max((r.peak_rss_kb for r in results), default=0) / 1024
         summary.executor_base_rss_mb = min((r.rss_before_kb for r in results), default=0) / 1024
         for t in targets:
-            t.new = Ledger(dict(t.ledger.ends), dict(t.ledger.starts), dict(t.ledger.topics))
+            t.new = t.ledger.copy()
             t.accepted = self._accept(results, t, stops, decided)
             t.deletes = [] if o.keep else self._follow(planner, t.ledger, t.new, t.columns)
             for pp in planner.plans:
                 if pp.info.topic not in planner.waiting:
                     t.new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)
+                    t.new.ids[uuid_str(pp.info.topic_id)] = pp.info.topic  # kept beside an older one under keep
             self._delete_files(t.table, t.accepted.rejected)
         summary.files_added, summary.rows_added = len(main.accepted.paths), main.accepted.rows
         summary.files_held_back, summary.segments_added = main.accepted.held_back, len(main.accepted.segments)
@@ -338,7 +339,7 @@ class IcebergSync:
         pause_point("files")
         stop_renewals()  # a renewal is a metadata commit too: the catalog would refuse ours for it
         for t in targets:
-            if t.accepted.paths or t.deletes or t.new != Ledger(t.ledger.ends, t.ledger.starts, t.ledger.topics) \
+            if t.accepted.paths or t.deletes or t.new != t.ledger.copy() \
                     or (t.typed is not None and t.typed.evolved is not None):
                 removed = self._commit(t, summary.pass_id)
                 summary.rows_deleted += removed if t is main else 0
@@ -472,6 +473,7 @@ class IcebergSync:
                 for key in [k for k in d if k.startswith(f"{tid}:")]:
                     del d[key]
             new.topics.pop(topic, None)
+            new.ids.pop(tid, None)
         for pp in planner.plans:
             key = f"{uuid_str(pp.info.topic_id)}:{pp.info.partition}"
             if old.topics.get(pp.info.topic) != uuid_str(pp.info.topic_id) or key not in old.ends:

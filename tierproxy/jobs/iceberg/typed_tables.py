@@ -18,9 +18,10 @@ from tierproxy.jobs.iceberg.avro_types import UnsupportedSchema
 from tierproxy.jobs.iceberg.catalog import CatalogConfig, TableShape, load_existing, open_table
 from tierproxy.jobs.iceberg.evolution import change_reason, evolve
 from tierproxy.jobs.iceberg.registry import RegistryClient, RegistryConfig
-from tierproxy.jobs.iceberg.schema import same_columns, sort_order, spec_for
+from tierproxy.jobs.iceberg.schema import ADDED, same_columns, sort_order, spec_for
 from tierproxy.jobs.iceberg.typed import (
     PREFIX,
+    TYPED_ADDED,
     DecodePlan,
     dlq_schema,
     is_record,
@@ -78,13 +79,13 @@ def _typed_order(schema: Any) -> Any:
 
 def _has_kafka_columns(schema: Any) -> bool:
     names = {f.name for f in schema.fields}
-    return all(f.name in names for f in kafka_fields())
+    return all(f.name in names for f in kafka_fields() if f.name not in TYPED_ADDED)
 
 
 def _dlq_shape(by: tuple[str, ...], options: TypedOptions, topic_id: str | None) -> TableShape:
     return TableShape(dlq_schema, lambda s: spec_for(s, by, "topic", "partition", "timestamp"), lambda _: sort_order(),
-                      lambda s: same_columns(s, dlq_schema()), "kafka records a typed table could not decode",
-                      options.topic, topic_id)
+                      lambda s: same_columns(s, dlq_schema(), ADDED), "kafka records a typed table could not decode",
+                      options.topic, topic_id, ADDED)
 
 
 def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions,
@@ -132,7 +133,7 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
     table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(first), lambda s: _typed_spec(s, by),
                                                       _typed_order, _has_kafka_columns,
                                                       f"typed values of {options.subject}", options.topic,
-                                                      topic_id), evolve_spec=True)
+                                                      topic_id, TYPED_ADDED), evolve_spec=True)
     evolved = None
     have = value_columns(table.schema())
     wanted = evolve(have, current)  # the table's columns only ever gain columns, widen, or loosen
@@ -154,7 +155,7 @@ def _open_plain(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptio
     table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(fields), lambda s: _typed_spec(s, by),
                                                       _typed_order, _has_kafka_columns,
                                                       f"{options.value_format} values ({options.subject})",
-                                                      options.topic, topic_id), evolve_spec=True)
+                                                      options.topic, topic_id, TYPED_ADDED), evolve_spec=True)
     if why := change_reason(value_columns(table.schema()), fields):
         raise ValueError(f"table {name} exists with other value columns than iceberg.value.format="
                          f"{options.value_format} gives: {why}")

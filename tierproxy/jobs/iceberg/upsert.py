@@ -171,7 +171,7 @@ def split_for_upsert(rb: Any, dlq_target: Any) -> tuple[Any, Any, Any]:
     rest = rb.filter(pc.invert(pc.or_(no_key, tombstone)))
     dead = rb.filter(no_key)
     dead = pa.RecordBatch.from_arrays([*dead.columns, pa.array([NO_KEY] * dead.num_rows, pa.large_string())],
-                                      names=[*dead.schema.names, "error"]).cast(dlq_target)
+                                      names=[*dead.schema.names, "error"]).select(dlq_target.names).cast(dlq_target)
     tombs = rb.filter(tombstone)
     tombs = pa.RecordBatch.from_arrays([tombs.column(c) for c in ("key", "partition", "offset", "timestamp")],
                                        names=[KEY, PARTITION, OFFSET, TIMESTAMP]).cast(tombstone_schema())
