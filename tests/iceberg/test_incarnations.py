@@ -58,3 +58,53 @@ def test_the_ledger_records_every_incarnation_it_holds(tmp_path: Path) -> None:
     with table.transaction() as tx:
         tx.set_properties({"tierproxy.ledger": kept.property()})
     assert current_ledger(table.refresh()).ids == {"old": "t", "new": "t"}
+
+
+def test_the_backfill_fills_the_id_where_the_ledger_knows_it_and_leaves_kept_incarnations_named(
+        tmp_path: Path) -> None:
+    """`t` has one incarnation: its rows get its id. `k` was re-created under keep before the column existed: both
+    incarnations' offset 0 is a row, nothing tells them apart, so they stay null and `k` is named."""
+    import json
+
+    from tierproxy.jobs.iceberg.backfill import backfill
+    from tierproxy.jobs.iceberg.ledger import LEDGER, WRITER
+
+    cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
+    catalog = open_catalog(cfg)
+    catalog.create_namespace("kafka")
+    old = Schema(*(f for f in iceberg_schema().fields if f.name != TOPIC_ID))
+    table = catalog.create_table("kafka.history", schema=old, partition_spec=partition_spec(), sort_order=sort_order())
+    arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
+
+    def rows(topic: str, n: int) -> pa.Table:
+        return pa.Table.from_pylist([{"key": None, "value": b"v", "topic": topic, "partition": 0, "offset": o,
+                                      "timestamp": 0, "timestampType": 0, "headers": [], "leaderEpoch": 0,
+                                      "producerId": -1} for o in range(n)], schema=arrow)
+
+    first = Ledger({"T:0": 3, "K1:0": 2}, {}, {"t": "T", "k": "K1"})
+    table.append(pa.concat_tables([rows("t", 3), rows("k", 2)]), snapshot_properties=first.summary("p1", []))
+    # the topic k re-created, its new incarnation kept beside (a ledger property of before `ids`)
+    table = table.refresh()
+    table.append(rows("k", 1), snapshot_properties=Ledger({"T:0": 3, "K1:0": 2, "K2:0": 1}, {},
+                                                          {"t": "T", "k": "K2"}).summary("p2", []))
+    with table.transaction() as tx:
+        tx.set_properties({LEDGER: json.dumps({"ends": {"T:0": 3, "K1:0": 2, "K2:0": 1}, "starts": {},
+                                               "topics": {"t": "T", "k": "K2"}})})
+    table = open_table(catalog, cfg, "kafka.history")  # gains the column
+    before = sorted((r["topic"], r["offset"]) for r in table.scan().to_arrow().to_pylist())
+
+    done = backfill(table, "kafka.history", cfg.io, 30_000)
+    assert done.files == 1 and done.rows == 3, done
+    assert list(done.left) == ["k"] and "K1, K2" in done.left["k"], done.left
+    table = table.refresh()
+    got = table.scan().to_arrow().to_pylist()
+    assert sorted((r["topic"], r["offset"]) for r in got) == before  # the same rows
+    assert {(r["topic"], r[TOPIC_ID]) for r in got} == {("t", "T"), ("k", None)}
+    assert WRITER not in table.properties
+    # the command: once done, nothing left it can fill; exit 1 while rows stay null (`k`), naming them
+    from tests.support.cli import run_cli
+
+    proc = run_cli("iceberg", "backfill-topic-ids", "--storage", f"file://{tmp_path}/tier", "--table", "kafka.history",
+                   cwd=tmp_path, env={"TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stdout.startswith("backfill of kafka.history: 0 files rewritten") and "left null: k: " in proc.stdout

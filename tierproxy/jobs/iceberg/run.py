@@ -30,8 +30,8 @@ from tierproxy.jobs.iceberg.typed_tables import TypedOptions
 from tierproxy.jobs.tiering.cluster import describe_cluster
 
 log = logging.getLogger(__name__)
-__all__ = ["SegmentDataError", "catalog_of", "metadata_location", "options_of", "run_loop", "run_pass", "run_passes",
-           "snapshot_for_offsets"]
+__all__ = ["SegmentDataError", "backfill_topic_ids", "catalog_of", "metadata_location", "options_of", "run_loop",
+           "run_pass", "run_passes", "snapshot_for_offsets"]
 
 
 def catalog_of(s: TierSettings) -> CatalogConfig:
@@ -104,6 +104,16 @@ def metadata_location(settings: TierSettings) -> str:
     table = _existing_table(settings)
     location: str = table.metadata_location
     return location
+
+
+def backfill_topic_ids(settings: TierSettings) -> tuple[str, bool]:
+    """`backfill-topic-ids`: the one-time fill of the topic id column of `iceberg.table`'s older rows (`backfill`);
+    (its line, whether every row now has its id)."""
+    from tierproxy.jobs.iceberg.backfill import backfill
+
+    table = _existing_table(settings)
+    done = backfill(table, settings.iceberg_table, catalog_of(settings).io, settings.iceberg_writer_lease_ms)
+    return done.line(settings.iceberg_table), not done.left
 
 
 def _existing_table(settings: TierSettings) -> Any:
