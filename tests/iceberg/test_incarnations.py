@@ -5,8 +5,10 @@ End to end (a topic re-created under `--retention keep`): tests/iceberg/test_lif
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 
@@ -67,7 +69,9 @@ def test_the_backfill_fills_the_id_where_the_ledger_knows_it_and_leaves_kept_inc
     import json
 
     from tierproxy.jobs.iceberg.backfill import backfill
+    from tierproxy.jobs.iceberg.catalog import CatalogError
     from tierproxy.jobs.iceberg.ledger import LEDGER, WRITER
+    from tierproxy.jobs.iceberg.writer import Lease
 
     cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
     catalog = open_catalog(cfg)
@@ -93,7 +97,20 @@ def test_the_backfill_fills_the_id_where_the_ledger_knows_it_and_leaves_kept_inc
     table = open_table(catalog, cfg, "kafka.history")  # gains the column
     before = sorted((r["topic"], r["offset"]) for r in table.scan().to_arrow().to_pylist())
 
-    done = backfill(table, "kafka.history", cfg.io, 30_000)
+    def load() -> Any:
+        return open_catalog(cfg).load_table("kafka.history")
+
+    with table.transaction() as tx:  # a pass writing the table (its live lease): the backfill changes nothing
+        tx.set_properties({WRITER: Lease.new("a-pass").value()})
+    with pytest.raises(CatalogError, match="being written by pass a-pass"):
+        backfill(table.refresh(), "kafka.history", cfg.io, 30_000, load)
+    with table.transaction() as tx:
+        tx.remove_properties(WRITER)
+    table = table.refresh()
+    assert sorted((r["topic"], r["offset"], r[TOPIC_ID]) for r in table.scan().to_arrow().to_pylist()) == [
+        (t, o, None) for t, o in before]
+
+    done = backfill(table, "kafka.history", cfg.io, 30_000, load)
     assert done.files == 1 and done.rows == 3, done
     assert list(done.left) == ["k"] and "K1, K2" in done.left["k"], done.left
     table = table.refresh()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from tierproxy.jobs.iceberg.catalog import SOURCE, CatalogError
 from tierproxy.jobs.iceberg.ledger import PASS, WRITER, current_ledger, ledger_of
 from tierproxy.jobs.iceberg.schema import TOPIC_ID
 from tierproxy.jobs.iceberg.typed import PREFIX
-from tierproxy.jobs.iceberg.writer import Lease, live_lease, require_at, take
+from tierproxy.jobs.iceberg.writer import Lease, Renewal, live_lease, require_at, take
 
 log = logging.getLogger(__name__)
 BACKFILL = "tierproxy.backfill"  # snapshot summary key: the backfill that made the snapshot
@@ -86,16 +87,12 @@ def _file_topic(table: Any, data_file: Any, topic_column: str) -> str | None:
     return topics.pop() if len(topics) == 1 else None
 
 
-def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int) -> Backfilled:
-    """Fill the topic id column of `table`'s rows that lack it (module doc); CatalogError when another pass holds
-    the table or committed since this one planned (nothing changed)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-    from pyiceberg.io import load_file_io
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file, schema_to_pyarrow
-
-    from tierproxy.jobs.iceberg.compaction import conform
-    from tierproxy.jobs.iceberg.files import ROW_GROUP_ROWS, LazyParquet
+def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int, load: Callable[[], Any],
+             redact: Callable[[str], str] = str) -> Backfilled:
+    """Fill the topic id column of `table`'s rows that lack it (module doc), renewing the writer lease every third
+    of `lease_ms` while it copies (on a table `load` loads afresh); CatalogError when another pass holds the table
+    or committed since this one planned (nothing changed)."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     result = Backfilled()
     current = table.current_snapshot()
@@ -122,48 +119,70 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
                            "run it again when the pass is done")
     pass_id = f"backfill{uuid.uuid4().hex[:6]}"
     summary = {k: v for k, v in current_ledger(table).summary(pass_id, []).items() if k != PASS}
+    lease = Lease.new(pass_id)
     try:
-        table, at = take(table, Lease.new(pass_id), current.snapshot_id, summary)  # one writer: passes now refuse
+        table, at = take(table, lease, current.snapshot_id, summary)  # one writer: passes now refuse
     except Exception as exc:
         raise CatalogError(f"table {name}: another pass committed or took it meanwhile ({type(exc).__name__}): the "
                            "backfill changed nothing; run it again") from None
-    target = schema_to_pyarrow(table.schema())
     written: list[tuple[Any, str]] = []
     try:
-        for df, tid in todo:
-            path = f"{df.file_path.removesuffix('.parquet')}-topicids-{pass_id}.parquet"
-            fileio = load_file_io(properties=io_properties, location=path)
-            out = LazyParquet(fileio, path, target)
-            with fileio.new_input(df.file_path).open() as f:
-                for rb in pq.ParquetFile(f).iter_batches(batch_size=ROW_GROUP_ROWS):
-                    rb = conform(rb, target)
-                    i = rb.schema.get_field_index(id_column)
-                    out.write(rb.set_column(i, rb.schema.field(i), pc.fill_null(rb.column(i), tid)))
-            copy = out.close()
-            if copy is None or out.rows != df.record_count:  # rows never change: a short copy is not swapped in
-                if copy is not None:
-                    table.io.delete(copy)
-                log.warning("iceberg: backfill of %s: %s left as it was (%d rows copied of %d)", name, df.file_path,
-                            out.rows, df.record_count)
-                continue
-            written.append((df, copy))
+        with Renewal(load, lease, at, lease_ms / 3000, redact):
+            _copy(table, todo, id_column, pass_id, io_properties, written, name)
+        table = table.refresh()  # (the renewals changed its properties)
         with table.transaction() as tx:
             require_at(tx, at)
-            with tx.update_snapshot(snapshot_properties={**summary, BACKFILL: pass_id}).overwrite() as ow:
-                for df, copy in written:
-                    ow.delete_data_file(df)
-                    ow.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, copy))
+            if written:
+                with tx.update_snapshot(snapshot_properties={**summary, BACKFILL: pass_id}).overwrite() as ow:
+                    for df, copy in written:
+                        ow.delete_data_file(df)
+                        ow.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, copy))
             tx.remove_properties(WRITER)
-    except BaseException:
+    except BaseException as exc:
         for _, copy in written:
             table.io.delete(copy)
         try:
             with table.refresh().transaction() as tx:  # give the lease up: nothing of this backfill is in the table
                 require_at(tx, at)
                 tx.remove_properties(WRITER)
-        except Exception as exc:
-            log.warning("iceberg: backfill of %s: lease not released (%s): it expires", name, type(exc).__name__)
-        raise
+        except Exception as why:
+            log.warning("iceberg: backfill of %s: lease not released (%s): it expires", name, type(why).__name__)
+        if not isinstance(exc, Exception):
+            raise
+        raise CatalogError(f"table {name}: the backfill changed nothing ({type(exc).__name__}: "
+                           f"{redact(str(exc))[:200]}); run it again") from None
     result.files = len(written)
     result.rows = sum(int(df.record_count) for df, _ in written)
     return result
+
+
+def _copy(table: Any, todo: list[tuple[Any, str]], id_column: str, pass_id: str, io_properties: dict[str, str],
+          written: list[tuple[Any, str]], name: str) -> None:
+    """Each file of `todo` copied with its null ids filled; (file, copy) added to `written` for those whose copy
+    holds exactly their rows."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from pyiceberg.io import load_file_io
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from tierproxy.jobs.iceberg.compaction import conform
+    from tierproxy.jobs.iceberg.files import ROW_GROUP_ROWS, LazyParquet
+
+    target = schema_to_pyarrow(table.schema())
+    for df, tid in todo:
+        path = f"{df.file_path.removesuffix('.parquet')}-topicids-{pass_id}.parquet"
+        fileio = load_file_io(properties=io_properties, location=path)
+        out = LazyParquet(fileio, path, target)
+        with fileio.new_input(df.file_path).open() as f:
+            for rb in pq.ParquetFile(f).iter_batches(batch_size=ROW_GROUP_ROWS):
+                rb = conform(rb, target)
+                i = rb.schema.get_field_index(id_column)
+                out.write(rb.set_column(i, rb.schema.field(i), pc.fill_null(rb.column(i), tid)))
+        copy = out.close()
+        if copy is None or out.rows != df.record_count:  # rows never change: a short copy is not swapped in
+            if copy is not None:
+                table.io.delete(copy)
+            log.warning("iceberg: backfill of %s: %s left as it was (%d rows copied of %d)", name, df.file_path,
+                        out.rows, df.record_count)
+            continue
+        written.append((df, copy))

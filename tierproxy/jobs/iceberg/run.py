@@ -111,8 +111,9 @@ def backfill_topic_ids(settings: TierSettings) -> tuple[str, bool]:
     (its line, whether every row now has its id)."""
     from tierproxy.jobs.iceberg.backfill import backfill
 
-    table = _existing_table(settings)
-    done = backfill(table, settings.iceberg_table, catalog_of(settings).io, settings.iceberg_writer_lease_ms)
+    table, cfg = _existing_table(settings), catalog_of(settings)
+    done = backfill(table, settings.iceberg_table, cfg.io, settings.iceberg_writer_lease_ms,
+                    lambda: open_catalog(cfg).load_table(settings.iceberg_table), cfg.redact)
     return done.line(settings.iceberg_table), not done.left
 
 
