@@ -65,6 +65,15 @@ def test_orders_then_orders_on_a_case_folding_catalog_is_refused(tmp_path: Path)
     assert catalog.table_exists("kafka.orders"), "the catalog folds names (the test's premise)"
     with pytest.raises(TableCollision, match=r"'Orders'.*'orders'"):
         _string_table(catalog, cfg, "kafka.orders", "orders")
+    # asked, the catalog says it folds (a SQLite URI says otherwise): both at once are refused before anything
+    from tierproxy.jobs.iceberg.catalog import name_key
+
+    with pytest.raises(TableCollision, match="'Orders' and 'orders'"):
+        typed_tables(typed_table_rules(r".*=kafka.{topic}"), ["Orders", "orders"], name_key(cfg, catalog, ["kafka"]))
+    exact = catalog_config(None, f"file://{tmp_path}/other", str(tmp_path / "state-other"))
+    plain = open_catalog(exact)
+    _string_table(plain, exact, "kafka.Orders", "Orders")
+    assert name_key(exact, plain, ["kafka"])("kafka.Orders") == "kafka.Orders"  # asked, it compares exactly
 
 
 def test_topics_whose_tables_the_catalog_names_alike_are_refused_before_anything_is_written() -> None:

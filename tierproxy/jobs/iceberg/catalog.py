@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -209,13 +209,39 @@ def _add_columns(table: Any, name: str, shape: TableShape) -> Any:
     return table.refresh()
 
 
-def name_key(cfg: CatalogConfig) -> Callable[[str], str]:
-    """How the catalog compares table names, the one rule of it: exactly in the SQL catalog on SQLite or PostgreSQL
-    (their text comparisons are exact), case-folded in any other (the SQL catalog on MySQL or MariaDB, whose default
-    collations fold case; a REST catalog, which may be Glue, Hive or another that folds: refusing two names that
-    differ in case only costs a rule, merging them would cost a table)."""
-    exact = cfg.uri.startswith(("sqlite", "postgresql"))
-    return (lambda n: n) if exact else str.casefold
+def name_key(cfg: CatalogConfig, catalog: Any = None, namespaces: Iterable[str] = ()) -> Callable[[str], str]:
+    """How the catalog compares table names, the one rule of it. Asked of `catalog` when it can tell: one of
+    `namespaces` exists, and the catalog answers its name in another case (one it does not list) as existing too —
+    it folds case — or not. Otherwise by its kind: exactly in the SQL catalog on SQLite or PostgreSQL (their text
+    comparisons are exact by default), case-folded in any other (MySQL's and MariaDB's default collations fold case;
+    a REST catalog may be Glue, Hive or another that folds: refusing two names that differ in case costs a rule,
+    merging them would cost a table)."""
+    folds = None
+    if catalog is not None:
+        folds = next((f for f in (_folds_case(catalog, ns) for ns in namespaces) if f is not None), None)
+    if folds is None:
+        folds = not cfg.uri.startswith(("sqlite", "postgresql"))
+    return str.casefold if folds else _exact
+
+
+def _exact(name: str) -> str:
+    return name
+
+
+def _folds_case(catalog: Any, namespace: str) -> bool | None:
+    """Whether the catalog folds the case of names, from how it answers a namespace of ours in another case (a
+    top-level one: what `list_namespaces` lists); None when it cannot tell (no letter, no such namespace, both
+    exist, or the catalog did not answer: then the catalog's kind decides)."""
+    namespace = namespace.split(".")[0]
+    other = namespace.swapcase()
+    try:
+        if other == namespace or not _namespace_exists(catalog, namespace):
+            return None
+        if other in {".".join(n) for n in catalog.list_namespaces()}:
+            return None
+        return _namespace_exists(catalog, other)
+    except Exception:
+        return None
 
 
 def _evolve_spec(table: Any, name: str, wanted: Any) -> Any:

@@ -58,8 +58,10 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
         s.iceberg_schema_registry_url, s.iceberg_schema_registry_basic_auth_user_info,
         s.iceberg_schema_registry_ssl_ca_location)  # the settings refuse the registry format without one
     raw = options_of(s)
+    rules = typed_table_rules(s.iceberg_tables)
+    key = name_key(raw.catalog, open_catalog(raw.catalog), sorted({p.rpartition(".")[0] for _, p in rules}))
     out = []
-    for topic, table in typed_tables(typed_table_rules(s.iceberg_tables), topics, name_key(raw.catalog)).items():
+    for topic, table in typed_tables(rules, topics, key).items():
         out.append(dataclasses.replace(raw, table=table, topics=f"^{re.escape(topic)}$",
                                        typed=TypedOptions(registry, f"{topic}-value", upsert=s.iceberg_mode == "upsert",
                                                           value_format=s.iceberg_value_format)))
