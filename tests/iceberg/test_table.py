@@ -175,6 +175,11 @@ def test_the_same_table_in_apache_icebergs_rest_catalog(tiered: Tiered, rest_cat
     assert table.location().startswith(rest_catalog.warehouse)
     assert pyiceberg_rows(table) == t.expected
     assert duckdb_rows(table.metadata_location) == t.expected
+    # asked, Iceberg's REST server (a JDBC catalog on SQLite) compares names exactly: Orders and orders are two
+    from tierproxy.jobs.iceberg.catalog import CatalogConfig, name_key
+
+    assert name_key(CatalogConfig(f"rest:{rest_catalog.uri}", rest_catalog.warehouse), rest_catalog.catalog(),
+                    ["kafka"])("kafka.Orders") == "kafka.Orders"
 
 
 def test_an_s3_tier_makes_the_same_table_on_s3(tiered: Tiered, s3: S3Server, tmp_path: Path) -> None:
