@@ -325,8 +325,11 @@ def test_a_recreated_topics_old_rows_stay_until_the_tier_deletes_the_old_incarna
     assert tier_once(s).segments >= 3
     step = Step(kafka.bootstrap, tmp_path, topic)
     kept = ("--table", "kafka.kept", "--retention", "keep")
+    # and a kept upsert table of the topic (its values as bytes: the latest value per key)
+    upsert = {"TIERPROXY_ICEBERG_TABLES": f"{re.escape(topic)}=kv.kept", "TIERPROXY_ICEBERG_VALUE_FORMAT": "bytes",
+              "TIERPROXY_ICEBERG_MODE": "upsert"}
     step.run()
-    step.run(*kept)
+    step.run(*kept, **upsert)
     old = pyiceberg_rows(step.table())
     assert [r[4] for r in old] == tier_offsets(s, topic)
     old_id = json.loads(step.table().properties["tierproxy.ledger"])["topics"][topic]
@@ -351,7 +354,7 @@ def test_a_recreated_topics_old_rows_stay_until_the_tier_deletes_the_old_incarna
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic, tier_topic_delete_delay_ms=0,
                               confirm_retention=True)).partitions_deleted == 1
     step.run()
-    step.run(*kept)
+    step.run(*kept, **upsert)
     new = [r[4] for r in pyiceberg_rows(step.table())]
     assert new == tier_offsets(s, topic) == list(range(500))  # the new incarnation's records only
     new_id = json.loads(step.table().properties["tierproxy.ledger"])["topics"][topic]
@@ -366,6 +369,15 @@ def test_a_recreated_topics_old_rows_stay_until_the_tier_deletes_the_old_incarna
     assert {k: sorted(v) for k, v in by_id.items()} == {old_id: [r[4] for r in old], new_id: list(range(500))}
     ledger = json.loads(step.table("kafka.kept").properties["tierproxy.ledger"])
     assert ledger["ids"] == {old_id: topic, new_id: topic}
+    # upsert: the latest value per key within each incarnation (the new one's k0..k499 at offsets 0..499 do not
+    # compete with the old one's k0..k1999: before, one of the two rows of each such key was deleted)
+    kv = step.table("kv.kept").scan(selected_fields=("_kafka_topic_id", "_kafka_key")).to_arrow().to_pylist()
+    per_id: dict[str, set[bytes]] = {}
+    for r in kv:
+        per_id.setdefault(r["_kafka_topic_id"], set()).add(r["_kafka_key"])
+    assert len(kv) == len(old) + 500
+    assert per_id == {old_id: {f"k{r[4]}".encode() for r in old},
+                      new_id: {f"k{i}".encode() for i in range(500)}}
 
     def at(*extra: str) -> dict[str, Any]:
         proc = run_cli("iceberg", "snapshot-at", "--storage", step.storage, "--table", "kafka.kept", "--topic", topic,

@@ -494,13 +494,15 @@ class IcebergSync:
         assert t.new is not None
         table, deletes, paths = t.table, t.deletes, t.accepted.paths
         props = t.new.summary(pass_id, t.accepted.segments)
-        upsert = None
+        upsert, incarnation = None, None
         if t.typed is not None and self.o.typed is not None and self.o.typed.upsert:
             from pyiceberg.io.pyarrow import schema_to_pyarrow
 
+            incarnation = t.new.topics.get(self.o.typed.topic)  # the pass's records are of it: keys compete in it
+
             def rows_of(keys: list[bytes]) -> Any:  # the table's rows of the keys, as the pass planned from it
-                return table.scan(row_filter=key_filter(keys), selected_fields=(KEY, PARTITION, OFFSET, TIMESTAMP),
-                                  snapshot_id=t.at).to_arrow()
+                return table.scan(row_filter=key_filter(keys, incarnation),
+                                  selected_fields=(KEY, PARTITION, OFFSET, TIMESTAMP), snapshot_id=t.at).to_arrow()
 
             upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema),
                                  rows_of if t.at is not None else None)
@@ -524,7 +526,7 @@ class IcebergSync:
                     # the superseded rows first, in a snapshot of their own (not counted as rows removed below)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # pyiceberg warns when no row matched: a key's first value
-                        tx.delete(key_filter(upsert.keys), snapshot_properties={UPSERT: pass_id})
+                        tx.delete(key_filter(upsert.keys, incarnation), snapshot_properties={UPSERT: pass_id})
                 for f in deletes:
                     tx.delete(f, snapshot_properties=props)
                 tx.add_files(paths, snapshot_properties=props)
