@@ -272,7 +272,8 @@ def _read_small(tier: AskedTier, small: list[tuple[str, int]], max_wait_ms: int 
         assert len(parts) == len(small) and all(p["error_code"] == 0 for p in parts)
         return sum(1 for p in parts if list(iter_batches(p["records"]))), time.monotonic() - started
 
-    return run(go())
+    read, took = run(go())
+    return read, took
 
 
 def test_a_fetch_of_many_small_partitions_reads_them_all_within_its_bytes() -> None:
