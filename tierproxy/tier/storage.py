@@ -7,6 +7,7 @@ One error type leaves this module: `StorageError`, as `ObjectMissing` (the objec
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import os
 import random
@@ -210,7 +211,7 @@ class FileStore:
     async def list(self, prefix: str) -> list[str]:
         return await asyncio.to_thread(self._list, prefix)
 
-    def _list(self, prefix: str) -> list[str]:
+    def _list(self, prefix: str) -> builtins.list[str]:
         # walked from the prefix's directory, not the root: a tier of a million segments holds millions of files
         base, folder = Path(self._resolved_root), os.path.dirname(prefix)
         start = self._path(folder) if folder else base
