@@ -1,7 +1,8 @@
 """Fetch requests reach the broker sessionless (KIP-227 sessions are not forwarded: a fleet of proxies has no
 session to share), at every version: a sessionless request passes byte for byte, a full request asking for a
-session (epoch 0) differs only in its epoch, an incremental one is decoded and re-encoded as a full sessionless
-request. Each then still gets its answer, and a tail answer passes byte for byte."""
+session (epoch 0) differs only in its epoch; each then still gets its answer, and a tail answer passes byte for
+byte. The proxy holds sessions itself for clients reading the tier (`tests/core/test_proxy_sessions.py`): an
+incremental request of a session it does not hold is refused as a broker refuses it."""
 
 from __future__ import annotations
 
@@ -64,11 +65,17 @@ def test_a_full_request_asking_for_a_session_differs_only_in_its_epoch(version: 
 
 
 @pytest.mark.parametrize("version", [v for v in range(FETCH.min_version, FETCH.max_version + 1) if v >= 7])
-def test_an_incremental_request_is_forwarded_as_a_full_sessionless_one(version: int) -> None:
-    body = request(version, 1234, 7)
-    _, _, decoded, answer, received = through(version, body)
-    assert (decoded["session_id"], decoded["session_epoch"], decoded["forgotten_topics_data"]) == (0, -1, [])
-    key = "topic_id" if version >= 13 else "topic"
-    assert [(t[key], [(p["partition"], p["fetch_offset"]) for p in t["partitions"]]) for t in decoded["topics"]] \
-        == [(body["topics"][0][key], [(0, 5), (1, 9)])]
-    assert received == answer
+def test_an_incremental_request_of_a_session_the_proxy_does_not_hold_is_refused(version: int) -> None:
+    """A session id the proxy never gave (or gave on another connection, or before a restart): answered
+    FETCH_SESSION_ID_NOT_FOUND at once, top-level and without partitions, as a broker does; nothing is forwarded,
+    and the client starts again with a full request."""
+    async def go() -> Data:
+        wire = Wire()
+        wire.client_sends(ApiKey.FETCH, version, request(version, 1234, 7))
+        assert wire.broker_receives() == []
+        [(_, _, got)] = wire.client_receives()
+        assert got is not None
+        return got
+
+    got = run(go())
+    assert (got["error_code"], got["session_id"], got["responses"]) == (70, 0, [])

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tierproxy.proxy.intercept.fetch import sessions as fetch_sessions
 from tierproxy.proxy.metrics import FETCH_LATENCY, REGISTRY
 
 if TYPE_CHECKING:
@@ -133,6 +134,10 @@ class ProxyCollector(Collector):
         busy = GaugeMetricFamily("tierproxy_remote_log_reader_busy", "Remote reads running")
         busy.add_metric([], tier.pool.running)
         yield busy
+        held = GaugeMetricFamily("tierproxy_fetch_session_partitions", "Partitions held in the fetch sessions the "
+                                 "proxy holds for clients (at most 200,000 in all)")
+        held.add_metric([], fetch_sessions.held())
+        yield held
         idle = GaugeMetricFamily("tierproxy_remote_log_reader_avg_idle_percent", "Reader pool idle share")
         idle.add_metric([], tier.pool.idle_percent())
         yield idle
@@ -146,6 +151,8 @@ class ProxyCollector(Collector):
                 ("tierproxy_remote_fetches_within_authorization_window", "Remote fetches answered without asking "
                  "the broker: it authorized the connection's fetch of each topic less than "
                  "remote.authorization.cache.ms ago", stats.within_window),
+                ("tierproxy_fetch_sessions_opened", "KIP-227 fetch sessions the proxy granted to clients reading "
+                 "the tier", stats.sessions_opened),
                 ("tierproxy_remote_fetch_sendfile_bytes", "Record bytes sent from a file tier's segment files straight "
                  "to clients' sockets (sendfile, remote.fetch.file.sendfile)", stats.sendfile_bytes),
                 ("tierproxy_remote_gap_skips", "Fetches in a gap (deleted before it was tiered) answered up to the "

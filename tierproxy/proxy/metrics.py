@@ -36,6 +36,7 @@ class RemoteFetchStats:
     gap_skips: int = 0  # fetches in a gap (never tiered) moved to the first offset the tier or broker holds
     offsets_unknown: int = 0  # remote answers made retriable: the leader's HW / LSO / log start could not be asked
     within_window: int = 0  # remote fetches answered without the broker (remote.authorization.cache.ms)
+    sessions_opened: int = 0  # KIP-227 fetch sessions the proxy granted to clients reading the tier
     sendfile_bytes: int = 0  # record bytes sent from the tier's files with sendfile (remote.fetch.file.sendfile)
     iceberg: dict[str, Any] | None = None  # the Iceberg table's status (iceberg.status.table_status), refreshed by
     # the admin API every 30 s when iceberg.catalog is set

@@ -118,6 +118,9 @@ class Session:
         # authorized (answered OFFSET_OUT_OF_RANGE): within remote.authorization.cache.ms of it, fetches the tier
         # answers whole are not asked of the broker again
         self.authorized: dict[str | bytes, float] = {}
+        # the KIP-227 fetch session the proxy holds for this client (`intercept.fetch.sessions.FetchSession`); its
+        # `release()` runs when the connection closes
+        self.fetch_session: Any = None
         self.sasl_rounds: int | None = None  # SASL rounds left before the mechanism's last (pre-auth limit)
         self.sends_files = False  # file regions go onto the client's socket (`proxy.sendfile`); else bytes are read
         self.files: FileSender | None = None
@@ -306,6 +309,9 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        if self.fetch_session is not None:
+            self.fetch_session.release()
+            self.fetch_session = None
         if self.files is not None:
             self.files.close()
         for t in (self.client, self.upstream):

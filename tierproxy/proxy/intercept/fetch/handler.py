@@ -21,6 +21,7 @@ from tierproxy.proxy.intercept.errors import LOADING
 from tierproxy.proxy.intercept.fetch.answer import Answer, BrokerPart, Spliced
 from tierproxy.proxy.intercept.fetch.delayed import DelayedRemoteFetch, tiered_partition
 from tierproxy.proxy.intercept.fetch.plan import (
+    FINAL_EPOCH,
     FetchPlan,
     Key,
     as_full_request,
@@ -28,6 +29,12 @@ from tierproxy.proxy.intercept.fetch.plan import (
     key_of,
     plan_fetch,
     sessionless,
+)
+from tierproxy.proxy.intercept.fetch.sessions import (
+    INVALID_SESSION_EPOCH,
+    SESSION_ID_NOT_FOUND,
+    FetchSession,
+    session_error,
 )
 from tierproxy.proxy.intercept.fetch.window import broker_decided, no_broker_part, within_window
 from tierproxy.proxy.metrics import FETCH_LATENCY
@@ -61,8 +68,17 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
             session.forward(ev, chunks, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
             return
     data = decode_fetch_request(ev)
-    changed = not (data["session_id"] == 0 and data["session_epoch"] == -1)
+    asked = data["session_id"], data["session_epoch"]
+    changed = asked != (0, FINAL_EPOCH)
+    held = None
     if changed:
+        held = session_of(session, data, by_id)
+        if isinstance(held, int):  # a session error: answered at once, nothing forwarded
+            session.answer_locally(ev.header, registry.encode_response(
+                ApiKey.FETCH, ev.header.api_version, ev.header.correlation_id, session_error(held)))
+            return
+        if held is not None:
+            data = held.apply(data)
         sessionless(data)
     known = session.tiered if tier is not None else {}
     if first and tier is not None:  # a new connection: what the tier knows of the leaders' log starts
@@ -70,6 +86,13 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     plan = plan_fetch(data, by_id, known)
     plan.client_id = ev.header.client_id or ""
     plan.as_file = session.sends_files
+    if held is not None:
+        plan.session_answer = lambda r, s=held: s.answer(r, full=False)
+    elif asked[1] == 0 and plan.remote and tier is not None and tier.serving and ev.header.api_version >= 7 \
+            and FetchSession.fits(data):
+        session.fetch_session = s = FetchSession(data, by_id)  # reads the tier: a session of its own
+        session.proxy.fetch_stats.sessions_opened += 1
+        plan.session_answer = lambda r: s.answer(r, full=True)
     op = None
     if plan.remote and tier is not None:
         plan.deadline = asyncio.get_running_loop().time() + session.proxy.settings.remote_fetch_max_wait_ms / 1000
@@ -87,6 +110,29 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     session.forward(ev, upstream, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
     if op is not None:  # after the request has left: the reads overlap the broker's round trip, not delay it
         op.start_early()
+
+
+def session_of(session: Session, data: FetchRequest, by_id: bool) -> FetchSession | int | None:
+    """The client's fetch session this request goes on with; an error code to answer instead; None: the request is
+    a full one (a new session may be granted: `fetch_request`). A full or closing request ends the one held."""
+    sid, epoch = data["session_id"], data["session_epoch"]
+    held: FetchSession | None = session.fetch_session
+    if epoch in (0, FINAL_EPOCH):
+        if held is not None:
+            held.release()
+            session.fetch_session = None
+        return None
+    if sid == 0:
+        return INVALID_SESSION_EPOCH
+    if held is None or held.id != sid or held.by_id != by_id:
+        return SESSION_ID_NOT_FOUND
+    if epoch != held.epoch:
+        return INVALID_SESSION_EPOCH
+    if not session.tiered:  # caught up with the broker: the session ends, the client's fetches go back to the relay
+        held.release()
+        session.fetch_session = None
+        return SESSION_ID_NOT_FOUND
+    return held
 
 
 def expected_remote(tier: RemoteTierView, data: FetchRequest, by_id: bool) -> dict[Key, int]:
@@ -117,7 +163,7 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     order: list[Key] | None = [] if plan.remote or plan.decoded is not None else None
     scan = scan_fetch_response(ev.frame, ev.api_version, ev.body_offset, order)
     if not scan.errors and not plan.remote:  # the tail: nothing out of range, nothing read early
-        relay.relay_with_endpoints(session, slot, ev, scan=scan)
+        relay_answer(session, slot, plan, ev, scan)
         TAIL_LATENCY.observe(time.monotonic() - plan.started)
         return
     if not tier.serving and any(code == ErrorCode.OFFSET_OUT_OF_RANGE for _, _, code in scan.errors):
@@ -132,12 +178,13 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
     _drop_unused_reads(session, plan, oor)
     if not oor and not beyond:
         release_memory(session, plan)
-        relay.relay_with_endpoints(session, slot, ev, scan=scan)
+        relay_answer(session, slot, plan, ev, scan)
         TAIL_LATENCY.observe(time.monotonic() - plan.started)
         return
     # the broker's bytes stay as they came, the tier's entries spliced in; decoded and merged when NodeEndpoints
     # need rewriting, or the broker's answer is not in request order (a Kafka broker's always is)
-    spliced = not scan.node_endpoints and order is not None and order == list(plan.requested)
+    spliced = (not scan.node_endpoints and plan.session_answer is None and order is not None
+               and order == list(plan.requested))
     upstream = BrokerPart(ev, scan) if spliced else decode_fetch_response(ev)
     answer = op.complete_now(upstream, oor, beyond)
     if asyncio.iscoroutine(answer):
@@ -152,6 +199,16 @@ def fetch_response(session: Session, slot: Slot, ev: ResponseEvent) -> None:
         release_memory(session, plan)
 
 
+def relay_answer(session: Session, slot: Slot, plan: FetchPlan, ev: ResponseEvent, scan: FetchScan) -> None:
+    """The broker's answer as it came; in a fetch session, made the session's (decoded, filtered, encoded)."""
+    if plan.session_answer is None:
+        relay.relay_with_endpoints(session, slot, ev, scan=scan)
+        return
+    data = plan.session_answer(decode_fetch_response(ev))
+    rewrite.rewrite_node_endpoints(data, session.proxy.brokers.proxy_address)
+    slot.chunks = registry.encode_response(ApiKey.FETCH, ev.api_version, ev.correlation_id, data)
+
+
 def decode_fetch_response(ev: ResponseEvent) -> FetchResponse:
     return cast(FetchResponse, registry.decode_response(ev.api_key, ev.api_version, ev.frame, ev.body_offset))
 
@@ -161,6 +218,8 @@ def write_answer(session: Session, slot: Slot, plan: FetchPlan, response: Answer
     if isinstance(response, Spliced):
         slot.chunks = response.chunks(slot.header.correlation_id)
     else:
+        if plan.session_answer is not None:
+            response = plan.session_answer(response)
         rewrite.rewrite_node_endpoints(response, session.proxy.brokers.proxy_address)
         slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id,
                                                response)
@@ -199,6 +258,8 @@ async def answer_while_loading(session: Session, slot: Slot, data: FetchResponse
                     log.debug("broker offsets for %s: %s", key, exc)
             p["error_code"] = LOADING
     session.proxy.fetch_stats.loading_retriable += 1
+    if plan.session_answer is not None:
+        data = plan.session_answer(data)
     rewrite.rewrite_node_endpoints(data, session.proxy.brokers.proxy_address)
     slot.chunks = registry.encode_response(ApiKey.FETCH, slot.header.api_version, slot.header.correlation_id, data)
     session.flush()

@@ -17,7 +17,7 @@ from protocol.apis.fetch_scan import fetch_request_session
 from protocol.connection import RequestEvent
 from protocol.constants import IsolationLevel
 from protocol.framing import HEAD
-from protocol.messages import FetchRequest, FetchRequestTopic, FetchRequestTopicPartition
+from protocol.messages import FetchRequest, FetchRequestTopic, FetchRequestTopicPartition, FetchResponse
 from protocol.primitives import Buffer
 from tierproxy.proxy.session import as_received
 from tierproxy.remote.reader import ReadResult
@@ -49,6 +49,8 @@ class FetchPlan:
     reserved: int = 0  # bytes of queued.max.request.bytes held for this response's remote reads
     client_id: str = ""  # whose remote fetch quota the served bytes count against
     as_file: bool = False  # the client's connection sends file regions itself: a file tier may answer with them
+    # the client's fetch session (`fetch.sessions`): makes the whole answer the session's; None: sessionless
+    session_answer: Callable[[FetchResponse], FetchResponse] | None = None
     started: float = field(default_factory=time.monotonic)
 
     @property
