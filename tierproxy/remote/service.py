@@ -45,6 +45,8 @@ class RemoteTier:
         self.settings = settings
         self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.own_bootstrap,
                                                             settings.metadata_checkpoint_dir, settings.identity)
+        # a partition's segment records applied when it is first read: a start reads a million (`tier.cache`)
+        self.rlmm.deferring = True
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self.reader = RemoteReader(
             self.rsm, chunk_bytes=settings.remote_fetch_chunk_bytes, cache_bytes=settings.remote_fetch_cache_bytes,
