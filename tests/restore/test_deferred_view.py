@@ -1,7 +1,7 @@
-"""The proxy's view of a metadata topic defers its segment records until a partition is first read (`tier.cache`):
-through a running proxy in front of the restored cluster, a partition's segments read first (nothing else applied
-yet), then `/metrics` and `/v1/topics` (which apply the rest a partition per turn of the loop), give what a view
-that applies each record as it comes gives of the same topic."""
+"""The proxy's view of a metadata topic defers its segment records until a partition is first read (`tier.cache`;
+a background task applies the rest a partition per turn of the loop): through a running proxy in front of the
+restored cluster, a partition's segments read as soon as it is ready, then `/v1/topics` and `/metrics` (which apply
+whatever is left first), give what a view that applies each record as it comes gives of the same topic."""
 
 from __future__ import annotations
 
