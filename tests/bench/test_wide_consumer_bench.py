@@ -11,7 +11,8 @@ files in the page cache alike) and a new consumer group reading from the earlies
 starts when its partitions are assigned (the JVM's start and the group join left out, alike on both sides). With
 `TIERPROXY_BENCH_PYSPY` naming a py-spy binary, the proxy of the last wide read is sampled (its hottest frames).
 `TIERPROXY_BENCH_WIDE_TREES` names source trees to run the proxy from, each read in turn on the same data (a
-baseline beside a change in one run).
+baseline beside a change in one run); `TIERPROXY_BENCH_WIDE_SETTINGS` proxy settings read in turn with each tree
+(`KEY=VALUE`, comma-separated; an empty item is the defaults).
 
     pytest -m bench tests/bench/test_wide_consumer_bench.py -s
 """
@@ -45,6 +46,8 @@ READS = int(os.environ.get("TIERPROXY_BENCH_WIDE_READS", "2"))  # reads of each 
 # the proxy's source trees (PYTHONPATH), comma-separated, each read in turn on the same data: a baseline beside a
 # change in one run (default: the tree the bench runs from)
 TREES = os.environ.get("TIERPROXY_BENCH_WIDE_TREES", "").split(",")
+# proxy settings read in turn (`KEY=VALUE`, comma-separated; the empty one: the defaults), e.g. a wider reader pool
+VARIANTS = os.environ.get("TIERPROXY_BENCH_WIDE_SETTINGS", "").split(",")
 VALUE = b"x" * 1000
 
 # The Java consumer (Kafka's own client, defaults but for the group): subscribes to a pattern, counts records and
@@ -201,11 +204,13 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
         reads: dict[tuple[str, str], list[dict[str, float]]] = {}
         profile = ""
         for i in range(READS):
-            for tree in TREES:
+            for tree, variant in [(t, v) for t in TREES for v in VARIANTS]:
                 for side, pattern in (("narrow", "narrow"), ("wide", "wide-.*")):
                     # `python -m` puts the working directory first on sys.path: PYTHONSAFEPATH leaves it out
                     extra = {"TIERPROXY_STORAGE": tier, "TIERPROXY_METADATA": meta,
-                             **({"PYTHONPATH": tree, "PYTHONSAFEPATH": "1"} if tree else {})}
+                             **({"PYTHONPATH": tree, "PYTHONSAFEPATH": "1"} if tree else {}),
+                             **dict(kv.split("=", 1) for kv in [variant] if kv)}
+                    label = f"{tree}{' ' + variant if variant else ''}"
                     proxy = ProxyProcess(cluster.bootstrap, tmp_path, extra=extra)
                     spy, raw = None, tmp_path / "pyspy.txt"
                     try:
@@ -220,16 +225,16 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
                         got["proxy_cpu_s"] = cpu_seconds(proxy.proc.pid) - c0
                         got["machine_busy"] = busy_share(ticks, machine_ticks())
                         got["rss_mib"] = peak_rss_mib(proxy.proc.pid)
-                        reads.setdefault((tree, side), []).append(got)
+                        reads.setdefault((label, side), []).append(got)
                     finally:
                         if spy is not None:
                             spy.send_signal(2)
                             spy.wait(60)
                         proxy.stop()
                     # reads a full reader pool refused (each answered empty, its fetch waiting out its max wait)
-                    reads[tree, side][-1]["refused"] = proxy.log_text().count("pool full")
+                    reads[label, side][-1]["refused"] = proxy.log_text().count("pool full")
                     if raw.exists():
-                        profile += f"; {tree or 'this tree'}'s wide read, hottest frames: {_hottest(raw, 8)}"
+                        profile += f"; {label or 'this tree'}'s wide read, hottest frames: {_hottest(raw, 8)}"
     finally:
         cluster.stop()
 
@@ -244,7 +249,7 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
                                          for r in reads[tree, name]))
 
     figures = []
-    for tree in TREES:
+    for tree in [f"{t}{' ' + v if v else ''}" for t in TREES for v in VARIANTS]:
         ratios = [mbps(w) / mbps(n) for w, n in zip(reads[tree, "wide"], reads[tree, "narrow"], strict=True)]
         figures.append(f"{tree or 'this tree'}: wide / narrow {', '.join(f'{x:.2f}x' for x in ratios)} (median "
                        f"{statistics.median(ratios):.2f}x); {side(tree, 'narrow')}; {side(tree, 'wide')}")

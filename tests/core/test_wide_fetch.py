@@ -238,3 +238,59 @@ def _fetch_of_a_budget_of_three(wire: Wire, offsets: dict[tuple[str, int], int])
         {"topic": t, "topic_id": IDS[t], "partitions": [
             partition_entry(p, None, None, None) | {"error_code": ErrorCode.OFFSET_OUT_OF_RANGE}
             for p in range(PARTITIONS)]} for t in TOPICS[:2]]}
+
+
+def _small_partitions(n: int) -> tuple[AskedTier, list[tuple[str, int]]]:
+    """`n` partitions whose tier holds one small segment each (offsets 0..9, about 1 KiB), their leader's log start
+    at 500: a consumer of many partitions each with little history."""
+    tier = AskedTier()
+    small = [(TOPICS[0], p) for p in range(n)]
+    for topic, p in small:
+        tier.segment(TopicIdPartition(topic, IDS[topic], p), 0, 9, per_batch=10, value_bytes=50)
+        tier.leader(topic, p, log_start=500, high_watermark=1000)
+    return tier, small
+
+
+def _read_small(tier: AskedTier, small: list[tuple[str, int]], max_wait_ms: int = 500) -> tuple[int, float]:
+    """One fetch of Java's defaults (fetch.max.bytes 50 MiB, max.partition.fetch.bytes 1 MiB) of every partition at
+    offset 0, the broker answering all OFFSET_OUT_OF_RANGE: (partitions answered with records, seconds to answer)."""
+    async def go() -> tuple[int, float]:
+        proxy = InProcessProxy(tier, remote_fetch_max_wait_ms=max_wait_ms)
+        wire = Wire(proxy)
+        body = fetch_request({TOPICS[0]: {p: 0 for _, p in small}}, max_bytes=50 << 20, partition_max_bytes=1 << 20)
+        wire.client_sends(ApiKey.FETCH, 12, body)
+        [(header, _)] = wire.broker_receives()
+        started = time.monotonic()
+        wire.broker_answers(header, {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "node_endpoints": [],
+                                     "responses": [{"topic": TOPICS[0], "topic_id": IDS[TOPICS[0]], "partitions": [
+                                         partition_entry(p, None, None, None)
+                                         | {"error_code": ErrorCode.OFFSET_OUT_OF_RANGE} for _, p in small]}]})
+        await proxy.settle()
+        [(_, _, got)] = wire.client_receives()
+        assert got is not None
+        parts = [p for t in got["responses"] for p in t["partitions"]]
+        assert len(parts) == len(small) and all(p["error_code"] == 0 for p in parts)
+        return sum(1 for p in parts if list(iter_batches(p["records"]))), time.monotonic() - started
+
+    read, took = run(go())
+    return read, took
+
+
+def test_a_fetch_of_many_small_partitions_reads_them_all_within_its_bytes() -> None:
+    """The found case (issue 65, one Java consumer over 10,000 partitions of 22 records each): every read took its
+    whole `partition_max_bytes` (1 MiB) of the fetch's 50 MiB before it started, so a fetch read 50 partitions and
+    returned ~1 MB, and the consumer needed 200 fetches of all 10,000 partitions. A read stays in one segment: it
+    now takes that segment's size, and one fetch reads all 200 small partitions (before: 50)."""
+    tier, small = _small_partitions(200)
+    read, _ = _read_small(tier, small)
+    assert read == len(small), read
+
+
+def test_a_fetch_reads_what_the_pool_takes_and_leaves_the_rest_without_waiting() -> None:
+    """Reads the pool would refuse are left to the next fetch, answered empty at once: not started to be refused
+    and then waited for until `remote.fetch.max.wait.ms` (a refusal means other clients fill the pool)."""
+    tier, small = _small_partitions(200)
+    tier.script.slots = 30
+    read, took = _read_small(tier, small, max_wait_ms=3000)
+    assert read == 30, read
+    assert took < 2.0, took  # well before the purgatory's 3 s deadline

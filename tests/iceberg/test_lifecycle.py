@@ -312,16 +312,27 @@ def test_a_recreated_topics_old_rows_stay_until_the_tier_deletes_the_old_incarna
     the old incarnation's partitions (tier.topic.delete.delay.ms), and the new incarnation's rows wait for them
     (rows are named by topic, partition and offset: the two would collide); once the tier has deleted the old id
     (delay 0, deletion confirmed), the old rows go and the new ones come, in one commit. Before: the first pass
-    after the re-creation deleted every old row and expired the snapshots that held them."""
+    after the re-creation deleted every old row and expired the snapshots that held them.
+
+    Under `--retention keep` (issue 67, item 2) the table keeps both incarnations under the same (topic, partition,
+    offset): each row's `topicId` says which, the table records both ids, and `snapshot-at` chooses by id (the
+    current incarnation unless `--topic-id` names another). Before: nothing in a row told them apart and
+    `snapshot-at`'s filter read both incarnations' rows."""
     topic = f"ice-recreated-{os.getpid()}"
     create_topic(kafka.bootstrap, topic)
     fill_topic(kafka.bootstrap, topic, 2000)
     s = settings(kafka.bootstrap, tmp_path, topic)
     assert tier_once(s).segments >= 3
     step = Step(kafka.bootstrap, tmp_path, topic)
+    kept = ("--table", "kafka.kept", "--retention", "keep")
+    # and a kept upsert table of the topic (its values as bytes: the latest value per key)
+    upsert = {"TIERPROXY_ICEBERG_TABLES": f"{re.escape(topic)}=kv.kept", "TIERPROXY_ICEBERG_VALUE_FORMAT": "bytes",
+              "TIERPROXY_ICEBERG_MODE": "upsert"}
     step.run()
+    step.run(*kept, **upsert)
     old = pyiceberg_rows(step.table())
     assert [r[4] for r in old] == tier_offsets(s, topic)
+    old_id = json.loads(step.table().properties["tierproxy.ledger"])["topics"][topic]
 
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     admin.delete_topics([topic])[topic].result(30)
@@ -343,5 +354,42 @@ def test_a_recreated_topics_old_rows_stay_until_the_tier_deletes_the_old_incarna
     assert tier_once(settings(kafka.bootstrap, tmp_path, topic, tier_topic_delete_delay_ms=0,
                               confirm_retention=True)).partitions_deleted == 1
     step.run()
+    step.run(*kept, **upsert)
     new = [r[4] for r in pyiceberg_rows(step.table())]
     assert new == tier_offsets(s, topic) == list(range(500))  # the new incarnation's records only
+    new_id = json.loads(step.table().properties["tierproxy.ledger"])["topics"][topic]
+    assert new_id != old_id
+    assert set(step.table().scan().to_arrow().column("topicId").to_pylist()) == {new_id}
+
+    # kept: both incarnations, told apart by their id; the table records the ids it holds
+    rows = step.table("kafka.kept").scan(selected_fields=("topicId", "offset")).to_arrow().to_pylist()
+    by_id: dict[str, list[int]] = {}
+    for r in rows:
+        by_id.setdefault(r["topicId"], []).append(r["offset"])
+    assert {k: sorted(v) for k, v in by_id.items()} == {old_id: [r[4] for r in old], new_id: list(range(500))}
+    ledger = json.loads(step.table("kafka.kept").properties["tierproxy.ledger"])
+    assert ledger["ids"] == {old_id: topic, new_id: topic}
+    # upsert: the latest value per key within each incarnation (the new one's k0..k499 at offsets 0..499 do not
+    # compete with the old one's k0..k1999: before, one of the two rows of each such key was deleted)
+    kv = step.table("kv.kept").scan(selected_fields=("_kafka_topic_id", "_kafka_key")).to_arrow().to_pylist()
+    per_id: dict[str, set[bytes]] = {}
+    for r in kv:
+        per_id.setdefault(r["_kafka_topic_id"], set()).add(r["_kafka_key"])
+    assert len(kv) == len(old) + 500
+    assert per_id == {old_id: {f"k{r[4]}".encode() for r in old},
+                      new_id: {f"k{i}".encode() for i in range(500)}}
+
+    def at(*extra: str) -> dict[str, Any]:
+        proc = run_cli("iceberg", "snapshot-at", "--storage", step.storage, "--table", "kafka.kept", "--topic", topic,
+                       "--offsets", json.dumps({"0": 300}), *extra, cwd=tmp_path, env=step.env())
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        found: dict[str, Any] = json.loads(proc.stdout)
+        return found
+
+    table = step.table("kafka.kept")
+    for wanted, extra in ((new_id, ()), (new_id, ("--topic-id", new_id)), (old_id, ("--topic-id", old_id))):
+        found = at(*extra)
+        assert found["topic_id"] == wanted, found
+        got = table.scan(snapshot_id=found["snapshot_id"], row_filter=found["filter"]).to_arrow()
+        assert sorted(got.column("offset").to_pylist()) == list(range(300)), (wanted, found)
+        assert set(got.column("topicId").to_pylist()) == {wanted}

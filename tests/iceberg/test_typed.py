@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import time
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from tests.support.iceberg import duckdb_connect, iceberg_cli, killed_at, pyiceberg_table
 from tests.support.kafka import create_topic, watermarks
 from tests.support.registry import Registry
+from tests.support.rest_catalog import RestCatalogServer
 from tests.support.spark import delete_on_broker, tier_once
 from tests.support.spark_iceberg import spark_iceberg_reads, spark_iceberg_rows
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -222,6 +224,40 @@ def test_the_admin_api_and_metrics_count_typed_rows_and_dead_letters(typed: Type
         assert out.returncode == 0 and t.table in out.stdout and "152" in out.stdout, out.stdout + out.stderr
     finally:
         proxy.stop()
+
+
+def test_the_typed_tables_through_apache_icebergs_rest_catalog_server_equal_the_sql_catalogs(
+        typed: Typed, rest_catalog: RestCatalogServer) -> None:
+    """The typed table and its dead letters written through a REST catalog server a user runs hold the same rows as
+    the embedded SQL catalog's for the same tier, read through the catalog by pyiceberg, DuckDB and Spark with
+    Iceberg's runtime."""
+    t = typed
+    iceberg_cli(t.tmp, *t.args("--once"), env=t.env())  # the SQL catalog's tables, as the first test makes them
+    ns = rest_catalog.namespace("typed")
+    env = {**t.env(), "TIERPROXY_ICEBERG_TABLES": f"{t.topic}={ns}.{{topic}}"}
+    out = iceberg_cli(t.tmp, *t.args("--once", "--catalog", f"rest:{rest_catalog.uri}"), env=env)
+    assert " 360 rows added" in out.stdout and " 152 dead letters" in out.stdout, out.stdout
+    uri, wh = f"sqlite:///{t.tmp}/tier/iceberg/catalog.db", f"file://{t.tmp}/tier/iceberg"
+    name = t.table.split(".", 1)[1]
+    catalog = rest_catalog.catalog()
+    keys = {"": ("_kafka_partition", "_kafka_offset"), "_dlq": ("partition", "offset")}  # the table, its dead letters
+    for suffix, (part, off) in keys.items():
+        sql, rest = pyiceberg_table(uri, wh, f"{t.table}{suffix}"), catalog.load_table(f"{ns}.{name}{suffix}")
+        assert rest.schema() == sql.schema() and rest.spec() == sql.spec(), suffix
+        want = sorted(sql.scan().to_arrow().to_pylist(), key=lambda r: (r[part], r[off]))
+        assert len(want) == {"": 360, "_dlq": 152}[suffix]
+        assert sorted(rest.scan().to_arrow().to_pylist(), key=lambda r: (r[part], r[off])) == want, suffix
+        # DuckDB: every column compared inside DuckDB (its timestamptz would need pytz in Python), both ways
+        a, b = f"rest.{ns}.{name}{suffix}", f"iceberg_scan('{sql.metadata_location}')"
+        con = rest_catalog.duckdb()
+        differ = con.execute(f"SELECT count(*) FROM ((SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}) UNION ALL "
+                             f"(SELECT * FROM {b} EXCEPT ALL SELECT * FROM {a}))").fetchone()
+        assert differ == (0,) and con.execute(f"SELECT count(*) FROM {a}").fetchone() == (len(want),), suffix
+    columns = ["_kafka_partition", "_kafka_offset", "id", "item", "qty", "note", "unix_millis(at) AS at_ms"]
+    sql_meta = pyiceberg_table(uri, wh, t.table).metadata_location
+    via_sql, via_rest = spark_iceberg_reads((sql_meta, columns), rest_catalog.spark_read(f"{ns}.{name}", columns))
+    at = itemgetter("_kafka_partition", "_kafka_offset")
+    assert sorted(via_rest, key=at) == sorted(via_sql, key=at) and len(via_rest) == 360
 
 
 def test_killed_between_the_two_commits_the_next_pass_completes_it_nothing_twice(typed: Typed) -> None:

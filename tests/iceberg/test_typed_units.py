@@ -79,7 +79,7 @@ def test_avro_types_map_to_iceberg_columns() -> None:
                      "tags": ("list<string>", True), "counts": ("map<string, long>", True),
                      "state": ("string", True), "day": ("date", True), "ship": ("struct", False)}
     schema = typed_schema(_fields(ORDER))
-    assert [f.name for f in schema.fields][-9:][0] == "_kafka_topic"
+    assert [f.name for f in schema.fields][-10:][0] == "_kafka_topic"
     assert [f.name for f in value_columns(schema)] == [f["name"] for f in ORDER["fields"]]
 
 

@@ -11,7 +11,7 @@ import pytest
 from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch, iter_batches
 from tierproxy.jobs.iceberg.files import SliceWritten, TransactionTracker
 from tierproxy.jobs.iceberg.ledger import Ledger, ledger_of
-from tierproxy.jobs.iceberg.schema import iceberg_schema, same_columns
+from tierproxy.jobs.iceberg.schema import ADDED, TOPIC_ID, iceberg_schema, same_columns
 from tierproxy.jobs.iceberg.sync import held_back_from
 
 
@@ -77,10 +77,21 @@ def test_the_schema_check_ignores_field_ids_but_not_columns() -> None:
     renumbered = Schema(*(NestedField(f.field_id + 100, f.name, f.field_type, required=f.required)
                           for f in ours.fields))
     assert same_columns(ours, renumbered)
-    fewer = Schema(*ours.fields[:-1])
+    fewer = Schema(*(f for f in ours.fields if f.name != "producerId"))
     assert not same_columns(ours, fewer)
-    other = Schema(*ours.fields[:-1], NestedField(99, "producerId", BinaryType(), required=True))
+    other = Schema(*(NestedField(99, "producerId", BinaryType(), required=True) if f.name == "producerId" else f
+                     for f in ours.fields))
     assert not same_columns(ours, other)
+    # a table made before the topic id column matches, and one that gained it last by evolution
+    before = Schema(*(f for f in ours.fields if f.name != TOPIC_ID))
+    assert not same_columns(before, ours) and same_columns(before, ours, ADDED)
+    from pyiceberg.types import StringType
+
+    from tierproxy.jobs.iceberg.typed import dlq_schema
+
+    evolved_dlq = Schema(*before.fields, NestedField(15, "error", StringType(), required=True),
+                         ours.find_field(TOPIC_ID))
+    assert same_columns(evolved_dlq, dlq_schema(), ADDED) and not same_columns(evolved_dlq, dlq_schema())
 
 
 def test_the_slices_of_a_segment_are_accepted_in_byte_order() -> None:

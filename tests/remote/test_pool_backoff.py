@@ -21,7 +21,9 @@ def test_pool_runs_threads_queues_pending_and_rejects_the_rest() -> None:
             await gate.wait()
             return i
 
+        assert pool.free() == 3
         tasks = [pool.submit(lambda i=i: read(i)) for i in range(3)]
+        assert pool.free() == 0  # what a fetch may still start: nothing
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert (pool.running, pool.queued) == (2, 1) and sorted(started) == [0, 1]
@@ -30,7 +32,7 @@ def test_pool_runs_threads_queues_pending_and_rejects_the_rest() -> None:
         assert pool.rejected == 1
         gate.set()
         assert await asyncio.gather(*tasks) == [0, 1, 2]
-        assert (pool.running, pool.queued) == (0, 0)
+        assert (pool.running, pool.queued, pool.free()) == (0, 0, 3)
         pool.submit(lambda: read(3))  # room again
         await asyncio.sleep(0)
 

@@ -406,6 +406,9 @@ def test_the_iceberg_table_goes_on_with_every_record_once(disaster: Disaster, tm
     assert set(disaster.history) <= set(got), "A's rows stay"
     assert not [(q, o) for q, o in got if disaster.tier_end[q] <= o < starts[q]], "nothing in the lost range"
     assert any(o >= starts[0] for q, o in got if q == 0), "B's records join the same table"
+    # one incarnation across the restore: B's rows carry the id the history is kept under (A's), as the ledger
+    ids = set(table.scan(selected_fields=("topicId",)).to_arrow().column("topicId").to_pylist())
+    assert ids == {json.loads(table.properties["tierproxy.ledger"])["topics"][TOPIC]}, ids
 
 
 def test_what_b_tiered_and_then_deleted_by_its_retention_is_still_served(disaster: Disaster, tmp_path: Path) -> None:

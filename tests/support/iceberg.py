@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cli import run_cli
-from tests.support.jvm import java_command
 from tests.support.tiering import tiered
 
 COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
@@ -82,13 +81,16 @@ def duckdb_connect(s3: Any = None) -> Any:
 
 
 def duckdb_rows(metadata_location: str, where: str = "", s3: Any = None) -> list[tuple[Any, ...]]:
+    """A raw table's rows as DuckDB reads them from its metadata file."""
+    return duckdb_raw_rows(duckdb_connect(s3), f"iceberg_scan('{metadata_location}')", where)
 
-    con = duckdb_connect(s3)
+
+def duckdb_raw_rows(con: Any, source: str, where: str = "") -> list[tuple[Any, ...]]:
+    """A raw table's rows as `con` reads them from `source` (`iceberg_scan(…)` or an attached catalog's table)."""
     # timestamptz as naive UTC (DuckDB's Python conversion of timestamptz needs pytz)
     cols = ', '.join('CAST("timestamp" AS TIMESTAMP) AS "timestamp"' if c == "timestamp" else f'"{c}"'
                      for c in COLUMNS)
-    q = f"SELECT {cols} FROM iceberg_scan('{metadata_location}') {where}"
-    cur = con.execute(q)
+    cur = con.execute(f"SELECT {cols} FROM {source} {where}")
     names = [d[0] for d in cur.description]
     return sorted((_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()), key=lambda r: (r[3], r[4]))
 
@@ -104,74 +106,6 @@ def pyiceberg_rows(table: Any, snapshot_id: int | None = None, row_filter: str =
     without headers is null, as in Spark's Kafka source, either way."""
     rows = as_rows(table.scan(snapshot_id=snapshot_id, row_filter=row_filter).to_arrow())
     return [(*r[:7], r[7] or None) for r in rows]
-
-
-ICEBERG_VERSION = "1.10.0"
-# Apache Iceberg's own REST catalog server (org.apache.iceberg.rest.RESTCatalogServer, the test fixture its
-# iceberg-rest-fixture image runs) and what it needs at run time: Jetty 11, a JDBC catalog on SQLite behind it,
-# Hadoop's Configuration (shaded client jars)
-_REST_DEPS = [("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, "test-fixtures"),
-              ("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, None),
-              ("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, None),
-              ("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, "tests"),  # RESTCatalogServlet, the adapter
-              ("org.eclipse.jetty", "jetty-servlet", "11.0.25", None),
-              ("org.apache.hadoop", "hadoop-client-api", "3.4.1", None),
-              ("org.apache.hadoop", "hadoop-client-runtime", "3.4.1", None),
-              ("org.xerial", "sqlite-jdbc", "3.49.1.0", None),
-              ("org.slf4j", "slf4j-simple", "2.0.17", None)]
-
-
-def rest_catalog_jars() -> str:
-    """The REST catalog server's classpath, resolved once with Maven into the project cache."""
-    from tests.support.parts import unavailable
-    from tierproxy.dev.maven import Artifact, MavenUnavailable, resolve
-
-    try:
-        libs = resolve(f"iceberg-rest-{ICEBERG_VERSION}", [Artifact(*d) for d in _REST_DEPS])
-    except MavenUnavailable as exc:
-        unavailable("Iceberg REST catalog", str(exc))
-    return f"{libs}/*"
-
-
-class RestCatalogServer:
-    """Apache Iceberg's REST catalog server on a free port (its JDBC catalog on SQLite in `workdir`, its warehouse
-    under `workdir`)."""
-
-    def __init__(self, workdir: Path) -> None:
-        import time
-
-        from tests.support.parts import unavailable
-        from tierproxy.dev.ports import free_port
-
-        self.port = free_port()
-        self.warehouse = f"file://{workdir}/rest-warehouse"
-        self.log = workdir / "rest-catalog.log"
-        env = {**os.environ, "CATALOG_WAREHOUSE": self.warehouse, "CATALOG_URI": f"jdbc:sqlite:file:{workdir}/rest.db",
-               "CATALOG_JDBC_SCHEMA__VERSION": "V1", "CATALOG_REST_PORT": str(self.port)}
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([*java_command(), "-cp", rest_catalog_jars(),
-                                          "org.apache.iceberg.rest.RESTCatalogServer"],
-                                         stdout=out, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 60
-        while "Started Server" not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                unavailable("Iceberg REST catalog", self.log.read_text(errors="replace")[-3000:])
-            time.sleep(0.3)
-
-    @property
-    def uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def catalog(self) -> Any:
-        from pyiceberg.catalog.rest import RestCatalog
-
-        return RestCatalog("check", uri=self.uri)
-
-    def stop(self) -> None:
-        from tests.support.parts import stop_process
-
-        stop_process(self.proc, 20)
 
 
 class Step:

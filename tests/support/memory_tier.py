@@ -44,6 +44,7 @@ class ReadScript:
     gate: asyncio.Event | None = None
     failure: BaseException | None = None
     pool_full: bool = False
+    slots: int = 1_000_000  # what `read_slots` answers while the pool is not full
     aborted: list[AbortedTxn] = field(default_factory=list)
 
 
@@ -123,6 +124,9 @@ class InMemoryTier:
 
     def fresh_topic_ids(self, topics: set[str], max_age: float = 1.0) -> set[str]:
         return set(topics) - self.unnamed_on_refresh if self.at_once else set()
+
+    def read_slots(self) -> int:
+        return 0 if self.script.pool_full else self.script.slots
 
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
                     deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:

@@ -20,7 +20,9 @@ from tierproxy.dev.maven import Artifact, MavenUnavailable, cache_dir, fetch
 RUNTIME = Artifact("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", "1.12.0")
 
 # one Spark per test process, reading what each line of stdin asks; a line {"done": n} (or {"error": ...}) ends
-# each answer (Spark's own log goes to stderr)
+# each answer (Spark's own log goes to stderr). A read is [metadata file, columns], or [table, columns, catalog
+# configuration] for a table read through a catalog (Spark loads a catalog from the session's configuration when
+# first named, so one set at run time is as one set at the start)
 _SERVE = """
 import json, sys
 from pyspark.sql import SparkSession
@@ -30,8 +32,11 @@ spark.sparkContext.setLogLevel("ERROR")
 for line in sys.stdin:
     reads = json.loads(line)
     try:
-        for i, (metadata, columns) in enumerate(reads):
-            for row in spark.read.format("iceberg").load(metadata).selectExpr(*columns).collect():
+        for i, (source, columns, *catalog) in enumerate(reads):
+            for k, v in (catalog[0] if catalog else {}).items():
+                spark.conf.set(k, v)
+            df = spark.table(source) if catalog else spark.read.format("iceberg").load(source)
+            for row in df.selectExpr(*columns).collect():
                 print(json.dumps([i, row.asDict()], default=str))
         print(json.dumps({"done": len(reads)}), flush=True)
     except Exception as exc:
@@ -96,8 +101,11 @@ def _stop(proc: subprocess.Popen[str], log: Path) -> None:
             proc.wait(30)
 
 
-def spark_iceberg_reads(*reads: tuple[str, list[str]]) -> list[list[dict[str, Any]]]:
-    """Several tables' rows (as `spark_iceberg_rows` reads one), read by this process's Spark with Iceberg."""
+def spark_iceberg_reads(*reads: tuple[str, list[str]] | tuple[str, list[str], dict[str, str]]
+                        ) -> list[list[dict[str, Any]]]:
+    """Several tables' rows (as `spark_iceberg_rows` reads one), read by this process's Spark with Iceberg; a read
+    of three parts names a table in a catalog and that catalog's Spark configuration (`spark.sql.catalog.<name>…`,
+    e.g. `RestCatalogServer.spark_read`)."""
     proc, log = _reader()
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(reads) + "\n")

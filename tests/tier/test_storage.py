@@ -110,3 +110,24 @@ def test_stores_share_botocores_service_data_not_their_sessions() -> None:
     first, second = storage._session(), storage._session()
     assert first is not second
     assert second.get_component("data_loader") is first.get_component("data_loader")
+
+
+def test_a_file_store_refuses_keys_that_leave_its_root_and_lists_by_prefix(tmp_path: Path) -> None:
+    """Keys are checked by their text (no path resolution per read) and still never leave the root; a listing walks
+    the prefix's directory only, and names every object under it."""
+    from tierproxy.tier.storage import FileStore, StorageError
+
+    store = FileStore(tmp_path / "root")
+    (tmp_path / "outside").write_bytes(b"secret")
+    for key in ["../outside", "a/../../outside", "/etc/passwd", ".", "a\0b"]:
+        with pytest.raises(StorageError, match="escapes the store"):
+            store.local_path(key)
+    asyncio.run(store.put("a/b/one.log", b"1"))
+    asyncio.run(store.put("a/b/two.log", b"2"))
+    asyncio.run(store.put("a/c/three.log", b"3"))
+    assert store.local_path("a/./b/one.log").read_bytes() == b"1"
+    assert asyncio.run(store.list("a/b/")) == ["a/b/one.log", "a/b/two.log"]
+    assert asyncio.run(store.list("a/b/t")) == ["a/b/two.log"]
+    assert asyncio.run(store.list("a/")) == ["a/b/one.log", "a/b/two.log", "a/c/three.log"]
+    assert asyncio.run(store.list("")) == ["a/b/one.log", "a/b/two.log", "a/c/three.log"]
+    assert asyncio.run(store.list("nothing/here/")) == []

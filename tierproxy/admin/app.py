@@ -39,7 +39,7 @@ from tierproxy.admin.models import (
 )
 from tierproxy.admin.pool import PoolRegistry
 from tierproxy.admin.runs import DEFAULT_WAIT_MS, request_pass, run_status, withdraw_pass
-from tierproxy.admin.status import iceberg_status, partition_status, refresh_tier_status, remote_status, topic_summary
+from tierproxy.admin.status import iceberg_status, refresh_tier_status, remote_status, topic_status, topic_summary
 from tierproxy.config.distribution import pip_install
 from tierproxy.proxy.server import Proxy
 from tierproxy.tier.model import uuid_str
@@ -127,10 +127,8 @@ def create_app(proxy: Proxy, pool: PoolRegistry | None = None) -> FastAPI:
     @app.get("/v1/topics/{topic}/partitions", dependencies=guarded, response_model=list[PartitionStatus])
     async def partitions(topic: str) -> list[PartitionStatus]:
         t = await topic_or_404(topic)
-        out = []
-        for p in sorted(t["partitions"], key=lambda x: x["partition_index"]):
-            out.append(await partition_status(proxy, topic, t["topic_id"], p))
-        return out
+        return await topic_status(proxy, topic, t["topic_id"], sorted(t["partitions"],
+                                                                        key=lambda x: x["partition_index"]))
 
     @app.get("/v1/topics/{topic}/partitions/{partition}/segments", dependencies=guarded,
              response_model=list[Segment])
@@ -191,8 +189,8 @@ def create_app(proxy: Proxy, pool: PoolRegistry | None = None) -> FastAPI:
         for name, t in sorted((await cluster()).items()):
             if never_tiered(name, t["is_internal"]):  # as /v1/topics: internal topics are not the tier's
                 continue
-            parts = [await partition_status(proxy, name, t["topic_id"], p)
-                     for p in sorted(t["partitions"], key=lambda x: x["partition_index"])]
+            parts = await topic_status(proxy, name, t["topic_id"],
+                                       sorted(t["partitions"], key=lambda x: x["partition_index"]))
             sections.append((topic_summary(proxy, name, t), parts))
         return HTMLResponse(ui.render(sections, remote_status(proxy), await readiness()))
 

@@ -10,6 +10,7 @@ from typing import Any
 from protocol.messages import MetadataResponseTopic, MetadataResponseTopicPartition
 from tierproxy.admin.models import PartitionStatus, RemoteFetchStatus, TopicSummary
 from tierproxy.proxy.server import Proxy
+from tierproxy.remote.view import BrokerOffsets
 from tierproxy.tier.model import uuid_str
 from tierproxy.tier.rules import lost_range, tiering_lag, topic_setting
 
@@ -52,18 +53,27 @@ def remote_status(proxy: Proxy) -> RemoteFetchStatus:
                              bytes_total=sum(stats.bytes.values()), errors_total=sum(stats.errors.values()))
 
 
-async def partition_status(proxy: Proxy, topic: str, topic_id: bytes, p: MetadataResponseTopicPartition
-                           ) -> PartitionStatus:
+async def topic_status(proxy: Proxy, topic: str, topic_id: bytes, partitions: list[MetadataResponseTopicPartition]
+                       ) -> list[PartitionStatus]:
+    """Each of `partitions`' status, the leaders' offsets asked for all of them at once (one ListOffsets per
+    leader: a topic of thousands of partitions asked one by one took a round trip each)."""
+    found: dict[tuple[str, int], BrokerOffsets] = {}
+    if proxy.remote is not None and partitions:
+        try:
+            found = await asyncio.wait_for(proxy.remote.broker_offsets_many(
+                [(topic, p["partition_index"]) for p in partitions]), 10)
+        except Exception:
+            found = {}
+    return [partition_status(proxy, topic_id, p, found.get((topic, p["partition_index"]))) for p in partitions]
+
+
+def partition_status(proxy: Proxy, topic_id: bytes, p: MetadataResponseTopicPartition,
+                     offsets: BrokerOffsets | None) -> PartitionStatus:
+    """A partition's status from the tier's metadata and its leader's offsets (None: not known)."""
     n = p["partition_index"]
     pc = proxy.remote.partition_by_id(topic_id, n) if proxy.remote else None
     finished = list(pc.finished()) if pc else []
     tier_end = pc.latest_tiered_offset() if pc else -1
-    offsets = None
-    if proxy.remote is not None:
-        try:
-            offsets = await asyncio.wait_for(proxy.remote.broker_offsets(topic, n), 5)
-        except Exception:
-            offsets = None
     gap = None
     lag = None
     if offsets is not None:
@@ -114,7 +124,7 @@ async def refresh_tier_status(proxy: Proxy, interval_s: float = 30.0) -> None:
                               if proxy.remote.partition_by_id(t["topic_id"], p["partition_index"]) is not None]
                     if not tiered:
                         continue
-                    states = [await partition_status(proxy, name, t["topic_id"], p) for p in tiered]
+                    states = await topic_status(proxy, name, t["topic_id"], tiered)
                     proxy.fetch_stats.lag[name] = sum(st.tiering_lag or 0 for st in states)
                     proxy.fetch_stats.gaps[name] = sum(1 for st in states if st.gap)
             except Exception as exc:  # the next round tries again

@@ -221,7 +221,7 @@ def _iceberg(args: argparse.Namespace) -> int:
            "command_config": args.command_config, "iceberg_catalog": args.catalog, "iceberg_table": args.table,
            "iceberg_isolation_level": args.isolation, "iceberg_retention": args.retention}
     if args.action != "sync" and args.bootstrap_server is None:
-        # snapshot-at and metadata-location read the catalog only: no broker is asked, none need be named
+        # snapshot-at, metadata-location and backfill-topic-ids use the catalog only: no broker is asked
         cli["bootstrap_servers"] = CATALOG_ONLY
     loaded = _job_settings(args, cli)
     if isinstance(loaded, int):
@@ -237,12 +237,20 @@ def _iceberg(args: argparse.Namespace) -> int:
                 print(f"tierproxy: {exc.args[0]}", file=sys.stderr)
                 return 1
             return 0
+        if args.action == "backfill-topic-ids":
+            try:
+                line, complete = run.backfill_topic_ids(settings)
+            except LookupError as exc:
+                print(f"tierproxy: {exc.args[0]}", file=sys.stderr)
+                return 1
+            print(line)
+            return 0 if complete else 1
         if args.action == "snapshot-at":
             if not args.topic or not args.offsets:
                 print("tierproxy: iceberg snapshot-at needs --topic and --offsets", file=sys.stderr)
                 return 2
             try:
-                found = run.snapshot_for_offsets(settings, args.topic, args.offsets)
+                found = run.snapshot_for_offsets(settings, args.topic, args.offsets, args.topic_id)
             except ValueError as exc:
                 print(f"tierproxy: {exc}", file=sys.stderr)
                 return 2
@@ -452,10 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "tier.retention.max.delete.fraction of a partition (confirm.retention)")
     tier.set_defaults(func=_tier)
     ice = sub.add_parser("iceberg", help="the tier as an Apache Iceberg table (a PySpark job), or snapshot-at")
-    ice.add_argument("action", nargs="?", default="sync", choices=["sync", "snapshot-at", "metadata-location"],
+    ice.add_argument("action", nargs="?", default="sync", choices=["sync", "snapshot-at", "metadata-location",
+                                                                  "backfill-topic-ids"],
                      help="sync (default): add what is tiered and follow the tier; snapshot-at: the first "
                      "snapshot holding --topic up to --offsets; metadata-location: the table's current metadata "
-                     "file (what DuckDB's iceberg_scan reads)")
+                     "file (what DuckDB's iceberg_scan reads); backfill-topic-ids: once, the topic id of --table's "
+                     "rows written before that column")
     ice.add_argument("--bootstrap-server", help="brokers HOST:PORT[,..] (bootstrap.servers)")
     ice.add_argument("--storage", help="the tier: file:///path or s3://bucket/prefix?endpoint=URL (storage)")
     ice.add_argument("--metadata", help="topic:[NAME] (default) or file:///dir (metadata)")
@@ -470,6 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
     _spark_job_args(ice)
     ice.add_argument("--topic", help="snapshot-at: the topic")
     ice.add_argument("--offsets", help='snapshot-at: {"partition": offset, ...}')
+    ice.add_argument("--topic-id", help="snapshot-at: the topic's incarnation (its topic id; default: the table's "
+                                        "current one; `--retention keep` keeps a re-created topic's older ones)")
     ice.set_defaults(func=_iceberg)
     rst = sub.add_parser("restore", help="the tier's history into a new cluster, every offset kept")
     rst.add_argument("--bootstrap-server", help="the NEW cluster's brokers HOST:PORT[,..] (bootstrap.servers)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -209,17 +209,19 @@ class TableCollision(ValueError):
     """Two topics map to one typed table (`iceberg.tables`)."""
 
 
-def typed_tables(rules: list[tuple[re.Pattern[str], str]], topics: Iterable[str]) -> dict[str, str]:
+def typed_tables(rules: list[tuple[re.Pattern[str], str]], topics: Iterable[str],
+                 key: Callable[[str], str] | None = None) -> dict[str, str]:
     """Each topic's typed table (`typed_table_for`); TableCollision naming both topics when two map to one table
-    (`a-b` and `a.b`, both legal side by side, both become `a_b`): one table holds one topic's rows, or one
-    topic's keys would delete the other's rows in upsert mode."""
+    (`a-b` and `a.b`, both legal side by side, both become `a_b`; `Orders` and `orders` where the catalog compares
+    names case-folded: `key`, the catalog's own comparison, `jobs.iceberg.catalog.name_key`): one table holds one
+    topic's rows, or one topic's keys would delete the other's rows in upsert mode."""
     out: dict[str, str] = {}
     owner: dict[str, str] = {}
     for topic in sorted(set(topics)):
         table = typed_table_for(rules, topic)
         if table is None:
             continue
-        if (other := owner.setdefault(table, topic)) != topic:
+        if (other := owner.setdefault(key(table) if key else table, topic)) != topic:
             raise TableCollision(f"iceberg.tables: topics {other!r} and {topic!r} both map to table {table}; a "
                                  "typed table holds one topic (give one of them a rule of its own)")
         out[topic] = table

@@ -26,6 +26,10 @@ class ReaderPool:
         self._loop = asyncio.get_running_loop()
         self._started = self._loop.time()
 
+    def free(self) -> int:
+        """How many more reads `submit` takes now."""
+        return max(0, self.threads + self.max_pending - self.running - self.queued)
+
     def submit(self, make: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
         """Schedule a read; raise `PoolFull` if `threads` run and `max_pending` already wait."""
         if self.running + self.queued >= self.threads + self.max_pending:

@@ -245,6 +245,9 @@ class RemoteTier:
         pc = self.rlmm.cache.get(topic_id, partition)
         return None if pc is None or self.rlmm.cache.is_deleted(topic_id, partition) else pc
 
+    def read_slots(self) -> int:
+        return self.pool.free()
+
     def submit_read(self, pc: PartitionCache, offset: int, max_bytes: int, read_committed: bool,
                     deadline: float, min_one: bool = True, as_file: bool = False) -> asyncio.Task[ReadResult] | None:
         """Whole batches from `offset` (at least one if `min_one`), up to `max_bytes`, read through the bounded

@@ -54,6 +54,9 @@ class RemoteTierView(Protocol):
         come as `RecordPieces` (views of the cached chunks they straddle) and, with `as_file`, as a `FileRegion`
         (the caller's transport sends it)."""
 
+    def read_slots(self) -> int:
+        """How many more reads the bounded pool takes now (running and queued below their bounds)."""
+
     async def offset_for_timestamp(self, pc: PartitionCache, ts: int, deadline: float | None = None
                                    ) -> tuple[int, int] | None: ...
 

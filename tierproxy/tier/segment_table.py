@@ -24,17 +24,26 @@ Stored = bytes | RemoteLogSegmentMetadata
 class SegmentTable(MutableMapping[bytes, RemoteLogSegmentMetadata]):
     """segment id → its metadata, stored as its record (`put_record`) or as given."""
 
-    __slots__ = ("_stored",)
+    __slots__ = ("_last", "_stored")
 
     def __init__(self) -> None:
         self._stored: dict[bytes, Stored] = {}
+        # the last segment made, by the very object it was made from: a fetch asks its partition's segment several
+        # times (does the tier hold the offset, how much may one read take, the read itself), fetch after fetch
+        self._last: tuple[Stored, RemoteLogSegmentMetadata] | None = None
 
     def put_record(self, seg_id: bytes, value: bytes) -> None:
         """Keep the segment as `value`, a record already read whole into the segment it describes."""
         self._stored[seg_id] = value
 
     def __getitem__(self, seg_id: bytes) -> RemoteLogSegmentMetadata:
-        return _made(self._stored[seg_id])
+        stored = self._stored[seg_id]
+        last = self._last
+        if last is not None and last[0] is stored:
+            return last[1]
+        md = _made(stored)
+        self._last = (stored, md)
+        return md
 
     def __setitem__(self, seg_id: bytes, md: RemoteLogSegmentMetadata) -> None:
         self._stored[seg_id] = md

@@ -7,6 +7,7 @@ One error type leaves this module: `StorageError`, as `ObjectMissing` (the objec
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import os
 import random
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, urlparse
 
-from cachetools import LRUCache, TTLCache
+from cachetools import TTLCache
 
 from tierproxy.tier.requests import StorageRequests
 from tierproxy.tier.s3body import BodyBuffers, HttpStatus, RangedGets, Unsupported
@@ -108,28 +109,21 @@ class FileStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self._resolved_root = root.resolve()
-        # key → its checked path, for the readers: resolving it walks every component (a syscall each), and a
-        # catch-up reads the same few segment files hundreds of times a second
-        self._local: LRUCache[str, Path] = LRUCache(maxsize=4096)
-        self._local_lock = threading.Lock()  # a store may be shared by threads (executors, the tiering driver)
+        self._resolved_root = str(root.resolve())
         self.counts = StorageRequests()  # stays at zero: reading files is no billed request
 
     def local_path(self, key: str) -> Path:
         """The file of `key` (StorageError for a key that would leave the root)."""
-        with self._local_lock:
-            found = self._local.get(key)
-        if found is None:
-            found = self._path(key)
-            with self._local_lock:
-                self._local[key] = found
-        return found
+        return self._path(key)
 
     def _path(self, key: str) -> Path:
-        p = (self.root / key).resolve()
-        if self._resolved_root not in p.parents:
+        # checked by its text, not resolved: resolving walks every component (a syscall each) on every read of a
+        # catch-up, and a cache of resolved paths thrashed once a fetch read thousands of segments. The root is
+        # the tier's own directory: a key never climbs out of it, whatever links the operator put inside
+        norm = os.path.normpath(key)
+        if norm in (".", "..") or os.path.isabs(norm) or norm.startswith("../") or "\0" in key:
             raise StorageError(f"object key escapes the store: {key!r}")
-        return p
+        return Path(self._resolved_root, norm)
 
     async def put(self, key: str, data: bytes) -> None:
         await asyncio.to_thread(self._put, key, [memoryview(data)])
@@ -215,8 +209,15 @@ class FileStore:
             await self.delete(key)
 
     async def list(self, prefix: str) -> list[str]:
-        base = self.root
-        return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()
+        return await asyncio.to_thread(self._list, prefix)
+
+    def _list(self, prefix: str) -> builtins.list[str]:
+        # walked from the prefix's directory, not the root: a tier of a million segments holds millions of files
+        base, folder = Path(self._resolved_root), os.path.dirname(prefix)
+        start = self._path(folder) if folder else base
+        if not start.is_dir():
+            return []
+        return sorted(str(p.relative_to(base)) for p in start.rglob("*") if p.is_file()
                       and not p.name.startswith(".tmp-") and str(p.relative_to(base)).startswith(prefix))
 
     async def clean_incomplete(self, prefix: str, older_than_s: float,

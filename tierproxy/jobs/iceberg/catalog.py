@@ -8,16 +8,18 @@ under the tier's own storage, `file://` or `s3://`, with the tier's S3 endpoint 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tierproxy.config import hide_url_password, redact
-from tierproxy.jobs.iceberg.schema import iceberg_schema, partition_spec, same_columns, sort_order
+from tierproxy.config.values import TableCollision
+from tierproxy.jobs.iceberg.schema import ADDED, iceberg_schema, partition_spec, same_columns, sort_order
 
 
 class CatalogError(RuntimeError):
@@ -104,12 +106,15 @@ class TableShape:
     order: Callable[[Any], Any]  # the schema → the sort order
     matches: Callable[[Any], bool]
     description: str
+    source: str | None = None  # the one topic the table is made for (a typed or dead-letter table; None: many)
+    source_id: str | None = None  # that topic's id when the table is made (recorded beside its name)
+    added: tuple[str, ...] = ()  # columns of `schema` an existing table may lack: added (optional) when opened
 
 
 def raw_shape(by: tuple[str, ...] = ("partition",)) -> TableShape:
     """The raw history table partitioned by `topic` and `iceberg.partition.by`."""
     return TableShape(iceberg_schema, lambda _: partition_spec(by), lambda _: sort_order(),
-                      lambda s: same_columns(s, iceberg_schema()), "kafka history from the tier")
+                      lambda s: same_columns(s, iceberg_schema(), ADDED), "kafka history from the tier", added=ADDED)
 
 
 RAW = raw_shape()
@@ -132,10 +137,13 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
         except NoSuchTableError:
             table = None
         if table is not None:
+            if shape.source is not None:
+                table = _one_source(table, name, shape.source)
             if not shape.matches(table.schema()):
                 raise CatalogError(f"table {name} exists with another schema ({_columns(table.schema())}); "
                                    f"tierproxy writes ({_columns(shape.schema())}): choose another "
                                    "table name or drop that one")
+            table = _add_columns(table, name, shape)
             return _evolve_spec(table, name, shape.spec(table.schema())) if evolve_spec else table
         if not _namespace_exists(catalog, namespace):
             if not cfg.embedded:
@@ -146,13 +154,94 @@ def open_table(catalog: Any, cfg: CatalogConfig, name: str, shape: TableShape = 
         return catalog.create_table(name, schema=schema, partition_spec=shape.spec(schema),
                                     sort_order=shape.order(schema),
                                     properties={"write.parquet.compression-codec": "zstd",
-                                                "tierproxy.table": shape.description})
-    except CatalogError:
+                                                "tierproxy.table": shape.description,
+                                                **({} if shape.source is None else
+                                                   {SOURCE: _source(shape.source, shape.source_id)})})
+    except (CatalogError, TableCollision):
         raise
     except NoSuchNamespaceError:
         raise CatalogError(f"namespace {namespace!r} does not exist in catalog {safe_uri(cfg.uri)}") from None
     except Exception as exc:
         raise CatalogError(f"catalog {safe_uri(cfg.uri)}: table {name}: {_reason(exc, cfg)}") from None
+
+
+SOURCE = "tierproxy.source"  # the table property naming the topic a one-topic table is made for
+
+
+def _source(topic: str, topic_id: str | None) -> str:
+    return json.dumps({"topic": topic, "id": topic_id}, sort_keys=True)
+
+
+def _one_source(table: Any, name: str, topic: str) -> Any:
+    """`table` when it was made for `topic`; TableCollision when for another (`a-b` tabled as `a_b`, `a.b` later;
+    `Orders` and `orders` in a catalog that folds case answers both names with one table), whenever it appears.
+    A table from before the property: its ledger's topics say whose rows it holds, and the property is recorded."""
+    from tierproxy.jobs.iceberg.ledger import current_ledger
+
+    if SOURCE in table.properties:
+        owners = [json.loads(table.properties[SOURCE])["topic"]]
+    else:
+        owners = sorted(current_ledger(table).topics)
+    other = next((o for o in owners if o != topic), None)
+    if other is not None:
+        raise TableCollision(f"table {name} holds topic {other!r}, and topic {topic!r} maps to it too: a table "
+                             "holds one topic, forever (give one of them a rule of its own, or another table)")
+    if SOURCE not in table.properties:
+        with table.transaction() as tx:
+            tx.set_properties({SOURCE: _source(topic, current_ledger(table).topics.get(topic))})
+        table = table.refresh()
+    return table
+
+
+def _add_columns(table: Any, name: str, shape: TableShape) -> Any:
+    """A table made before the shape's `added` columns gains them, optional, in a metadata commit (its data files
+    stay as they are: readers read null for them there; new rows fill them)."""
+    have = {f.name for f in table.schema().fields}
+    missing = [c for c in shape.added if c not in have]
+    if not missing:
+        return table
+    wanted = shape.schema()
+    with table.update_schema() as update:
+        for column in missing:
+            update.add_column(column, wanted.find_field(column).field_type, doc=wanted.find_field(column).doc)
+    log.info("iceberg: table %s gained the column(s) %s (rows written before them hold null)", name,
+             ", ".join(missing))
+    return table.refresh()
+
+
+def name_key(cfg: CatalogConfig, catalog: Any = None, namespaces: Iterable[str] = ()) -> Callable[[str], str]:
+    """How the catalog compares table names, the one rule of it. Asked of `catalog` when it can tell: one of
+    `namespaces` exists, and the catalog answers its name in another case (one it does not list) as existing too —
+    it folds case — or not. Otherwise by its kind: exactly in the SQL catalog on SQLite or PostgreSQL (their text
+    comparisons are exact by default), case-folded in any other (MySQL's and MariaDB's default collations fold case;
+    a REST catalog may be Glue, Hive or another that folds: refusing two names that differ in case costs a rule,
+    merging them would cost a table)."""
+    folds = None
+    if catalog is not None:
+        folds = next((f for f in (_folds_case(catalog, ns) for ns in namespaces) if f is not None), None)
+    if folds is None:
+        folds = not cfg.uri.startswith(("sqlite", "postgresql"))
+    return str.casefold if folds else _exact
+
+
+def _exact(name: str) -> str:
+    return name
+
+
+def _folds_case(catalog: Any, namespace: str) -> bool | None:
+    """Whether the catalog folds the case of names, from how it answers a namespace of ours in another case (a
+    top-level one: what `list_namespaces` lists); None when it cannot tell (no letter, no such namespace, both
+    exist, or the catalog did not answer: then the catalog's kind decides)."""
+    namespace = namespace.split(".")[0]
+    other = namespace.swapcase()
+    try:
+        if other == namespace or not _namespace_exists(catalog, namespace):
+            return None
+        if other in {".".join(n) for n in catalog.list_namespaces()}:
+            return None
+        return _namespace_exists(catalog, other)
+    except Exception:
+        return None
 
 
 def _evolve_spec(table: Any, name: str, wanted: Any) -> Any:

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 from protocol.errors import ProtocolError
 from protocol.records import RecordBatch
+from tierproxy.jobs.iceberg.schema import TOPIC_ID
 from tierproxy.jobs.spark.columns import RecordColumns
 from tierproxy.jobs.spark.rows import ROWS_PER_BATCH, visible_batches
 from tierproxy.jobs.spark.slices import Slice
@@ -78,11 +79,13 @@ def _source_schema(pa: Any) -> Any:
 
 def table_batches(batches: Iterator[RecordBatch], s: Slice, read_committed: bool, target: Any) -> Iterator[Any]:
     """Arrow batches in `target`, the table's Arrow schema (leaderEpoch and producerId added from each record's
-    batch)."""
+    batch, topicId from the slice's segment: the incarnation the rows are of)."""
     import numpy as np
     import pyarrow as pa
 
+    assert s.segment is not None
     source = _source_schema(pa)
+    topic_id = uuid_str(s.segment.segment_id.tp.topic_id)
     cols = RecordColumns(True)
     epochs: list[tuple[int, int, int]] = []  # (rows so far, leader epoch, producer id) after each batch
 
@@ -90,10 +93,12 @@ def table_batches(batches: Iterator[RecordBatch], s: Slice, read_committed: bool
         n = len(cols)
         counts = np.diff([0] + [r for r, _, _ in epochs])
         rb = cols.to_arrow(s.topic, s.partition, source)
-        extra = [pa.array(np.repeat(np.array([e for _, e, _ in epochs], np.int32), counts)),
-                 pa.array(np.repeat(np.array([p for _, _, p in epochs], np.int64), counts))]
+        extra = {"leaderEpoch": pa.array(np.repeat(np.array([e for _, e, _ in epochs], np.int32), counts)),
+                 "producerId": pa.array(np.repeat(np.array([p for _, _, p in epochs], np.int64), counts)),
+                 TOPIC_ID: pa.array([topic_id] * n, pa.string())}
         assert sum(counts) == n
-        return pa.RecordBatch.from_arrays(list(rb.columns) + extra, names=target.names).cast(target)
+        columns = dict(zip(rb.schema.names, rb.columns, strict=True)) | extra
+        return pa.RecordBatch.from_arrays([columns[c] for c in target.names], names=target.names).cast(target)
 
     aborted = list(s.aborted)
     for b in visible_batches(batches, read_committed, aborted):

@@ -13,17 +13,25 @@ from typing import Any
 
 from tierproxy.config import TierSettings
 from tierproxy.config.values import partition_by_fields, typed_table_rules, typed_tables
-from tierproxy.jobs.iceberg.catalog import CatalogConfig, catalog_config, load_existing, open_catalog, safe_uri
+from tierproxy.jobs.iceberg.catalog import (
+    CatalogConfig,
+    catalog_config,
+    load_existing,
+    name_key,
+    open_catalog,
+    safe_uri,
+)
 from tierproxy.jobs.iceberg.compaction import CompactionOptions
 from tierproxy.jobs.iceberg.ledger import snapshot_at
 from tierproxy.jobs.iceberg.registry import RegistryConfig
+from tierproxy.jobs.iceberg.schema import TOPIC_ID
 from tierproxy.jobs.iceberg.sync import IcebergOptions, IcebergSummary, IcebergSync, SegmentDataError
 from tierproxy.jobs.iceberg.typed_tables import TypedOptions
 from tierproxy.jobs.tiering.cluster import describe_cluster
 
 log = logging.getLogger(__name__)
-__all__ = ["SegmentDataError", "catalog_of", "metadata_location", "options_of", "run_loop", "run_pass", "run_passes",
-           "snapshot_for_offsets"]
+__all__ = ["SegmentDataError", "backfill_topic_ids", "catalog_of", "metadata_location", "options_of", "run_loop",
+           "run_pass", "run_passes", "snapshot_for_offsets"]
 
 
 def catalog_of(s: TierSettings) -> CatalogConfig:
@@ -50,8 +58,10 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
         s.iceberg_schema_registry_url, s.iceberg_schema_registry_basic_auth_user_info,
         s.iceberg_schema_registry_ssl_ca_location)  # the settings refuse the registry format without one
     raw = options_of(s)
+    rules = typed_table_rules(s.iceberg_tables)
+    key = name_key(raw.catalog, open_catalog(raw.catalog), sorted({p.rpartition(".")[0] for _, p in rules}))
     out = []
-    for topic, table in typed_tables(typed_table_rules(s.iceberg_tables), topics).items():
+    for topic, table in typed_tables(rules, topics, key).items():
         out.append(dataclasses.replace(raw, table=table, topics=f"^{re.escape(topic)}$",
                                        typed=TypedOptions(registry, f"{topic}-value", upsert=s.iceberg_mode == "upsert",
                                                           value_format=s.iceberg_value_format)))
@@ -98,6 +108,17 @@ def metadata_location(settings: TierSettings) -> str:
     return location
 
 
+def backfill_topic_ids(settings: TierSettings) -> tuple[str, bool]:
+    """`backfill-topic-ids`: the one-time fill of the topic id column of `iceberg.table`'s older rows (`backfill`);
+    (its line, whether every row now has its id)."""
+    from tierproxy.jobs.iceberg.backfill import backfill
+
+    table, cfg = _existing_table(settings), catalog_of(settings)
+    done = backfill(table, settings.iceberg_table, cfg.io, settings.iceberg_writer_lease_ms,
+                    lambda: open_catalog(cfg).load_table(settings.iceberg_table), cfg.redact)
+    return done.line(settings.iceberg_table), not done.left
+
+
 def _existing_table(settings: TierSettings) -> Any:
     """The table (a typed table or a dead-letter table too), never created by asking: LookupError naming it."""
     cfg = catalog_of(settings)
@@ -108,9 +129,11 @@ def _existing_table(settings: TierSettings) -> Any:
     return table
 
 
-def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str) -> dict[str, Any]:
-    """`snapshot-at`: {"snapshot_id", "timestamp_ms", "ends"} of the first snapshot holding every record of `topic`
-    below the given offsets ({"partition": offset}, or Spark's {"topic": {"partition": offset}})."""
+def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str,
+                         topic_id: str | None = None) -> dict[str, Any]:
+    """`snapshot-at`: {"snapshot_id", "timestamp_ms", "topic_id", "ends", "filter"} of the first snapshot holding every
+    record of `topic` below the given offsets ({"partition": offset}, or Spark's {"topic": {"partition": offset}}),
+    of its incarnation `topic_id` (default: the table's current one; `--retention keep` keeps older ones)."""
     wanted = f'--offsets {offsets_json!r}: expected a JSON object {{"partition": offset, ...}}'
     try:
         raw = json.loads(offsets_json)
@@ -121,15 +144,22 @@ def snapshot_for_offsets(settings: TierSettings, topic: str, offsets_json: str) 
         offsets = {int(p): int(o) for p, o in raw.items()}
     except (ValueError, TypeError) as exc:
         raise ValueError(wanted if str(exc) == wanted else f"{wanted} ({exc})") from None
+    if topic_id is not None and not re.fullmatch(r"[A-Za-z0-9_-]{22}", topic_id):
+        raise ValueError(f"--topic-id {topic_id!r}: expected a Kafka topic id (22 characters of URL-safe base64)")
     table = _existing_table(settings)
-    snap = snapshot_at(table, topic, offsets)
+    snap, tid = snapshot_at(table, topic, offsets, topic_id)
     if snap is None:
-        return {"snapshot_id": None, "reason": f"no snapshot holds {topic} up to {offsets} yet"}
+        of = f" (incarnation {tid})" if tid else ""
+        return {"snapshot_id": None, "topic_id": tid, "reason": f"no snapshot holds {topic}{of} up to {offsets} yet"}
     from tierproxy.jobs.iceberg.ledger import ledger_of
+    from tierproxy.jobs.iceberg.typed import PREFIX
 
     led = ledger_of(snap)
     assert led is not None
-    tid = led.topics[topic]
-    return {"snapshot_id": snap.snapshot_id, "timestamp_ms": snap.timestamp_ms,
-            "ends": {str(p): led.ends[f"{tid}:{p}"] for p in offsets},
-            "filter": " OR ".join(f"(partition = {p} AND offset < {o})" for p, o in sorted(offsets.items()))}
+    names = {f.name for f in table.schema().fields}
+    prefix = PREFIX if f"{PREFIX}offset" in names else ""  # a typed table's Kafka columns
+    where = " OR ".join(f"({prefix}partition = {p} AND {prefix}offset < {o})" for p, o in sorted(offsets.items()))
+    if len(led.incarnations(topic)) > 1:  # the rows of each incarnation told apart by their id
+        where = f"{prefix}{'topic_id' if prefix else TOPIC_ID} = '{tid}' AND ({where})"
+    return {"snapshot_id": snap.snapshot_id, "timestamp_ms": snap.timestamp_ms, "topic_id": tid,
+            "ends": {str(p): led.ends[f"{tid}:{p}"] for p in offsets}, "filter": where}

@@ -1,7 +1,9 @@
 """The table's schema, partition spec and sort order, and the Arrow schema its data files are written in.
 
 Columns are those of Spark's Kafka source (`key`, `value`, `topic`, `partition`, `offset`, `timestamp`,
-`timestampType`, `headers`) plus `leaderEpoch` and `producerId` of each record's batch. Partitioned by `topic`, then
+`timestampType`, `headers`) plus `leaderEpoch` and `producerId` of each record's batch, and `topicId`: the topic id
+(Kafka's textual Uuid) the row was written under, which tells a re-created topic's incarnations apart (`ADDED`: a
+table made before it gains it as an optional column; its older rows hold null). Partitioned by `topic`, then
 `iceberg.partition.by` (default `partition`, identity; or the hour or day of `timestamp`), so a data file never spans
 two table partitions; each file holds rows of one segment in offset order. Values stay raw bytes (typed tables
 decode them: `typed`).
@@ -24,8 +26,11 @@ COLUMNS: tuple[tuple[int, str, str, bool], ...] = (
     (8, "headers", "headers", False),  # list<struct<key: string, value: binary>>, null when a record has none
     (11, "leaderEpoch", "int", True),
     (12, "producerId", "long", True),  # -1 for a record written without a producer id
+    (14, "topicId", "string", False),  # the incarnation (null in rows written before the column)
 )
 HEADER_ELEMENT_ID, HEADER_KEY_ID, HEADER_VALUE_ID = 13, 9, 10
+TOPIC_ID = "topicId"
+ADDED = (TOPIC_ID,)  # columns a table made before them may lack: added by schema evolution when it is opened
 
 
 def iceberg_schema() -> Any:
@@ -100,8 +105,12 @@ def sort_order() -> Any:
     return SortOrder(SortField(source_id=5, transform=IdentityTransform()))
 
 
-def same_columns(a: Any, b: Any) -> bool:
-    """Two Iceberg schemas have the same columns (names, types, nullability), field ids aside."""
+def same_columns(a: Any, b: Any, added: tuple[str, ...] = ()) -> bool:
+    """Two Iceberg schemas have the same columns (names, types, nullability), field ids aside; the columns named in
+    `added` may be missing from `a`, and stand anywhere in it (a table that gained them by evolution has them last)."""
     def flat(s: Any) -> list[tuple[str, str, bool]]:
         return [(f.name, re.sub(r"\b\d+: ", "", str(f.field_type)), f.required) for f in s.fields]
-    return flat(a) == flat(b)
+    have, want = flat(a), flat(b)
+    extra = [c for c in have if c[0] in added]
+    return [c for c in have if c[0] not in added] == [c for c in want if c[0] not in added] and all(
+        c in want for c in extra)

@@ -247,7 +247,8 @@ class IcebergSync:
         typed: TypedTable | None = None
         if o.typed is not None:
             summary.typed = True
-            typed = open_typed(catalog, o.catalog, o.table, o.typed, o.partition_by)
+            typed = open_typed(catalog, o.catalog, o.table, o.typed, o.partition_by,
+                               next((uuid_str(p.topic_id) for p in view.partitions if p.topic == o.typed.topic), None))
             if typed is None:
                 summary.waiting = True
                 summary.seconds = time.monotonic() - started
@@ -319,12 +320,13 @@ class IcebergSync:
         summary.executor_peak_rss_mb = max((r.peak_rss_kb for r in results), default=0) / 1024
         summary.executor_base_rss_mb = min((r.rss_before_kb for r in results), default=0) / 1024
         for t in targets:
-            t.new = Ledger(dict(t.ledger.ends), dict(t.ledger.starts), dict(t.ledger.topics))
+            t.new = t.ledger.copy()
             t.accepted = self._accept(results, t, stops, decided)
             t.deletes = [] if o.keep else self._follow(planner, t.ledger, t.new, t.columns)
             for pp in planner.plans:
                 if pp.info.topic not in planner.waiting:
                     t.new.topics[pp.info.topic] = uuid_str(pp.info.topic_id)
+                    t.new.ids[uuid_str(pp.info.topic_id)] = pp.info.topic  # kept beside an older one under keep
             self._delete_files(t.table, t.accepted.rejected)
         summary.files_added, summary.rows_added = len(main.accepted.paths), main.accepted.rows
         summary.files_held_back, summary.segments_added = main.accepted.held_back, len(main.accepted.segments)
@@ -337,7 +339,7 @@ class IcebergSync:
         pause_point("files")
         stop_renewals()  # a renewal is a metadata commit too: the catalog would refuse ours for it
         for t in targets:
-            if t.accepted.paths or t.deletes or t.new != Ledger(t.ledger.ends, t.ledger.starts, t.ledger.topics) \
+            if t.accepted.paths or t.deletes or t.new != t.ledger.copy() \
                     or (t.typed is not None and t.typed.evolved is not None):
                 removed = self._commit(t, summary.pass_id)
                 summary.rows_deleted += removed if t is main else 0
@@ -471,6 +473,7 @@ class IcebergSync:
                 for key in [k for k in d if k.startswith(f"{tid}:")]:
                     del d[key]
             new.topics.pop(topic, None)
+            new.ids.pop(tid, None)
         for pp in planner.plans:
             key = f"{uuid_str(pp.info.topic_id)}:{pp.info.partition}"
             if old.topics.get(pp.info.topic) != uuid_str(pp.info.topic_id) or key not in old.ends:
@@ -491,13 +494,15 @@ class IcebergSync:
         assert t.new is not None
         table, deletes, paths = t.table, t.deletes, t.accepted.paths
         props = t.new.summary(pass_id, t.accepted.segments)
-        upsert = None
+        upsert, incarnation = None, None
         if t.typed is not None and self.o.typed is not None and self.o.typed.upsert:
             from pyiceberg.io.pyarrow import schema_to_pyarrow
 
+            incarnation = t.new.topics.get(self.o.typed.topic)  # the pass's records are of it: keys compete in it
+
             def rows_of(keys: list[bytes]) -> Any:  # the table's rows of the keys, as the pass planned from it
-                return table.scan(row_filter=key_filter(keys), selected_fields=(KEY, PARTITION, OFFSET, TIMESTAMP),
-                                  snapshot_id=t.at).to_arrow()
+                return table.scan(row_filter=key_filter(keys, incarnation),
+                                  selected_fields=(KEY, PARTITION, OFFSET, TIMESTAMP), snapshot_id=t.at).to_arrow()
 
             upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema),
                                  rows_of if t.at is not None else None)
@@ -521,7 +526,7 @@ class IcebergSync:
                     # the superseded rows first, in a snapshot of their own (not counted as rows removed below)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # pyiceberg warns when no row matched: a key's first value
-                        tx.delete(key_filter(upsert.keys), snapshot_properties={UPSERT: pass_id})
+                        tx.delete(key_filter(upsert.keys, incarnation), snapshot_properties={UPSERT: pass_id})
                 for f in deletes:
                     tx.delete(f, snapshot_properties=props)
                 tx.add_files(paths, snapshot_properties=props)

@@ -2,7 +2,8 @@
 
 A typed table's columns are the value's (`avro_types`: a record's fields at the top level) and the record's Kafka
 columns, prefixed `_kafka_` (`_kafka_topic`, `_kafka_partition`, `_kafka_offset`, `_kafka_timestamp`,
-`_kafka_timestamp_type`, `_kafka_key`, `_kafka_headers`, `_kafka_leader_epoch`, `_kafka_producer_id`), partitioned by
+`_kafka_timestamp_type`, `_kafka_key`, `_kafka_headers`, `_kafka_leader_epoch`, `_kafka_producer_id`,
+`_kafka_topic_id`: the incarnation, `schema.TOPIC_ID`), partitioned by
 `_kafka_partition`. Its dead-letter table `<table>_dlq` has the raw table's columns and `error`: every record that
 does not become a row is there, so rows + dead letters = the visible records tiered.
 
@@ -26,14 +27,16 @@ from tierproxy.jobs.iceberg.evolution import fits_reason
 from tierproxy.jobs.iceberg.json_types import json_converter, json_value_fields, parse_json_schema
 from tierproxy.jobs.iceberg.proto_types import ProtoSchema, proto_reader, proto_value_fields
 from tierproxy.jobs.iceberg.registry import RegistryConfig, SchemaNotFound, registry_client
-from tierproxy.jobs.iceberg.schema import COLUMNS
+from tierproxy.jobs.iceberg.schema import ADDED
 
 PREFIX = "_kafka_"
 # the raw column each Kafka column of a typed table is taken from, and its type (as in schema.COLUMNS)
 KAFKA_COLUMNS: tuple[tuple[str, str], ...] = (
     ("topic", "_kafka_topic"), ("partition", "_kafka_partition"), ("offset", "_kafka_offset"),
     ("timestamp", "_kafka_timestamp"), ("timestampType", "_kafka_timestamp_type"), ("key", "_kafka_key"),
-    ("headers", "_kafka_headers"), ("leaderEpoch", "_kafka_leader_epoch"), ("producerId", "_kafka_producer_id"))
+    ("headers", "_kafka_headers"), ("leaderEpoch", "_kafka_leader_epoch"), ("producerId", "_kafka_producer_id"),
+    ("topicId", "_kafka_topic_id"))
+TYPED_ADDED = tuple(typed for raw, typed in KAFKA_COLUMNS if raw in ADDED)  # as `schema.ADDED`
 WIRE_HEADER = struct.Struct(">bI")  # magic byte (0), schema id
 _STREAM = re.compile(r" from <_io\.BytesIO object at 0x[0-9a-f]+>")
 
@@ -64,6 +67,9 @@ def value_columns(schema: Any) -> list[Any]:
     return [f for f in schema.fields if not f.name.startswith(PREFIX)]
 
 
+ERROR_ID = 15  # the dead-letter table's `error` column (fixed: its tables were made with it)
+
+
 def dlq_schema() -> Any:
     """The dead-letter table's schema: the raw table's columns and `error`."""
     from pyiceberg.schema import Schema
@@ -71,8 +77,7 @@ def dlq_schema() -> Any:
 
     from tierproxy.jobs.iceberg.schema import iceberg_schema
 
-    return Schema(*iceberg_schema().fields, NestedField(max(c[0] for c in COLUMNS) + 3, "error", StringType(),
-                                                        required=True))
+    return Schema(*iceberg_schema().fields, NestedField(ERROR_ID, "error", StringType(), required=True))
 
 
 @dataclass(frozen=True)

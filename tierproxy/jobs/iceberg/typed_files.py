@@ -55,7 +55,8 @@ def split_batch(rb: Any, decoder: ValueDecoder, typed_target: Any, dlq_target: A
     letters = rb.take(pa.array(dead, pa.int64()))
     letters = pa.RecordBatch.from_arrays([*letters.columns, pa.array(reasons, pa.large_string())],
                                          names=[*letters.schema.names, "error"])
-    return typed.select(typed_target.names).cast(typed_target), letters.cast(dlq_target)
+    # (a dead-letter table that gained a column by evolution has it after `error`)
+    return typed.select(typed_target.names).cast(typed_target), letters.select(dlq_target.names).cast(dlq_target)
 
 
 def write_typed_slice(storage: str, locations: tuple[str, str], io_properties: dict[str, str], s: Slice,

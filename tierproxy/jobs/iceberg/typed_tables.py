@@ -18,9 +18,10 @@ from tierproxy.jobs.iceberg.avro_types import UnsupportedSchema
 from tierproxy.jobs.iceberg.catalog import CatalogConfig, TableShape, load_existing, open_table
 from tierproxy.jobs.iceberg.evolution import change_reason, evolve
 from tierproxy.jobs.iceberg.registry import RegistryClient, RegistryConfig
-from tierproxy.jobs.iceberg.schema import same_columns, sort_order, spec_for
+from tierproxy.jobs.iceberg.schema import ADDED, same_columns, sort_order, spec_for
 from tierproxy.jobs.iceberg.typed import (
     PREFIX,
+    TYPED_ADDED,
     DecodePlan,
     dlq_schema,
     is_record,
@@ -41,6 +42,11 @@ class TypedOptions:
     subject: str  # the value subject, "<topic>-value"
     upsert: bool = False  # iceberg.mode=upsert: the latest value per key (`upsert`)
     value_format: str = "registry"  # iceberg.value.format: registry, string or bytes
+
+    @property
+    def topic(self) -> str:
+        """The one topic the table is made for (its subject is `<topic>-value`)."""
+        return self.subject.removesuffix("-value")
 
 
 @dataclass
@@ -73,21 +79,23 @@ def _typed_order(schema: Any) -> Any:
 
 def _has_kafka_columns(schema: Any) -> bool:
     names = {f.name for f in schema.fields}
-    return all(f.name in names for f in kafka_fields())
+    return all(f.name in names for f in kafka_fields() if f.name not in TYPED_ADDED)
 
 
-def _dlq_shape(by: tuple[str, ...]) -> TableShape:
+def _dlq_shape(by: tuple[str, ...], options: TypedOptions, topic_id: str | None) -> TableShape:
     return TableShape(dlq_schema, lambda s: spec_for(s, by, "topic", "partition", "timestamp"), lambda _: sort_order(),
-                      lambda s: same_columns(s, dlq_schema()), "kafka records a typed table could not decode")
+                      lambda s: same_columns(s, dlq_schema(), ADDED), "kafka records a typed table could not decode",
+                      options.topic, topic_id, ADDED)
 
 
 def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions,
-               by: tuple[str, ...] = ("partition",)) -> TypedTable | None:
+               by: tuple[str, ...] = ("partition",), topic_id: str | None = None) -> TypedTable | None:
     """The typed table and its dead-letter table, created when missing (partitioned by `by`,
-    `iceberg.partition.by`); None while the subject has no version whose records can be columns (the table waits:
-    nothing is decided, nothing dead-lettered)."""
+    `iceberg.partition.by`) and recording the topic they are made for (`topic_id`: its id now); TableCollision when
+    either was made for another topic (`catalog.open_table`); None while the subject has no version whose records
+    can be columns (the table waits: nothing is decided, nothing dead-lettered)."""
     if options.value_format != "registry":
-        return _open_plain(catalog, cfg, name, options, by)
+        return _open_plain(catalog, cfg, name, options, by, topic_id)
     assert options.registry is not None  # the settings refuse the registry format without a registry
     client = RegistryClient(options.registry)
     try:
@@ -124,7 +132,8 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
     first = current
     table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(first), lambda s: _typed_spec(s, by),
                                                       _typed_order, _has_kafka_columns,
-                                                      f"typed values of {options.subject}"), evolve_spec=True)
+                                                      f"typed values of {options.subject}", options.topic,
+                                                      topic_id, TYPED_ADDED), evolve_spec=True)
     evolved = None
     have = value_columns(table.schema())
     wanted = evolve(have, current)  # the table's columns only ever gain columns, widen, or loosen
@@ -133,23 +142,24 @@ def open_typed(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOption
         schema = table.update_schema().union_by_name(evolved)._apply()
     else:
         schema = table.schema()
-    dlq = open_table(catalog, cfg, dlq_name(name), _dlq_shape(by), evolve_spec=True)
+    dlq = open_table(catalog, cfg, dlq_name(name), _dlq_shape(by, options, topic_id), evolve_spec=True)
     return TypedTable(table, dlq, DecodePlan(options.registry, plan.accepted, plan.rejected, _is_record(plan)), schema,
                       evolved, decisions)
 
 
-def _open_plain(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions, by: tuple[str, ...]) -> TypedTable:
+def _open_plain(catalog: Any, cfg: CatalogConfig, name: str, options: TypedOptions, by: tuple[str, ...],
+                topic_id: str | None) -> TypedTable:
     """A typed table whose values are one `value` column (iceberg.value.format string or bytes): no registry, no
     versions; a string table's non-UTF-8 values are dead letters."""
     fields = plain_fields(options.value_format)
     table = open_table(catalog, cfg, name, TableShape(lambda: typed_schema(fields), lambda s: _typed_spec(s, by),
                                                       _typed_order, _has_kafka_columns,
-                                                      f"{options.value_format} values ({options.subject})"),
-                       evolve_spec=True)
+                                                      f"{options.value_format} values ({options.subject})",
+                                                      options.topic, topic_id, TYPED_ADDED), evolve_spec=True)
     if why := change_reason(value_columns(table.schema()), fields):
         raise ValueError(f"table {name} exists with other value columns than iceberg.value.format="
                          f"{options.value_format} gives: {why}")
-    dlq = open_table(catalog, cfg, dlq_name(name), _dlq_shape(by), evolve_spec=True)
+    dlq = open_table(catalog, cfg, dlq_name(name), _dlq_shape(by, options, topic_id), evolve_spec=True)
     decisions: dict[str, str | None] = json.loads(table.properties.get(SCHEMAS, "{}"))
     return TypedTable(table, dlq, DecodePlan(options.registry, value_format=options.value_format, record=False),
                       table.schema(), None, decisions)

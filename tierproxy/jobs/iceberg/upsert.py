@@ -2,8 +2,10 @@
 
 A record's key is its Kafka key's bytes (what log compaction compares). Per key the latest record is the one with
 the highest offset in its partition (Kafka's rule); a key met in several partitions (a producer that changed its
-partitioner) keeps the one with the latest timestamp, then the higher partition. The table's row of a key competes
-with a pass's records by the same rule, so where passes cut does not change the result. A tombstone (a null value)
+partitioner) keeps the one with the latest timestamp, then the higher partition. Keys compete within an incarnation
+of the topic: a topic created again under the same name starts its keys afresh, beside the old one's rows a kept
+table keeps. The table's row of a key competes with a pass's records by the same rule, so where passes cut does not
+change the result. A tombstone (a null value)
 as the latest record deletes the key's row; a record without a key cannot be upserted and is a dead letter. (A
 key deleted by a tombstone has no row left to compete: a later pass's record of that key from another partition
 with an older timestamp then makes a row again, where one pass holding both would not.)
@@ -28,6 +30,7 @@ from tierproxy.jobs.iceberg.typed import PREFIX
 TOMBSTONES_DIR = "/data/_tombstones/"
 CURRENT = -1  # a position of a row already in the table (not of one of the pass's files)
 KEY, PARTITION, OFFSET, TIMESTAMP = (f"{PREFIX}key", f"{PREFIX}partition", f"{PREFIX}offset", f"{PREFIX}timestamp")
+TOPIC_ID = f"{PREFIX}topic_id"  # the incarnation: keys compete within one (`key_filter`)
 
 
 def tombstone_schema() -> Any:
@@ -149,12 +152,20 @@ def plan_upsert(io: Any, paths: list[str], arrow_schema: Any,
     return plan
 
 
-def key_filter(keys: list[bytes]) -> Any:
-    """The row filter of every row whose key is one of `keys`."""
+def key_filter(keys: list[bytes], topic_id: str | None = None) -> Any:
+    """The row filter of every row whose key is one of `keys`; with `topic_id`, of that incarnation's rows only (and
+    those from before the topic id column): a re-created topic's keys never compete with, nor delete, the rows an
+    older incarnation left in a kept table (`iceberg.retention=keep`)."""
     from pyiceberg import expressions
 
-    make: Any = expressions.In  # its pydantic signature hides the (term, literals) constructor from mypy
-    return make(KEY, set(keys))
+    # their pydantic signatures hide the (term, literals) constructors from mypy
+    make: Any = expressions.In
+    equal: Any = expressions.EqualTo
+    null: Any = expressions.IsNull
+    keyed = make(KEY, set(keys))
+    if topic_id is None:
+        return keyed
+    return expressions.And(keyed, expressions.Or(equal(TOPIC_ID, topic_id), null(TOPIC_ID)))
 
 
 NO_KEY = "no key: iceberg.mode=upsert keeps the latest value per Kafka key"
@@ -171,7 +182,7 @@ def split_for_upsert(rb: Any, dlq_target: Any) -> tuple[Any, Any, Any]:
     rest = rb.filter(pc.invert(pc.or_(no_key, tombstone)))
     dead = rb.filter(no_key)
     dead = pa.RecordBatch.from_arrays([*dead.columns, pa.array([NO_KEY] * dead.num_rows, pa.large_string())],
-                                      names=[*dead.schema.names, "error"]).cast(dlq_target)
+                                      names=[*dead.schema.names, "error"]).select(dlq_target.names).cast(dlq_target)
     tombs = rb.filter(tombstone)
     tombs = pa.RecordBatch.from_arrays([tombs.column(c) for c in ("key", "partition", "offset", "timestamp")],
                                        names=[KEY, PARTITION, OFFSET, TIMESTAMP]).cast(tombstone_schema())

@@ -38,6 +38,7 @@ from tierproxy.tier.storage import ObjectMissing
 
 log = logging.getLogger("tierproxy.proxy.intercept.fetch")
 STALE_OFFSETS_S = 30.0
+UNBOUNDED = 2**31 - 1
 FRESH_OFFSETS_S = 1.0  # a leader's offsets this recent are used as they are (`broker_offsets_many`'s max age)
 Reads = dict[Key, asyncio.Task[ReadResult]]
 
@@ -76,6 +77,13 @@ class DelayedRemoteFetch:
         """A served segment holds the fetch offset (inside a hole the broker may hold it: `past_the_tier`)."""
         pc = self.partition(key)
         return pc is not None and pc.segment_for_offset(self.plan.fetch_offset(key)) is not None
+
+    def holds(self, key: Key) -> int:
+        """The most one read of the partition at its fetch offset can return: the size of the segment holding it (a
+        read stays in one segment); unbounded where the tier does not hold the offset (that read is not started)."""
+        pc = self.partition(key)
+        md = pc.segment_for_offset(self.plan.fetch_offset(key)) if pc is not None else None
+        return md.segment_size_in_bytes if md is not None and md.segment_size_in_bytes > 0 else UNBOUNDED
 
     # --- memory ---------------------------------------------------------------------------------------------------
     def reserve(self, budget: Budget) -> Budget:
@@ -121,7 +129,7 @@ class DelayedRemoteFetch:
     def start_early(self) -> None:
         """At the request: read the partitions expected remote while the broker answers."""
         plan = self.plan
-        plan.budget = self.reserve(fit_budget(plan, plan.remote, 0))
+        plan.budget = self.reserve(fit_budget(plan, plan.remote, 0, holds=self.holds, slots=self.tier.read_slots()))
         plan.reads, plan.errors, plan.rejected = self.start_reads(plan.budget)
         if any(k not in self.tiered for k in plan.remote):
             # new to this connection (its first fetch): what the answer will ask of the cluster, asked now too; a
@@ -188,7 +196,9 @@ class DelayedRemoteFetch:
         the others now. Partitions beyond the budget have no read and no error: empty, read on a later fetch."""
         plan = self.plan
         allowed, throttle_ms = self.tier.quota.allowance(plan.client_id)
-        wanted = fit_budget(plan, oor, answered_bytes(upstream), allowed)
+        # the early reads still running hold pool slots this budget reuses
+        slots = self.tier.read_slots() + sum(1 for t in plan.reads.values() if not t.done())
+        wanted = fit_budget(plan, oor, answered_bytes(upstream), allowed, holds=self.holds, slots=slots)
         self.memory.give_back(plan.reserved)  # the early reads' grant: the final budget takes its own
         plan.reserved = 0
         budget = self.reserve(wanted)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import cast
@@ -94,12 +95,20 @@ def plan_fetch(request: FetchRequest, by_id: bool, known: dict[Key, int]) -> Fet
     return plan
 
 
-def fit_budget(plan: FetchPlan, keys: list[Key], answered: int, cap: int | None = None) -> Budget:
+def fit_budget(plan: FetchPlan, keys: list[Key], answered: int, cap: int | None = None,
+               holds: Callable[[Key], int] | None = None, slots: int | None = None) -> Budget:
     """One byte budget per request, as `ReplicaManager.readFromLog` keeps it: the request's `max_bytes` less the
     bytes the broker already answered, spent on the remote partitions in request order, each taking up to its
     `partition_max_bytes`. Only the response's first non-empty partition may exceed it (at least one batch:
     `min_one`). Partitions left out get an empty answer with no error and are read on a later fetch; so one fetch
-    never starts more reads, nor builds a bigger response, than its budget allows. → {key: (max bytes, min one)}"""
+    never starts more reads, nor builds a bigger response, than its budget allows. → {key: (max bytes, min one)}
+
+    Kafka spends the budget on the bytes each read returned, one read after the other; these reads run at once, so
+    each takes what it may return before it starts: `holds(key)`, the most one read of that partition can give
+    (a read stays in one segment: that segment's size). Without it a partition of a few kilobytes took its whole
+    `partition_max_bytes`, and a fetch over many small partitions read fifty of them. `slots`: how many reads the
+    reader pool takes now (those it would refuse are left to a later fetch rather than waited for; the first is
+    always in, so a pool full of other clients' reads still holds this fetch back to its deadline)."""
     wanted = set(keys)
     remaining = plan.request["max_bytes"] - answered
     if cap is not None:  # a remote fetch quota: what it allows now, and nothing at all when spent
@@ -111,9 +120,10 @@ def fit_budget(plan: FetchPlan, keys: list[Key], answered: int, cap: int | None 
         if key not in wanted:
             continue
         first = answered == 0 and not out
-        if remaining <= 0 and not first:
+        if (remaining <= 0 and not first) or (slots is not None and out and len(out) >= slots):
             break
-        size = p["partition_max_bytes"] if remaining <= 0 else min(p["partition_max_bytes"], remaining)
+        most = p["partition_max_bytes"] if holds is None else min(p["partition_max_bytes"], holds(key))
+        size = most if remaining <= 0 else min(most, remaining)
         out[key] = (size, first)
         remaining -= size
     return out
