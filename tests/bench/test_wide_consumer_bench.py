@@ -20,6 +20,7 @@ baseline beside a change in one run); `TIERPROXY_BENCH_WIDE_SETTINGS` proxy sett
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import time
@@ -100,11 +101,15 @@ public class PatternConsumer {
 def consume(libs: Path, source: Path, bootstrap: str, pattern: str, count: int) -> dict[str, float]:
     """One Java consumer reading `count` records of the topics matching `pattern` from the earliest offset."""
     group = f"wide-bench-{time.monotonic_ns()}"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(["java", "-Xmx1g", "-cp", f"{libs}/*", str(source), bootstrap, pattern, str(count), group],
                          capture_output=True, text=True, timeout=900)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("records="))
     got = {k: float(v) for k, v in (f.split("=") for f in line.split())}
+    # the consumer's CPU (its JVM's start and compilation included, alike on both sides)
+    got["consumer_cpu_s"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     assert got["records"] >= count, (line, out.stderr[-2000:])
     return got
 
@@ -244,6 +249,7 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
     def side(tree: str, name: str) -> str:
         return (f"{name} " + " / ".join(f"{mbps(r):.0f} MB/s ({r['assigned_s']:.1f} s after assignment, "
                                          f"{r['total_s']:.1f} s in all; proxy CPU {r['proxy_cpu_s']:.1f} s, "
+                                         f"consumer CPU {r['consumer_cpu_s']:.1f} s, "
                                          f"machine {r['machine_busy']:.0%} busy, peak RSS {r['rss_mib']:.0f} MiB, "
                                          f"{r['refused']:.0f} reads refused by a full reader pool)"
                                          for r in reads[tree, name]))
