@@ -95,7 +95,14 @@ def create_app(proxy: Proxy, pool: PoolRegistry | None = None) -> FastAPI:
     @app.get("/metrics", dependencies=guarded, response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
         """Prometheus text format."""
+        await applied()
         return PlainTextResponse(generate_latest(pool or REGISTRY).decode(), media_type="text/plain; version=0.0.4")
+
+    async def applied() -> None:
+        """The tier's deferred metadata records applied, a partition per turn of the loop, before what sums them all
+        (`tier.cache`: the first scrape after a start applies a million segments' records)."""
+        if proxy.remote is not None:
+            await proxy.remote.rlmm.cache.index_gradually()
 
     async def cluster() -> dict[str, MetadataResponseTopic]:
         try:
@@ -107,6 +114,7 @@ def create_app(proxy: Proxy, pool: PoolRegistry | None = None) -> FastAPI:
     async def topics(internal: bool = False) -> list[TopicSummary]:
         """The cluster's topics and what the tier holds of each; internal topics (never tiered: the broker's own,
         tierproxy's metadata topic) only with `?internal=true`, as Kafka's tools list them only when asked."""
+        await applied()
         return [topic_summary(proxy, name, t) for name, t in sorted((await cluster()).items())
                 if internal or not never_tiered(name, t["is_internal"])]
 
@@ -176,6 +184,7 @@ def create_app(proxy: Proxy, pool: PoolRegistry | None = None) -> FastAPI:
         """The status page (HTML): every partition's offset line and remote fetch activity."""
         if not authorized(request):
             return HTMLResponse(ui.login_page(), status_code=401)
+        await applied()
         sections = []
         for name, t in sorted((await cluster()).items()):
             if never_tiered(name, t["is_internal"]):  # as /v1/topics: internal topics are not the tier's

@@ -55,6 +55,8 @@ async def export_metrics(proxy: Proxy, directory: Path, index: int) -> None:
 
     async def loop() -> None:
         while True:
+            if proxy.remote is not None:  # its metadata records applied first, a partition per turn of the loop
+                await proxy.remote.rlmm.cache.index_gradually()
             try:
                 tmp.write_bytes(generate_latest(REGISTRY))
                 os.replace(tmp, path)

@@ -45,6 +45,8 @@ class RemoteTier:
         self.settings = settings
         self.rlmm: RemoteLogMetadataManager = open_metadata(settings.metadata, settings.own_bootstrap,
                                                             settings.metadata_checkpoint_dir, settings.identity)
+        # a partition's segment records applied when it is first read: a start reads a million (`tier.cache`)
+        self.rlmm.deferring = True
         self.rsm = RemoteStorageManager.from_uri(settings.storage)
         self.reader = RemoteReader(
             self.rsm, chunk_bytes=settings.remote_fetch_chunk_bytes, cache_bytes=settings.remote_fetch_cache_bytes,
@@ -90,6 +92,9 @@ class RemoteTier:
         self.ready.set()
         log.info("remote tier ready: %d partitions with tiered data", len(self.rlmm.cache.partitions))
         self._tasks.append(asyncio.get_running_loop().create_task(self._warm()))
+        # what the start deferred, applied behind the answers a partition per turn of the loop: a wide fetch or the
+        # first scrape then finds it done, not a million segments' records to apply in its own time
+        self._tasks.append(asyncio.get_running_loop().create_task(self.rlmm.cache.index_gradually()))
         if isinstance(self.rlmm, FileRLMM):
             while True:  # the file backend has no consumer: pick up what `tier` appended
                 await asyncio.sleep(1.0)

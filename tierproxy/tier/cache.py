@@ -4,14 +4,22 @@ Per partition and leader epoch, FINISHED segments are indexed by the start offse
 When two finished segments claim the same (epoch, start offset) — a leadership change during upload — the one
 written by the higher broker leader epoch wins (then the later event); the loser is "unreferenced", kept for
 cleanup but never served.
+
+A view may defer its segment records (`MetadataCache.defer`, the proxy's: a million of them at start): each is kept
+as the bytes it came in, in its partition's arrival order, and the partition applies them — the same way, in the
+same order — the first time anything asks its segments, epochs or unreferenced ids. The other events (purges,
+outcomes, partition deletions, passes, mounts) are applied as they come: none depends on a partition's segments.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+from protocol.errors import ProtocolError
 from tierproxy.tier.model import (
+    IllegalStateTransition,
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -26,9 +34,14 @@ from tierproxy.tier.model import (
     check_segment_transition,
 )
 from tierproxy.tier.rules import holes_between, served_segments, tier_start
+from tierproxy.tier.segment_record import partition_named
 from tierproxy.tier.segment_table import MATERIALIZED, SegmentTable
+from tierproxy.tier.serde import decode_value, shared_tip
 
 PartitionKey = tuple[bytes, int]  # (topic id, partition): names can be reused after a delete, ids cannot
+# a deferred record that failed when applied: (key, value, source, offset, why)
+Skipped = Callable[[bytes, bytes, int, int, Exception], None]
+DEFERRED = 4  # a deferred record's slots in `PartitionCache._pending`: key, value, source, offset
 
 
 class _EpochIndex:
@@ -60,11 +73,13 @@ class _EpochIndex:
 class PartitionCache:
     """Segments of one topic-id partition."""
 
-    def __init__(self, tp: TopicIdPartition) -> None:
+    def __init__(self, tp: TopicIdPartition, owner: MetadataCache | None = None) -> None:
         self.tp = tp
-        self.segments = SegmentTable()  # kept as their records where they came as records (`tier.segment_table`)
-        self.epochs: dict[int, _EpochIndex] = {}
-        self.unreferenced: set[bytes] = set()
+        self._segments = SegmentTable()  # kept as their records where they came as records (`tier.segment_table`)
+        self._epochs: dict[int, _EpochIndex] = {}
+        self._unreferenced: set[bytes] = set()
+        self._owner = owner
+        self._pending: list[bytes | int] | None = None  # deferred records, `DEFERRED` slots each
         self.log_start_offset = 0  # moved by purges only (RemoteLogStartOffset): nothing below it is served
         # (producer id, first offset) → the recorded outcome of a transaction open at a tiered segment's end
         self.outcomes: dict[tuple[int, int], TransactionOutcome] = {}
@@ -75,6 +90,31 @@ class PartitionCache:
         self._summary: tuple[int, int, int] | None = None
         self._served: list[RemoteLogSegmentMetadata] | None = None
         self._lineage: list[tuple[int, int, int]] | None = None
+
+    def _index(self) -> None:
+        if self._pending is not None and self._owner is not None:
+            self._owner.index(self)
+
+    @property
+    def segments(self) -> SegmentTable:
+        """segment id → its metadata, every state but DELETE_SEGMENT_FINISHED."""
+        if self._pending is not None:
+            self._index()
+        return self._segments
+
+    @property
+    def epochs(self) -> dict[int, _EpochIndex]:
+        """leader epoch → the served segments' starts in it."""
+        if self._pending is not None:
+            self._index()
+        return self._epochs
+
+    @property
+    def unreferenced(self) -> set[bytes]:
+        """Segments kept for cleanup but never served (unfinished, deleting, or a rival's loser)."""
+        if self._pending is not None:
+            self._index()
+        return self._unreferenced
 
     def _changed(self) -> None:
         if self._served is not None:
@@ -146,6 +186,8 @@ class PartitionCache:
     # --- queries -----------------------------------------------------------------------------------------------
     def finished(self) -> Iterator[RemoteLogSegmentMetadata]:
         """Served segments (COPY_SEGMENT_FINISHED and referenced), in offset order."""
+        if self._pending is not None:
+            self._index()  # (what is made below is kept until a change: deferred records are changes)
         served = self._served
         if served is None:
             served = self._served = [self.segments[i] for i in self._served_ids()]
@@ -155,6 +197,8 @@ class PartitionCache:
         return iter(served)
 
     def _served_ids(self) -> list[bytes]:
+        if self._pending is not None:
+            self._index()
         if self._order is None:
             ids = {i for idx in self.epochs.values() for i in idx.ids.values()}
             facts = {i: self.segments.facts(i) for i in ids}
@@ -196,6 +240,8 @@ class PartitionCache:
 
     def lineage(self) -> list[tuple[int, int, int]]:
         """(epoch, first offset, last offset) over the served segments, in epoch order."""
+        if self._pending is not None:
+            self._index()
         if self._lineage is None:
             self._lineage = self._compute_lineage()
         return self._lineage
@@ -270,7 +316,10 @@ class MetadataCache:
         self.deletions: dict[PartitionKey, RemotePartitionDeleteMetadata] = {}
         self.pass_requested: TierPass | None = None  # the latest tiering pass asked for (admin API)
         self.pass_done: TierPass | None = None  # the latest pass that served a request
-        self.events_applied = 0
+        self._events_applied = 0
+        self._unindexed: set[PartitionCache] = set()  # partitions holding deferred records
+        self._deferred_to: dict[bytes, PartitionCache] = {}  # the partition as a segment record names it → its cache
+        self.skipped: Skipped | None = None  # told of a deferred record that failed when applied (the view's log)
         self.mounts: dict[bytes, TopicMount] = {}  # origin topic id → its mount (a restore's hand-over)
         self.aliases: dict[bytes, bytes] = {}  # a restored topic's id in the owning cluster → the history's id
 
@@ -286,7 +335,7 @@ class MetadataCache:
         key = (tp.topic_id, tp.partition)
         pc = self.partitions.get(key)
         if pc is None:
-            pc = self.partitions[key] = PartitionCache(tp)
+            pc = self.partitions[key] = PartitionCache(tp, self)
             self._by_name.setdefault((tp.topic, tp.partition), []).append(key)
         return pc
 
@@ -317,7 +366,81 @@ class MetadataCache:
                 pc._reference(md)
             else:
                 pc.unreferenced.add(md.segment_id.id)
-        self.events_applied += 1
+        self._events_applied += 1
+
+    @property
+    def events_applied(self) -> int:
+        """Events applied (deferred records counted once applied: all are, first)."""
+        self.index_all()
+        return self._events_applied
+
+    def defer(self, value: bytes, key: bytes, source: int = -1, offset: int = -1) -> bool:
+        """Keep a segment record to apply when its partition is first read; False: not a segment record whose
+        partition a glance finds (apply it now). `key`, `source`, `offset`: its key and where it was read (what
+        the `skipped` hook is told)."""
+        if len(value) < 80 or value[0] or not 0 < value[2] < 128:
+            return False
+        pc = self._deferred_to.get(value[2:value[2] + 22])  # (a value cut short: a slice no partition names)
+        if pc is None:
+            tp = partition_named(value, shared_tip)  # (its shape checked whole)
+            if tp is None:
+                return False
+            pc = self.partitions.get((tp.topic_id, tp.partition))
+            if pc is None:  # the partition's first record: made as at once, only for a record that reads
+                try:
+                    decode_value(value)
+                except (ValueError, ProtocolError):
+                    return False  # (applied now: skipped as malformed, and no partition made for it)
+                pc = self.partition(tp)
+            self._deferred_to[value[2:value[2] + 22]] = pc
+        pending = pc._pending
+        if pending is None:
+            pending = pc._pending = []
+            self._unindexed.add(pc)
+        pending += (key, value, source, offset)
+        return True
+
+    def index(self, pc: PartitionCache) -> None:
+        """Apply `pc`'s deferred records, in the order they came (a record that fails is skipped, as when applied
+        at once, and told to `skipped`)."""
+        pending, pc._pending = pc._pending, None
+        self._unindexed.discard(pc)
+        if not pending:
+            return
+        for i in range(0, len(pending), DEFERRED):
+            key, value, source, offset = pending[i:i + DEFERRED]
+            assert isinstance(key, bytes) and isinstance(value, bytes)
+            assert isinstance(source, int) and isinstance(offset, int)
+            try:
+                md = decode_value(value)
+                assert isinstance(md, RemoteLogSegmentMetadata)  # (what `defer` takes: api key 0)
+                self.apply_record(md, value)
+            except (IllegalStateTransition, ValueError, ProtocolError) as exc:
+                if self.skipped is not None:
+                    self.skipped(key, value, source, offset, exc)
+
+    def index_all(self) -> None:
+        """Apply every partition's deferred records."""
+        while self._unindexed:
+            self.index(next(iter(self._unindexed)))
+
+    async def index_gradually(self) -> None:
+        """Apply every partition's deferred records, one partition per turn of the event loop: what a /metrics
+        scrape or the status page awaits before it sums them all (clients' requests are answered meanwhile; a
+        million segments take seconds). Records arriving meanwhile are left to the sums' own `index`."""
+        for pc in list(self._unindexed):
+            if pc._pending is not None:
+                self.index(pc)
+                await asyncio.sleep(0)
+
+    def _drop(self, key: PartitionKey) -> None:
+        gone = self.partitions.pop(key, None)
+        if gone is not None:
+            self._deferred_to.clear()
+            named = self._by_name.get((gone.tp.topic, gone.tp.partition), [])
+            named.remove(key)
+            if not named:
+                del self._by_name[(gone.tp.topic, gone.tp.partition)]
 
     def apply(self, event: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
               | RemotePartitionDeleteMetadata | RemoteLogStartOffset | TierPass | TopicMount
@@ -353,13 +476,11 @@ class MetadataCache:
             check_partition_transition(current.state if current else None, event.state, event.tp)
             self.deletions[key] = event
             if event.state == PartitionDeleteState.DELETE_PARTITION_FINISHED:
-                gone = self.partitions.pop(key, None)
+                gone = self.partitions.get(key)
                 if gone is not None:
-                    named = self._by_name.get((gone.tp.topic, gone.tp.partition), [])
-                    named.remove(key)
-                    if not named:
-                        del self._by_name[(gone.tp.topic, gone.tp.partition)]
-        self.events_applied += 1
+                    gone._index()  # what it deferred is applied (and any failure told) before it goes
+                self._drop(key)
+        self._events_applied += 1
 
     def find(self, topic: str, partition: int) -> PartitionCache | None:
         """By topic name (the newest id if a name was reused and both are known)."""

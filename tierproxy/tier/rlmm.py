@@ -38,6 +38,8 @@ from tierproxy.tier.model import (
 from tierproxy.tier.serde import decode_value, encode_value, record_key, segment_id_key
 
 log = logging.getLogger("tierproxy.rlmm")
+NO_SOURCE = -1  # `apply_record` from a caller that lets a failing record raise
+CHECKPOINT = -2  # from the local checkpoint (a failing entry is logged, not counted)
 
 
 def now_ms() -> int:
@@ -61,11 +63,30 @@ class RemoteLogMetadataManager(abc.ABC):
         self.cache = MetadataCache()
         self._keys: dict[tuple[bytes, int], set[bytes]] | None = None  # `keys`, once asked
         self.values: dict[bytes, bytes] = {}  # every live record, latest write last: what compaction keeps
-        self.records_skipped = 0  # malformed or inapplicable records, logged and skipped
+        self._records_skipped = 0
+        # segment records read from a source (`apply_record`'s) are kept as they came and applied when their
+        # partition is first read (`tier.cache`): the proxy's view, whose start reads a million of them
+        self.deferring = False
         self.consumer_restarts = 0  # the metadata consumer failed and was restarted (with backoff)
         self.failure: BaseException | None = None  # why the view is not moving right now (None: it is)
         self._changed: dict[bytes, bytes | None] | None = None  # live keys written since `take_changed` (if asked)
         self._changed_lock = threading.Lock()  # applied on the view's loop, taken from the tier job's thread
+
+    @property
+    def cache(self) -> MetadataCache:
+        """Every partition's segments and deletion state, as applied."""
+        return self._cache
+
+    @cache.setter
+    def cache(self, cache: MetadataCache) -> None:
+        cache.skipped = self._deferred_failed
+        self._cache = cache
+
+    @property
+    def records_skipped(self) -> int:
+        """Malformed or inapplicable records, logged and skipped (deferred records applied first)."""
+        self._cache.index_all()
+        return self._records_skipped
 
     @property
     def keys(self) -> dict[tuple[bytes, int], set[bytes]]:
@@ -102,8 +123,23 @@ class RemoteLogMetadataManager(abc.ABC):
         """Metadata records written (by any writer) that this view has not applied yet, as last seen."""
         return 0
 
-    def apply_record(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one stored record (value None = tombstone, which only retires its key)."""
+    def apply_record(self, key: bytes | None, value: bytes | None, source: int = NO_SOURCE, offset: int = -1
+                     ) -> None:
+        """Apply one stored record (value None = tombstone, which only retires its key). `source` (a metadata
+        partition, or CHECKPOINT) and `offset`: where it was read, by a caller that logs and skips a record that
+        fails: with `deferring`, a segment record from a source is applied when its partition is first read, and
+        one that fails then is logged and skipped the same way (`_deferred_failed`)."""
+        # (a key written again is applied at once: were it to fail later, its previous record's place among the
+        # live records, which a checkpoint replays in order, would be lost; a compacted topic repeats few keys)
+        if self.deferring and source != NO_SOURCE and key and type(value) is bytes and key not in self.values \
+                and (key[0] != 116 or not key.startswith(b"tierproxy:tierPass:")) \
+                and self._cache.defer(value, key, source, offset):  # (116: "t")
+            self.values[key] = value
+            if self._changed is not None:
+                self._note_changed(key, value)
+            if self._keys is not None and (pk := _partition_of_key(key)) is not None:
+                self._keys.setdefault(pk, set()).add(key)
+            return
         pk = _partition_of_key(key) if key and self._keys is not None else None
         if value is None:
             if pk is not None and self._keys is not None:
@@ -112,7 +148,7 @@ class RemoteLogMetadataManager(abc.ABC):
                 self._note_changed(key, None)
             return
         stored = bytes(value)  # one object: the live record below and, for a segment, the cache's form of it
-        event = decode_value(stored)
+        event = decode_value(stored)  # (a segment record: its partition's deferred ones are applied first)
         if isinstance(event, RemoteLogSegmentMetadata):
             self.cache.apply_record(event, stored)
         else:
@@ -124,6 +160,23 @@ class RemoteLogMetadataManager(abc.ABC):
                 self._note_changed(key, stored)
         if pk is not None and key is not None and self._keys is not None:
             self._keys.setdefault(pk, set()).add(key)
+
+    def _deferred_failed(self, key: bytes, value: bytes, source: int, offset: int, exc: Exception) -> None:
+        """A deferred record failed when applied: skipped as it would have been at once (logged, counted when read
+        from the topic, and its key not live: a key is deferred only when it had no live record)."""
+        if source == CHECKPOINT:
+            log.error("checkpoint: %s (entry skipped)", exc)
+        else:
+            self._records_skipped += 1
+            log.error("metadata partition %d offset %d: %s (record skipped)", source, offset, exc)
+        if self.values.get(key) is not value:
+            return  # written again since, or retired: as if it had been skipped at once
+        del self.values[key]
+        if self._changed is not None:
+            self._note_changed(key, None)
+        pk = _partition_of_key(key) if self._keys is not None else None
+        if pk is not None and self._keys is not None:
+            self._keys.get(pk, set()).discard(key)
 
     def _note_changed(self, key: bytes, value: bytes | None) -> None:
         with self._changed_lock:

@@ -26,7 +26,7 @@ from protocol.errors import ProtocolError
 from protocol.primitives import Reader, Writer, buffers
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import IllegalStateTransition, RemoteLogSegmentMetadataUpdate, TierPass, TopicMount
-from tierproxy.tier.rlmm import MetadataWriteRefused, RemoteLogMetadataManager, WriterFenced
+from tierproxy.tier.rlmm import CHECKPOINT, MetadataWriteRefused, RemoteLogMetadataManager, WriterFenced
 from tierproxy.tier.serde import decode_value, metadata_partition
 
 TOPIC_VISIBLE_ATTEMPTS = 33  # 0.25, 0.5, 1 s, then 2 s: about a minute for a new metadata topic to show
@@ -283,9 +283,9 @@ class TopicRLMM(RemoteLogMetadataManager):
         and kept out of the checkpoint: it must not stop the consumer, which would freeze the cache for good."""
         self.records_consumed += 1
         try:
-            self.apply_record(key, value)
+            self.apply_record(key, value, partition, offset)
         except (IllegalStateTransition, ValueError, ProtocolError) as exc:
-            self.records_skipped += 1
+            self._records_skipped += 1
             log.error("metadata partition %d offset %d: %s (record skipped)", partition, offset, exc)
 
     def lag_records(self) -> int:
@@ -386,6 +386,8 @@ class TopicRLMM(RemoteLogMetadataManager):
         (atomically). Each key lives in one metadata partition, so replaying them in that order gives this view."""
         if self.checkpoint_dir is None:
             return
+        # (deferred records are written as they are, not applied first: one that fails when applied is skipped
+        # again when the next start applies it, and the view is the same; applying a million would hold a stop)
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         w = Writer()
         w.unsigned_varint(CHECKPOINT_MAGIC)
@@ -428,7 +430,7 @@ class TopicRLMM(RemoteLogMetadataManager):
             return {}
         for key, value in entries:
             try:
-                self.apply_record(key, value)
+                self.apply_record(key, value, CHECKPOINT)
             except (IllegalStateTransition, ValueError, ProtocolError) as exc:
                 log.error("checkpoint %s: %s (entry skipped)", path, exc)
         return offsets
