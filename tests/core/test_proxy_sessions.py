@@ -194,3 +194,33 @@ def test_sessions_stay_within_their_process_wide_bound(monkeypatch: pytest.Monke
             offsets.update(_records(full))
 
     run(go())
+
+
+@pytest.mark.parametrize("field, value", [("preferred_read_replica", 2),
+                                          ("diverging_epoch", {"epoch": 3, "end_offset": 5})])
+def test_a_preferred_replica_or_diverging_epoch_is_listed_in_every_answer(field: str, value: Any) -> None:
+    """Kafka's `CachedPartition.maybeUpdateResponseData` lists a partition whose answer names a preferred read
+    replica or a diverging epoch every time, changed or not: a Java client that could not act on it the first time
+    (the replica offline in its metadata, its fetch discarded) learns it from the next answer, or waits forever."""
+    async def go() -> None:
+        proxy = InProcessProxy(_tier())
+        wire = Wire(proxy)
+        offsets = dict.fromkeys(range(N), 0)
+        sid, _ = await _start(wire, proxy, 12, offsets)
+
+        def pointed(version: int, asked: Data) -> Data:
+            answer = _out_of_range(version, asked)
+            for t in answer["responses"]:
+                for p in t["partitions"]:
+                    if p["partition_index"] == 0:  # the broker's: no records, the same each time
+                        p.update({"error_code": 0, "high_watermark": 1000, "last_stable_offset": 1000,
+                                  "log_start_offset": 0, field: value})
+            return answer
+
+        for epoch in (1, 2):
+            _, answer = await _exchange(wire, proxy, 12, _body(12, {}, (sid, epoch)), broker=pointed)
+            got = {p["partition_index"]: p[field] for t in answer["responses"] for p in t["partitions"]}
+            assert got.get(0) == value, f"epoch {epoch}: partition 0 left out"
+
+    run(go())
+

@@ -14,8 +14,9 @@ The rules, as Kafka's `FetchSession`/`FetchSessionHandler` keep them:
   forgotten topics; an unknown id is answered FETCH_SESSION_ID_NOT_FOUND and a wrong epoch
   INVALID_FETCH_SESSION_EPOCH, both top-level and without partitions: the client starts a new session;
 - epoch -1 with the session's id closes it (the request is a sessionless full one);
-- an incremental answer holds a partition only with records, an error, or a high watermark, last stable offset,
-  log start, preferred read replica, diverging epoch, leader or snapshot different from what it last sent; a
+- an incremental answer holds a partition only with records, an error, a preferred read replica or a diverging
+  epoch (every time, as Kafka's `CachedPartition.maybeUpdateResponseData`), or a high watermark, last stable offset,
+  log start, leader or snapshot different from what it last sent (after an error: listed again once it clears); a
   partition answered with records goes last in the session's order (the next fetch's budget goes to the others
   first, as Kafka's sessions rotate);
 - a session whose connection no longer reads the tier is ended (FETCH_SESSION_ID_NOT_FOUND on its next request):
@@ -45,7 +46,7 @@ class FetchSession:
         self.epoch = 1  # the epoch the next request must carry
         self.by_id = by_id
         self.parts: dict[Key, tuple[str, bytes, FetchRequestTopicPartition]] = {}
-        self.sent: dict[Key, tuple[Any, ...]] = {}
+        self.sent: dict[Key, tuple[Any, ...] | None] = {}
         self._update(data)
         self.held = 0
         self._hold()
@@ -103,12 +104,17 @@ class FetchSession:
             kept = []
             for p in t["partitions"]:
                 key: Key = (t["topic_id"] if self.by_id else t["topic"], p["partition_index"])
-                shown = (p["high_watermark"], p["last_stable_offset"], p["log_start_offset"],
-                         p["preferred_read_replica"], p["diverging_epoch"], p["current_leader"], p["snapshot_id"])
+                shown = (p["high_watermark"], p["last_stable_offset"], p["log_start_offset"], p["current_leader"],
+                         p["snapshot_id"])
                 has_records = len(p["records"] or b"") > 0
-                if full or has_records or p["error_code"] != ErrorCode.NONE or self.sent.get(key) != shown:
+                failed = p["error_code"] != ErrorCode.NONE
+                # as Kafka's `CachedPartition.maybeUpdateResponseData`: records, an error, a preferred read replica
+                # or a diverging epoch are listed every time (a client that could not act on one learns it again)
+                diverging = p["diverging_epoch"] is not None and p["diverging_epoch"]["epoch"] >= 0
+                if full or has_records or failed or p["preferred_read_replica"] >= 0 or diverging \
+                        or self.sent.get(key) != shown:
                     kept.append(p)
-                    self.sent[key] = shown
+                    self.sent[key] = None if failed else shown  # after an error, listed again once it clears
                 if has_records and key in self.parts:  # last in the next fetch's order, as Kafka's sessions keep it
                     self.parts[key] = self.parts.pop(key)
             if kept:
