@@ -224,3 +224,53 @@ def test_a_preferred_replica_or_diverging_epoch_is_listed_in_every_answer(field:
 
     run(go())
 
+
+def test_an_incremental_request_cannot_grow_sessions_past_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound holds for partitions an incremental request adds, not only for a full request's: past it the
+    session ends (FETCH_SESSION_ID_NOT_FOUND, as a broker's evicted session), and the client's next full request is
+    answered without one."""
+    monkeypatch.setattr(sessions, "SESSION_PARTITIONS", sessions.held() + N + 5)
+
+    async def go() -> None:
+        proxy = InProcessProxy(_tier())
+        wire = Wire(proxy)
+        offsets = dict.fromkeys(range(N), 0)
+        sid, _ = await _start(wire, proxy, 12, offsets)
+        more = dict.fromkeys(range(N, N + 10), 0)
+        _, answer = await _exchange(wire, proxy, 12, _body(12, more, (sid, 1)))
+        assert sessions.held() <= sessions.SESSION_PARTITIONS
+        assert answer["error_code"] == 70 and answer["session_id"] == 0
+        asked, full = await _exchange(wire, proxy, 12, _body(12, offsets | more, (0, 0)))
+        assert asked is not None and full["session_id"] == 0 and full["error_code"] == 0
+
+    run(go())
+
+
+def test_a_full_request_of_a_caught_up_client_ends_its_session() -> None:
+    """A full request ends the session its connection held, on the relay's path too (the client caught up): else
+    the session's partitions count against the process-wide bound until the connection closes."""
+    async def go() -> None:
+        tier = _tier()
+        proxy = InProcessProxy(tier)
+        wire = Wire(proxy)
+        before = sessions.held()
+        tier.segment(TopicIdPartition(TOPIC, TOPIC_ID, N), 0, 19, per_batch=10, value_bytes=100)
+        tier.leader(TOPIC, N, log_start=20, high_watermark=1000)
+        offsets = {N: 0}
+        sid, _ = await _start(wire, proxy, 12, offsets)
+        assert sessions.held() == before + 1
+
+        def caught_up(version: int, asked: Data) -> Data:
+            answer = _out_of_range(version, asked)
+            for t in answer["responses"]:
+                for p in t["partitions"]:
+                    p.update({"error_code": 0, "high_watermark": 1000, "last_stable_offset": 1000,
+                              "log_start_offset": 20})
+            return answer
+
+        await _exchange(wire, proxy, 12, _body(12, {N: 20}, (sid, 1)), broker=caught_up)
+        _, full = await _exchange(wire, proxy, 12, _body(12, {N: 20}, (0, 0)), broker=caught_up)
+        assert full["session_id"] == 0
+        assert sessions.held() == before
+
+    run(go())

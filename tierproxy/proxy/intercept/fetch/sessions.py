@@ -9,7 +9,8 @@ answers, and authorizes, every partition), and filters the answer.
 The rules, as Kafka's `FetchSession`/`FetchSessionHandler` keep them:
 - a full request with epoch 0 (session id 0) asks for a session; the proxy grants one (a non-zero id in the answer)
   only to a connection that reads the tier in that fetch, and only within `SESSION_PARTITIONS` across the process;
-  otherwise it answers session id 0 and the client goes on with full requests, as before;
+  otherwise it answers session id 0 and the client goes on with full requests, as before; a session an
+  incremental request would grow past the bound ends (FETCH_SESSION_ID_NOT_FOUND, as a broker's evicted one);
 - an incremental request (the session's id, the next epoch) adds or updates the partitions it names and removes its
   forgotten topics; an unknown id is answered FETCH_SESSION_ID_NOT_FOUND and a wrong epoch
   INVALID_FETCH_SESSION_EPOCH, both top-level and without partitions: the client starts a new session;
@@ -20,7 +21,8 @@ The rules, as Kafka's `FetchSession`/`FetchSessionHandler` keep them:
   partition answered with records goes last in the session's order (the next fetch's budget goes to the others
   first, as Kafka's sessions rotate);
 - a session whose connection no longer reads the tier is ended (FETCH_SESSION_ID_NOT_FOUND on its next request):
-  the client's next full request gets no session, and its fetches are relayed as they come again.
+  the client's next full request gets no session, and its fetches are relayed as they come again. A full or
+  closing request ends the session its connection held, whichever path it takes.
 """
 
 from __future__ import annotations
@@ -59,6 +61,15 @@ class FetchSession:
         global _held
         _held += len(self.parts) - self.held
         self.held = len(self.parts)
+
+    def grows_past_bound(self, data: FetchRequest) -> bool:
+        """An incremental request would add more partitions than the process-wide bound has room for."""
+        named = {(t["topic_id"] if self.by_id else t["topic"], p["partition"]) for t in data["topics"]
+                 for p in t["partitions"]}
+        forgotten = {(f["topic_id"] if self.by_id else f["topic"], n) for f in data["forgotten_topics_data"]
+                     for n in f["partitions"]}
+        after = len((self.parts.keys() | named) - forgotten)  # as `apply` leaves it: updated, then forgotten
+        return _held + after - self.held > SESSION_PARTITIONS
 
     def release(self) -> None:
         """The session ends (closed, refused or its connection gone): its partitions no longer count."""
