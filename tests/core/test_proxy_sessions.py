@@ -274,3 +274,20 @@ def test_a_full_request_of_a_caught_up_client_ends_its_session() -> None:
         assert sessions.held() == before
 
     run(go())
+
+
+def test_session_errors_are_the_brokers() -> None:
+    """As Kafka's `FetchManager.newContext`: an incremental request without a session id names no session
+    (FETCH_SESSION_ID_NOT_FOUND: session id 0 is never a cached one), and one of the held session at a version
+    that does not match its topic ids is FETCH_SESSION_TOPIC_ID_ERROR (the Java client then closes it and asks its
+    metadata again); neither is forwarded."""
+    async def go() -> None:
+        proxy = InProcessProxy(_tier())
+        wire = Wire(proxy)
+        sid, _ = await _start(wire, proxy, 13, dict.fromkeys(range(N), 0))
+        asked, no_id = await _exchange(wire, proxy, 13, _body(13, {}, (0, 1)))
+        assert asked is None and (no_id["error_code"], no_id["session_id"]) == (70, 0)
+        asked, by_name = await _exchange(wire, proxy, 12, _body(12, {}, (sid, 1)))
+        assert asked is None and (by_name["error_code"], by_name["session_id"]) == (106, 0)
+
+    run(go())

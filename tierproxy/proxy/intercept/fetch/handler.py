@@ -33,6 +33,7 @@ from tierproxy.proxy.intercept.fetch.plan import (
 from tierproxy.proxy.intercept.fetch.sessions import (
     INVALID_SESSION_EPOCH,
     SESSION_ID_NOT_FOUND,
+    SESSION_TOPIC_ID_ERROR,
     FetchSession,
     session_error,
 )
@@ -121,12 +122,12 @@ def session_of(session: Session, data: FetchRequest, by_id: bool) -> FetchSessio
     if epoch in (0, FINAL_EPOCH):
         end_session(session)
         return None
-    if sid == 0:
-        return INVALID_SESSION_EPOCH
-    if held is None or held.id != sid or held.by_id != by_id:
+    if held is None or held.id != sid:  # (id 0 included: never a session's, as in Kafka's cache)
         return SESSION_ID_NOT_FOUND
     if epoch != held.epoch:
         return INVALID_SESSION_EPOCH
+    if held.by_id != by_id:  # a version on the other side of v13 than the session's
+        return SESSION_TOPIC_ID_ERROR
     # caught up with the broker (the client's fetches go back to the relay), or grown past the process-wide bound:
     # the session ends, as a broker's evicted one
     if not session.tiered or held.grows_past_bound(data):

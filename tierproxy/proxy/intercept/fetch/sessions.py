@@ -12,8 +12,9 @@ The rules, as Kafka's `FetchSession`/`FetchSessionHandler` keep them:
   otherwise it answers session id 0 and the client goes on with full requests, as before; a session an
   incremental request would grow past the bound ends (FETCH_SESSION_ID_NOT_FOUND, as a broker's evicted one);
 - an incremental request (the session's id, the next epoch) adds or updates the partitions it names and removes its
-  forgotten topics; an unknown id is answered FETCH_SESSION_ID_NOT_FOUND and a wrong epoch
-  INVALID_FETCH_SESSION_EPOCH, both top-level and without partitions: the client starts a new session;
+  forgotten topics; an unknown id (or id 0) is answered FETCH_SESSION_ID_NOT_FOUND, a wrong epoch
+  INVALID_FETCH_SESSION_EPOCH and a version on the other side of v13 than the session's FETCH_SESSION_TOPIC_ID_ERROR,
+  all top-level and without partitions: the client starts a new session;
 - epoch -1 with the session's id closes it (the request is a sessionless full one);
 - an incremental answer holds a partition only with records, an error, a preferred read replica or a diverging
   epoch (every time, as Kafka's `CachedPartition.maybeUpdateResponseData`), or a high watermark, last stable offset,
@@ -37,6 +38,7 @@ from tierproxy.proxy.intercept.fetch.plan import FINAL_EPOCH, Key
 SESSION_PARTITIONS = 200_000  # partitions held in sessions across the process (~200 B each): memory stays bounded
 SESSION_ID_NOT_FOUND = 70  # FETCH_SESSION_ID_NOT_FOUND
 INVALID_SESSION_EPOCH = 71  # INVALID_FETCH_SESSION_EPOCH
+SESSION_TOPIC_ID_ERROR = 106  # FETCH_SESSION_TOPIC_ID_ERROR
 _held = 0  # partitions in open sessions, process-wide
 
 
