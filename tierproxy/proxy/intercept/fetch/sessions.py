@@ -35,7 +35,8 @@ from protocol.constants import ErrorCode
 from protocol.messages import FetchRequest, FetchRequestTopicPartition, FetchResponse
 from tierproxy.proxy.intercept.fetch.plan import FINAL_EPOCH, Key
 
-# partitions held in sessions across the process (~0.6 KB each with its request entry, tracemalloc): ~120 MB at most
+# partitions held in sessions across the process (~0.75 KB each with its decoded request entry, tracemalloc):
+# ~150 MB at most
 SESSION_PARTITIONS = 200_000
 SESSION_ID_NOT_FOUND = 70  # FETCH_SESSION_ID_NOT_FOUND
 INVALID_SESSION_EPOCH = 71  # INVALID_FETCH_SESSION_EPOCH
