@@ -194,3 +194,100 @@ def test_sessions_stay_within_their_process_wide_bound(monkeypatch: pytest.Monke
             offsets.update(_records(full))
 
     run(go())
+
+
+@pytest.mark.parametrize("field, value", [("preferred_read_replica", 2),
+                                          ("diverging_epoch", {"epoch": 3, "end_offset": 5})])
+def test_a_preferred_replica_or_diverging_epoch_is_listed_in_every_answer(field: str, value: Any) -> None:
+    """Kafka's `CachedPartition.maybeUpdateResponseData` lists a partition whose answer names a preferred read
+    replica or a diverging epoch every time, changed or not: a Java client that could not act on it the first time
+    (the replica offline in its metadata, its fetch discarded) learns it from the next answer, or waits forever."""
+    async def go() -> None:
+        proxy = InProcessProxy(_tier())
+        wire = Wire(proxy)
+        offsets = dict.fromkeys(range(N), 0)
+        sid, _ = await _start(wire, proxy, 12, offsets)
+
+        def pointed(version: int, asked: Data) -> Data:
+            answer = _out_of_range(version, asked)
+            for t in answer["responses"]:
+                for p in t["partitions"]:
+                    if p["partition_index"] == 0:  # the broker's: no records, the same each time
+                        p.update({"error_code": 0, "high_watermark": 1000, "last_stable_offset": 1000,
+                                  "log_start_offset": 0, field: value})
+            return answer
+
+        for epoch in (1, 2):
+            _, answer = await _exchange(wire, proxy, 12, _body(12, {}, (sid, epoch)), broker=pointed)
+            got = {p["partition_index"]: p[field] for t in answer["responses"] for p in t["partitions"]}
+            assert got.get(0) == value, f"epoch {epoch}: partition 0 left out"
+
+    run(go())
+
+
+def test_an_incremental_request_cannot_grow_sessions_past_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound holds for partitions an incremental request adds, not only for a full request's: past it the
+    session ends (FETCH_SESSION_ID_NOT_FOUND, as a broker's evicted session), and the client's next full request is
+    answered without one."""
+    monkeypatch.setattr(sessions, "SESSION_PARTITIONS", sessions.held() + N + 5)
+
+    async def go() -> None:
+        proxy = InProcessProxy(_tier())
+        wire = Wire(proxy)
+        offsets = dict.fromkeys(range(N), 0)
+        sid, _ = await _start(wire, proxy, 12, offsets)
+        more = dict.fromkeys(range(N, N + 10), 0)
+        _, answer = await _exchange(wire, proxy, 12, _body(12, more, (sid, 1)))
+        assert sessions.held() <= sessions.SESSION_PARTITIONS
+        assert answer["error_code"] == 70 and answer["session_id"] == 0
+        asked, full = await _exchange(wire, proxy, 12, _body(12, offsets | more, (0, 0)))
+        assert asked is not None and full["session_id"] == 0 and full["error_code"] == 0
+
+    run(go())
+
+
+def test_a_full_request_of_a_caught_up_client_ends_its_session() -> None:
+    """A full request ends the session its connection held, on the relay's path too (the client caught up): else
+    the session's partitions count against the process-wide bound until the connection closes."""
+    async def go() -> None:
+        tier = _tier()
+        proxy = InProcessProxy(tier)
+        wire = Wire(proxy)
+        before = sessions.held()
+        tier.segment(TopicIdPartition(TOPIC, TOPIC_ID, N), 0, 19, per_batch=10, value_bytes=100)
+        tier.leader(TOPIC, N, log_start=20, high_watermark=1000)
+        offsets = {N: 0}
+        sid, _ = await _start(wire, proxy, 12, offsets)
+        assert sessions.held() == before + 1
+
+        def caught_up(version: int, asked: Data) -> Data:
+            answer = _out_of_range(version, asked)
+            for t in answer["responses"]:
+                for p in t["partitions"]:
+                    p.update({"error_code": 0, "high_watermark": 1000, "last_stable_offset": 1000,
+                              "log_start_offset": 20})
+            return answer
+
+        await _exchange(wire, proxy, 12, _body(12, {N: 20}, (sid, 1)), broker=caught_up)
+        _, full = await _exchange(wire, proxy, 12, _body(12, {N: 20}, (0, 0)), broker=caught_up)
+        assert full["session_id"] == 0
+        assert sessions.held() == before
+
+    run(go())
+
+
+def test_session_errors_are_the_brokers() -> None:
+    """As Kafka's `FetchManager.newContext`: an incremental request without a session id names no session
+    (FETCH_SESSION_ID_NOT_FOUND: session id 0 is never a cached one), and one of the held session at a version
+    that does not match its topic ids is FETCH_SESSION_TOPIC_ID_ERROR (the Java client then closes it and asks its
+    metadata again); neither is forwarded."""
+    async def go() -> None:
+        proxy = InProcessProxy(_tier())
+        wire = Wire(proxy)
+        sid, _ = await _start(wire, proxy, 13, dict.fromkeys(range(N), 0))
+        asked, no_id = await _exchange(wire, proxy, 13, _body(13, {}, (0, 1)))
+        assert asked is None and (no_id["error_code"], no_id["session_id"]) == (70, 0)
+        asked, by_name = await _exchange(wire, proxy, 12, _body(12, {}, (sid, 1)))
+        assert asked is None and (by_name["error_code"], by_name["session_id"]) == (106, 0)
+
+    run(go())

@@ -33,6 +33,7 @@ from tierproxy.proxy.intercept.fetch.plan import (
 from tierproxy.proxy.intercept.fetch.sessions import (
     INVALID_SESSION_EPOCH,
     SESSION_ID_NOT_FOUND,
+    SESSION_TOPIC_ID_ERROR,
     FetchSession,
     session_error,
 )
@@ -62,6 +63,7 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
     if tier is None or not (session.tiered or (first and tier.serving)):  # the tail: nothing to read early
         chunks = as_full_request(ev)
         if chunks is not None:
+            end_session(session)  # a full (or sessionless) request: the one held is over
             plan = FetchPlan(None, by_id, ev)
             plan.client_id = ev.header.client_id or ""
             plan.as_file = session.sends_files
@@ -118,21 +120,27 @@ def session_of(session: Session, data: FetchRequest, by_id: bool) -> FetchSessio
     sid, epoch = data["session_id"], data["session_epoch"]
     held: FetchSession | None = session.fetch_session
     if epoch in (0, FINAL_EPOCH):
-        if held is not None:
-            held.release()
-            session.fetch_session = None
+        end_session(session)
         return None
-    if sid == 0:
-        return INVALID_SESSION_EPOCH
-    if held is None or held.id != sid or held.by_id != by_id:
+    if held is None or held.id != sid:  # (id 0 included: never a session's, as in Kafka's cache)
         return SESSION_ID_NOT_FOUND
     if epoch != held.epoch:
         return INVALID_SESSION_EPOCH
-    if not session.tiered:  # caught up with the broker: the session ends, the client's fetches go back to the relay
-        held.release()
-        session.fetch_session = None
+    if held.by_id != by_id:  # a version on the other side of v13 than the session's
+        return SESSION_TOPIC_ID_ERROR
+    # caught up with the broker (the client's fetches go back to the relay), or grown past the process-wide bound:
+    # the session ends, as a broker's evicted one
+    if not session.tiered or held.grows_past_bound(data):
+        end_session(session)
         return SESSION_ID_NOT_FOUND
     return held
+
+
+def end_session(session: Session) -> None:
+    """The connection's fetch session, if any, ends: its partitions no longer count against the bound."""
+    if session.fetch_session is not None:
+        session.fetch_session.release()
+        session.fetch_session = None
 
 
 def expected_remote(tier: RemoteTierView, data: FetchRequest, by_id: bool) -> dict[Key, int]:

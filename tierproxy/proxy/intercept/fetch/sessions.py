@@ -9,17 +9,21 @@ answers, and authorizes, every partition), and filters the answer.
 The rules, as Kafka's `FetchSession`/`FetchSessionHandler` keep them:
 - a full request with epoch 0 (session id 0) asks for a session; the proxy grants one (a non-zero id in the answer)
   only to a connection that reads the tier in that fetch, and only within `SESSION_PARTITIONS` across the process;
-  otherwise it answers session id 0 and the client goes on with full requests, as before;
+  otherwise it answers session id 0 and the client goes on with full requests, as before; a session an
+  incremental request would grow past the bound ends (FETCH_SESSION_ID_NOT_FOUND, as a broker's evicted one);
 - an incremental request (the session's id, the next epoch) adds or updates the partitions it names and removes its
-  forgotten topics; an unknown id is answered FETCH_SESSION_ID_NOT_FOUND and a wrong epoch
-  INVALID_FETCH_SESSION_EPOCH, both top-level and without partitions: the client starts a new session;
+  forgotten topics; an unknown id (or id 0) is answered FETCH_SESSION_ID_NOT_FOUND, a wrong epoch
+  INVALID_FETCH_SESSION_EPOCH and a version on the other side of v13 than the session's FETCH_SESSION_TOPIC_ID_ERROR,
+  all top-level and without partitions: the client starts a new session;
 - epoch -1 with the session's id closes it (the request is a sessionless full one);
-- an incremental answer holds a partition only with records, an error, or a high watermark, last stable offset,
-  log start, preferred read replica, diverging epoch, leader or snapshot different from what it last sent; a
+- an incremental answer holds a partition only with records, an error, a preferred read replica or a diverging
+  epoch (every time, as Kafka's `CachedPartition.maybeUpdateResponseData`), or a high watermark, last stable offset,
+  log start, leader or snapshot different from what it last sent (after an error: listed again once it clears); a
   partition answered with records goes last in the session's order (the next fetch's budget goes to the others
   first, as Kafka's sessions rotate);
 - a session whose connection no longer reads the tier is ended (FETCH_SESSION_ID_NOT_FOUND on its next request):
-  the client's next full request gets no session, and its fetches are relayed as they come again.
+  the client's next full request gets no session, and its fetches are relayed as they come again. A full or
+  closing request ends the session its connection held, whichever path it takes.
 """
 
 from __future__ import annotations
@@ -31,9 +35,12 @@ from protocol.constants import ErrorCode
 from protocol.messages import FetchRequest, FetchRequestTopicPartition, FetchResponse
 from tierproxy.proxy.intercept.fetch.plan import FINAL_EPOCH, Key
 
-SESSION_PARTITIONS = 200_000  # partitions held in sessions across the process (~200 B each): memory stays bounded
+# partitions held in sessions across the process (~0.75 KB each with its decoded request entry, tracemalloc):
+# ~150 MB at most
+SESSION_PARTITIONS = 200_000
 SESSION_ID_NOT_FOUND = 70  # FETCH_SESSION_ID_NOT_FOUND
 INVALID_SESSION_EPOCH = 71  # INVALID_FETCH_SESSION_EPOCH
+SESSION_TOPIC_ID_ERROR = 106  # FETCH_SESSION_TOPIC_ID_ERROR
 _held = 0  # partitions in open sessions, process-wide
 
 
@@ -45,7 +52,7 @@ class FetchSession:
         self.epoch = 1  # the epoch the next request must carry
         self.by_id = by_id
         self.parts: dict[Key, tuple[str, bytes, FetchRequestTopicPartition]] = {}
-        self.sent: dict[Key, tuple[Any, ...]] = {}
+        self.sent: dict[Key, tuple[Any, ...] | None] = {}
         self._update(data)
         self.held = 0
         self._hold()
@@ -58,6 +65,15 @@ class FetchSession:
         global _held
         _held += len(self.parts) - self.held
         self.held = len(self.parts)
+
+    def grows_past_bound(self, data: FetchRequest) -> bool:
+        """An incremental request would add more partitions than the process-wide bound has room for."""
+        named = {(t["topic_id"] if self.by_id else t["topic"], p["partition"]) for t in data["topics"]
+                 for p in t["partitions"]}
+        forgotten = {(f["topic_id"] if self.by_id else f["topic"], n) for f in data["forgotten_topics_data"]
+                     for n in f["partitions"]}
+        after = len((self.parts.keys() | named) - forgotten)  # as `apply` leaves it: updated, then forgotten
+        return _held + after - self.held > SESSION_PARTITIONS
 
     def release(self) -> None:
         """The session ends (closed, refused or its connection gone): its partitions no longer count."""
@@ -103,12 +119,17 @@ class FetchSession:
             kept = []
             for p in t["partitions"]:
                 key: Key = (t["topic_id"] if self.by_id else t["topic"], p["partition_index"])
-                shown = (p["high_watermark"], p["last_stable_offset"], p["log_start_offset"],
-                         p["preferred_read_replica"], p["diverging_epoch"], p["current_leader"], p["snapshot_id"])
+                shown = (p["high_watermark"], p["last_stable_offset"], p["log_start_offset"], p["current_leader"],
+                         p["snapshot_id"])
                 has_records = len(p["records"] or b"") > 0
-                if full or has_records or p["error_code"] != ErrorCode.NONE or self.sent.get(key) != shown:
+                failed = p["error_code"] != ErrorCode.NONE
+                # as Kafka's `CachedPartition.maybeUpdateResponseData`: records, an error, a preferred read replica
+                # or a diverging epoch are listed every time (a client that could not act on one learns it again)
+                diverging = p["diverging_epoch"] is not None and p["diverging_epoch"]["epoch"] >= 0
+                if full or has_records or failed or p["preferred_read_replica"] >= 0 or diverging \
+                        or self.sent.get(key) != shown:
                     kept.append(p)
-                    self.sent[key] = shown
+                    self.sent[key] = None if failed else shown  # after an error, listed again once it clears
                 if has_records and key in self.parts:  # last in the next fetch's order, as Kafka's sessions keep it
                     self.parts[key] = self.parts.pop(key)
             if kept:
