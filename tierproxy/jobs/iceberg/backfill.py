@@ -126,6 +126,7 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
         raise CatalogError(f"table {name}: another pass committed or took it meanwhile ({type(exc).__name__}): the "
                            "backfill changed nothing; run it again") from None
     written: list[tuple[Any, str]] = []
+    sent = False  # the swap was sent to the catalog: a failure then may hide a commit it applied
     try:
         with Renewal(load, lease, at, lease_ms / 3000, redact):
             _copy(table, todo, id_column, pass_id, io_properties, written, name)
@@ -138,9 +139,14 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
                         ow.delete_data_file(df)
                         ow.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, copy))
             tx.remove_properties(WRITER)
+            sent = True
     except BaseException as exc:
-        for _, copy in written:
-            table.io.delete(copy)
+        if sent and written and _applied(load, pass_id):  # its answer was lost, not its commit
+            return _done(result, written)
+        if not sent or _refused(exc):  # the copies are in no snapshot, nor ever will be
+            for _, copy in written:
+                table.io.delete(copy)
+        # else: its outcome unknown, the copies stay: the orphan rule removes them once no snapshot names them
         try:
             with table.refresh().transaction() as tx:  # give the lease up: nothing of this backfill is in the table
                 require_at(tx, at)
@@ -149,11 +155,38 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
             log.warning("iceberg: backfill of %s: lease not released (%s): it expires", name, type(why).__name__)
         if not isinstance(exc, Exception):
             raise
-        raise CatalogError(f"table {name}: the backfill changed nothing ({type(exc).__name__}: "
+        outcome = "is not in the table now" if sent and written and not _refused(exc) else "changed nothing"
+        raise CatalogError(f"table {name}: the backfill {outcome} ({type(exc).__name__}: "
                            f"{redact(str(exc))[:200]}); run it again") from None
+    return _done(result, written)
+
+
+def _done(result: Backfilled, written: list[tuple[Any, str]]) -> Backfilled:
     result.files = len(written)
     result.rows = sum(int(df.record_count) for df, _ in written)
     return result
+
+
+def _refused(exc: BaseException) -> bool:
+    """The catalog said the commit did not go through (another commit came first): nothing of it is applied."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    return isinstance(exc, CommitFailedException)
+
+
+def _applied(load: Callable[[], Any], pass_id: str) -> bool:
+    """Whether the table's current snapshot or one of its ancestors is the swap of backfill `pass_id` (asked afresh:
+    a catalog whose answer was lost may have applied it); False when it cannot tell."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    try:
+        table = load()
+        current = table.current_snapshot()
+        return current is not None and any(
+            s.summary is not None and s.summary.additional_properties.get(BACKFILL) == pass_id
+            for s in ancestors_of(current, table.metadata))
+    except Exception:
+        return False
 
 
 def _copy(table: Any, todo: list[tuple[Any, str]], id_column: str, pass_id: str, io_properties: dict[str, str],

@@ -1,0 +1,63 @@
+"""The backfill of the topic id column where a catalog's answer, not its commit, is lost (a REST catalog's
+gateway timing out after the commit was applied: pyiceberg raises CommitStateUnknownException), and on a table whose
+partition spec evolved. Tables made as before the column (`test_incarnations`), no broker needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitStateUnknownException
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema
+
+from tierproxy.jobs.iceberg.backfill import BACKFILL, backfill
+from tierproxy.jobs.iceberg.catalog import CatalogError, catalog_config, open_catalog, open_table
+from tierproxy.jobs.iceberg.ledger import Ledger
+from tierproxy.jobs.iceberg.schema import TOPIC_ID, iceberg_schema, partition_spec, sort_order
+
+
+class LostReply(SqlCatalog):
+    """The real SQL catalog, whose answer to the backfill's swap is lost after the commit was applied (what a REST
+    catalog behind a gateway that times out does): the caller cannot tell whether it went through."""
+
+    def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
+        response = super().commit_table(table, requirements, updates)
+        if any(BACKFILL in (getattr(getattr(u, "snapshot", None), "summary", None) or {}).additional_properties
+               for u in updates if getattr(u, "snapshot", None) is not None):
+            raise CommitStateUnknownException("504 Gateway Timeout")
+        return response
+
+
+def _old_table(tmp_path: Path, n: int = 3) -> tuple[Any, Any]:
+    cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
+    catalog = open_catalog(cfg)
+    catalog.create_namespace("kafka")
+    old = Schema(*(f for f in iceberg_schema().fields if f.name != TOPIC_ID))  # as tables were made before it
+    table = catalog.create_table("kafka.history", schema=old, partition_spec=partition_spec(), sort_order=sort_order())
+    arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    rows = pa.Table.from_pylist([{"key": None, "value": b"v", "topic": "t", "partition": 0, "offset": o,
+                                  "timestamp": o * 86_400_000, "timestampType": 0, "headers": [], "leaderEpoch": 0,
+                                  "producerId": -1} for o in range(n)], schema=arrow)
+    table.append(rows, snapshot_properties=Ledger({"T:0": n}, {}, {"t": "T"}).summary("p1", []))
+    open_table(catalog, cfg, "kafka.history")  # gains the column, its rows null there
+    return cfg, catalog
+
+
+def test_a_backfill_whose_commit_answer_is_lost_never_removes_the_files_the_table_now_holds(tmp_path: Path) -> None:
+    cfg, _ = _old_table(tmp_path)
+    lossy = LostReply("tierproxy", uri=cfg.uri, warehouse=cfg.warehouse, **cfg.io)
+    table = lossy.load_table("kafka.history")
+    try:
+        done = backfill(table, "kafka.history", cfg.io, 30_000, lambda: open_catalog(cfg).load_table("kafka.history"))
+    except CatalogError:
+        done = None  # refused: acceptable only if the table still reads whole (below)
+    table = open_catalog(cfg).load_table("kafka.history")
+    applied = BACKFILL in (table.current_snapshot().summary.additional_properties or {})
+    got = sorted((r["offset"], r[TOPIC_ID]) for r in table.scan().to_arrow().to_pylist())  # every file it names
+    assert [o for o, _ in got] == [0, 1, 2]
+    if applied:  # the swap went through: the backfill says so, the rows have their id
+        assert done is not None and done.files == 1 and done.rows == 3, done
+        assert {tid for _, tid in got} == {"T"}
