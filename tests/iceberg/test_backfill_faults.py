@@ -39,7 +39,7 @@ def _old_table(tmp_path: Path, n: int = 3) -> tuple[Any, Any]:
     table = catalog.create_table("kafka.history", schema=old, partition_spec=partition_spec(), sort_order=sort_order())
     arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
     rows = pa.Table.from_pylist([{"key": None, "value": b"v", "topic": "t", "partition": 0, "offset": o,
-                                  "timestamp": o * 86_400_000, "timestampType": 0, "headers": [], "leaderEpoch": 0,
+                                  "timestamp": o * 86_400_000_000, "timestampType": 0, "headers": [], "leaderEpoch": 0,
                                   "producerId": -1} for o in range(n)], schema=arrow)
     table.append(rows, snapshot_properties=Ledger({"T:0": n}, {}, {"t": "T"}).summary("p1", []))
     open_table(catalog, cfg, "kafka.history")  # gains the column, its rows null there
@@ -61,3 +61,29 @@ def test_a_backfill_whose_commit_answer_is_lost_never_removes_the_files_the_tabl
     if applied:  # the swap went through: the backfill says so, the rows have their id
         assert done is not None and done.files == 1 and done.rows == 3, done
         assert {tid for _, tid in got} == {"T"}
+
+
+def test_a_file_of_an_older_partition_spec_spanning_days_does_not_stop_the_backfill(tmp_path: Path) -> None:
+    """Made partitioned by `partition`, then `iceberg.partition.by=partition,day(timestamp)`: a file written before
+    spans three days, which no partition of the current spec holds (pyiceberg adds a file to the current spec only).
+    It stays as it was and is named; the file of one day is filled; every row is still there."""
+    from tierproxy.jobs.iceberg.catalog import raw_shape
+
+    cfg, catalog = _old_table(tmp_path)  # offsets 0-2 on days 0, 1 and 2: one file
+    table = catalog.load_table("kafka.history")
+    arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    one_day = pa.Table.from_pylist([{"key": None, "value": b"v", "topic": "t", "partition": 0, "offset": o,
+                                     "timestamp": 5 * 86_400_000_000 + o, "timestampType": 0, "headers": [],
+                                     "leaderEpoch": 0, "producerId": -1, TOPIC_ID: None} for o in (3, 4)],
+                                   schema=arrow)
+    table.append(one_day, snapshot_properties=Ledger({"T:0": 5}, {}, {"t": "T"}).summary("p2", []))
+    table = open_table(catalog, cfg, "kafka.history", raw_shape(("partition", "day(timestamp)")), evolve_spec=True)
+    assert len(table.specs()) == 2
+
+    done = backfill(table, "kafka.history", cfg.io, 30_000, lambda: open_catalog(cfg).load_table("kafka.history"))
+    got = sorted((r["offset"], r[TOPIC_ID]) for r in open_catalog(cfg).load_table("kafka.history").scan()
+                 .to_arrow().to_pylist())
+    assert [o for o, _ in got] == [0, 1, 2, 3, 4]
+    assert done.files == 1 and done.rows == 2, done
+    assert got == [(0, None), (1, None), (2, None), (3, "T"), (4, "T")]
+    assert "older partition spec" in done.left["t"], done.left

@@ -129,7 +129,11 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
     sent = False  # the swap was sent to the catalog: a failure then may hide a commit it applied
     try:
         with Renewal(load, lease, at, lease_ms / 3000, redact):
-            _copy(table, todo, id_column, pass_id, io_properties, written, name)
+            misfits = _copy(table, todo, id_column, pass_id, io_properties, written, name)
+        for df, _ in misfits:
+            topic = _file_topic(table, df, topic_column) or "?"
+            result.left[topic] = ("a file written under an older partition spec spans several partitions of the "
+                                  "current one (a copy can only be added in the current spec): left as it was")
         table = table.refresh()  # (the renewals changed its properties)
         with table.transaction() as tx:
             require_at(tx, at)
@@ -190,18 +194,21 @@ def _applied(load: Callable[[], Any], pass_id: str) -> bool:
 
 
 def _copy(table: Any, todo: list[tuple[Any, str]], id_column: str, pass_id: str, io_properties: dict[str, str],
-          written: list[tuple[Any, str]], name: str) -> None:
+          written: list[tuple[Any, str]], name: str) -> list[tuple[Any, str]]:
     """Each file of `todo` copied with its null ids filled; (file, copy) added to `written` for those whose copy
-    holds exactly their rows."""
+    holds exactly their rows and fits one partition of the table's current spec (a copy is added in it). → the
+    files of `todo` left out for not fitting (written under an older spec, spanning several of the current one's
+    partitions: their rows would be filed under one of them, and hidden from queries filtering on the others)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     from pyiceberg.io import load_file_io
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file, schema_to_pyarrow
 
     from tierproxy.jobs.iceberg.compaction import conform
     from tierproxy.jobs.iceberg.files import ROW_GROUP_ROWS, LazyParquet
 
     target = schema_to_pyarrow(table.schema())
+    misfits: list[tuple[Any, str]] = []
     for df, tid in todo:
         path = f"{df.file_path.removesuffix('.parquet')}-topicids-{pass_id}.parquet"
         fileio = load_file_io(properties=io_properties, location=path)
@@ -218,4 +225,12 @@ def _copy(table: Any, todo: list[tuple[Any, str]], id_column: str, pass_id: str,
             log.warning("iceberg: backfill of %s: %s left as it was (%d rows copied of %d)", name, df.file_path,
                         out.rows, df.record_count)
             continue
+        try:
+            parquet_file_to_data_file(table.io, table.metadata, copy)  # its partition in the current spec
+        except ValueError as exc:
+            table.io.delete(copy)
+            log.warning("iceberg: backfill of %s: %s left as it was: %s", name, df.file_path, exc)
+            misfits.append((df, tid))
+            continue
         written.append((df, copy))
+    return misfits
