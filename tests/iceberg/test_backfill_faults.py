@@ -1,6 +1,7 @@
 """The backfill of the topic id column where a catalog's answer, not its commit, is lost (a REST catalog's
 gateway timing out after the commit was applied: pyiceberg raises CommitStateUnknownException), and on a table whose
-partition spec evolved. Tables made as before the column (`test_incarnations`), no broker needed."""
+partition spec evolved; and which rows from before the column an upsert's keys compete with. Tables made as before
+the column (`test_incarnations`), no broker needed."""
 
 from __future__ import annotations
 
@@ -87,3 +88,30 @@ def test_a_file_of_an_older_partition_spec_spanning_days_does_not_stop_the_backf
     assert done.files == 1 and done.rows == 2, done
     assert got == [(0, None), (1, None), (2, None), (3, "T"), (4, "T")]
     assert "older partition spec" in done.left["t"], done.left
+
+
+def test_under_keep_a_recreated_topics_keys_leave_the_old_incarnations_rows_from_before_the_column(
+        tmp_path: Path) -> None:
+    """An upsert table kept (`--retention keep`) whose topic `t` (id O) was tabled before the column existed, then
+    re-created (id N) after: its rows with a null id are O's (N's rows are always written with it). N's key `k`
+    (a record at offset 5) must neither compete with nor delete O's row of `k` at offset 100: before, the filter the
+    pass reads and deletes a key's rows by took every null row as N's, dropping N's value (its offset lost to 100)
+    and deleting O's row."""
+    from pyiceberg.types import BinaryType, LongType, NestedField, StringType
+
+    from tierproxy.jobs.iceberg.upsert import KEY, OFFSET, competing
+    from tierproxy.jobs.iceberg.upsert import TOPIC_ID as ID
+
+    catalog = open_catalog(catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state")))
+    catalog.create_namespace("kv")
+    table = catalog.create_table("kv.kept", schema=Schema(
+        NestedField(1, KEY, BinaryType(), required=False), NestedField(2, OFFSET, LongType(), required=False),
+        NestedField(3, ID, StringType(), required=False)))
+    arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    table.append(pa.Table.from_pylist([{KEY: b"k", OFFSET: 100, ID: None}, {KEY: b"k", OFFSET: 3, ID: "N"}],
+                                      schema=arrow))
+    kept = Ledger({"O:0": 101, "N:0": 4}, {}, {"t": "N"}, ids={"O": "t", "N": "t"})
+    assert [(r[OFFSET], r[ID]) for r in table.scan(row_filter=competing([b"k"], kept, "t")).to_arrow().to_pylist()
+            ] == [(3, "N")]
+    alone = Ledger({"O:0": 101}, {}, {"t": "O"})  # one incarnation held: its rows from before the column are its own
+    assert 100 in [r[OFFSET] for r in table.scan(row_filter=competing([b"k"], alone, "t")).to_arrow().to_pylist()]
