@@ -115,3 +115,26 @@ def test_under_keep_a_recreated_topics_keys_leave_the_old_incarnations_rows_from
             ] == [(3, "N")]
     alone = Ledger({"O:0": 101}, {}, {"t": "O"})  # one incarnation held: its rows from before the column are its own
     assert 100 in [r[OFFSET] for r in table.scan(row_filter=competing([b"k"], alone, "t")).to_arrow().to_pylist()]
+
+
+def test_the_backfill_of_a_table_no_pass_has_opened_since_the_column_came_says_so_in_one_line(
+        tmp_path: Path) -> None:
+    """Upgraded, then the backfill first (before any pass gave the table its column): one line naming the table and
+    what to do, exit 1, the table unchanged; before, a traceback (ValueError: Could not find field)."""
+    from tests.support.cli import run_cli
+
+    cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
+    catalog = open_catalog(cfg)
+    catalog.create_namespace("kafka")
+    old = Schema(*(f for f in iceberg_schema().fields if f.name != TOPIC_ID))
+    table = catalog.create_table("kafka.history", schema=old, partition_spec=partition_spec(), sort_order=sort_order())
+    table.append(pa.Table.from_pylist([{"key": None, "value": b"v", "topic": "t", "partition": 0, "offset": 0,
+                                        "timestamp": 0, "timestampType": 0, "headers": [], "leaderEpoch": 0,
+                                        "producerId": -1}], schema=schema_to_pyarrow(old, include_field_ids=False)),
+                 snapshot_properties=Ledger({"T:0": 1}, {}, {"t": "T"}).summary("p1", []))
+    proc = run_cli("iceberg", "backfill-topic-ids", "--storage", f"file://{tmp_path}/tier", "--table", "kafka.history",
+                   cwd=tmp_path, env={"TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+    assert "kafka.history" in proc.stderr and TOPIC_ID in proc.stderr, proc.stderr
+    assert TOPIC_ID not in {f.name for f in open_catalog(cfg).load_table("kafka.history").schema().fields}

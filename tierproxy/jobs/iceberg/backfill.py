@@ -91,7 +91,7 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
              redact: Callable[[str], str] = str) -> Backfilled:
     """Fill the topic id column of `table`'s rows that lack it (module doc), renewing the writer lease every third
     of `lease_ms` while it copies (on a table `load` loads afresh); CatalogError when another pass holds the table
-    or committed since this one planned (nothing changed)."""
+    or committed since this one planned (nothing changed); LookupError when the table has no such column yet."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     result = Backfilled()
@@ -99,6 +99,9 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
     if current is None:
         return result
     topic_column, id_column = columns_of(table)
+    if id_column not in {f.name for f in table.schema().fields}:  # the evolution is a pass's (`catalog.open_table`)
+        raise LookupError(f"table {name} has no column {id_column} yet: the next `tierproxy iceberg` pass of it adds "
+                          "it (its rows null there); run the backfill after that")
     field_id = table.schema().find_field(id_column).field_id
     known, result.left = incarnation_of(table)
     todo: list[tuple[Any, str]] = []
