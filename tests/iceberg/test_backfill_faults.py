@@ -138,3 +138,33 @@ def test_the_backfill_of_a_table_no_pass_has_opened_since_the_column_came_says_s
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
     assert "kafka.history" in proc.stderr and TOPIC_ID in proc.stderr, proc.stderr
     assert TOPIC_ID not in {f.name for f in open_catalog(cfg).load_table("kafka.history").schema().fields}
+
+
+def test_snapshot_at_refuses_a_topic_id_that_is_not_one_of_the_topics_incarnations(tmp_path: Path) -> None:
+    """`--topic orders --topic-id <payments' id>`: before, the first snapshot where payments' ends passed the offsets
+    was named, with a filter reading orders' rows (silently the wrong snapshot). Now one line naming the id, exit 2;
+    orders' own id still answers."""
+    import json
+
+    from tests.support.cli import run_cli
+
+    orders, payments = "A" * 22, "B" * 22
+    cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
+    table = open_table(open_catalog(cfg), cfg, "kafka.history")
+    for ends in ({f"{orders}:0": 10, f"{payments}:0": 1000}, {f"{orders}:0": 600, f"{payments}:0": 1000}):
+        table = table.refresh()
+        with table.transaction() as tx:
+            tx.add_files([], snapshot_properties=Ledger(ends, {}, {"orders": orders, "payments": payments})
+                         .summary("p", []))
+
+    def at(*extra: str) -> Any:
+        return run_cli("iceberg", "snapshot-at", "--storage", f"file://{tmp_path}/tier", "--topic", "orders",
+                       "--offsets", '{"0": 500}', *extra, cwd=tmp_path,
+                       env={"TIERPROXY_TIER_STATE_DIR": str(tmp_path / "state")})
+
+    wrong = at("--topic-id", payments)
+    assert wrong.returncode == 2, (wrong.returncode, wrong.stdout, wrong.stderr[-2000:])
+    assert payments in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr[-2000:]
+    right = at("--topic-id", orders)
+    assert right.returncode == 0, right.stderr[-2000:]
+    assert json.loads(right.stdout)["ends"] == {"0": 600}
