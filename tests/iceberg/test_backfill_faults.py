@@ -168,3 +168,25 @@ def test_snapshot_at_refuses_a_topic_id_that_is_not_one_of_the_topics_incarnatio
     right = at("--topic-id", orders)
     assert right.returncode == 0, right.stderr[-2000:]
     assert json.loads(right.stdout)["ends"] == {"0": 600}
+
+
+def test_the_backfill_fills_a_kept_older_incarnations_rows_its_own_pass_appended(tmp_path: Path) -> None:
+    """Kept (`--retention keep`): `t` (id O) tabled before the column, the column came, `t` re-created (id N) and
+    tabled with it. The table holds two incarnations, yet each null row's is known: the pass that appended its file
+    recorded which incarnation of `t` it added (its snapshot's ledger). Before, the backfill left them null (two
+    incarnations), and `snapshot-at --topic-id O`'s filter (`topicId = 'O'`) read none of them."""
+    cfg, catalog = _old_table(tmp_path)  # O's offsets 0-2, appended by a pass (its ledger: t → O)
+    # the first pass after the column: ledger with ids, as the shipped pass records ({"O": "t"}, then N beside it)
+    table = open_table(catalog, cfg, "kafka.history")
+    arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    kept = Ledger({"T:0": 3, "N:0": 2}, {}, {"t": "N"}, ids={"T": "t", "N": "t"})
+    table.append(pa.Table.from_pylist([{"key": None, "value": b"n", "topic": "t", "partition": 0, "offset": o,
+                                        "timestamp": 0, "timestampType": 0, "headers": [], "leaderEpoch": 0,
+                                        "producerId": -1, TOPIC_ID: "N"} for o in (0, 1)], schema=arrow),
+                 snapshot_properties=kept.summary("p2", []))
+    done = backfill(table.refresh(), "kafka.history", cfg.io, 30_000,
+                    lambda: open_catalog(cfg).load_table("kafka.history"))
+    got = sorted((str(r[TOPIC_ID]), r["offset"]) for r in open_catalog(cfg).load_table("kafka.history").scan()
+                 .to_arrow().to_pylist())
+    assert got == [("N", 0), ("N", 1), ("T", 0), ("T", 1), ("T", 2)], (got, done)
+    assert done.files == 1 and done.rows == 3 and not done.left, done

@@ -1,7 +1,9 @@
 """The one-time backfill of the topic id column (`tierproxy iceberg backfill-topic-ids`).
 
 A table made before the column gained it by schema evolution: its older rows hold null there (`schema.ADDED`). Which
-incarnation they are is known from the table's own ledger: a topic with one incarnation recorded (`Ledger.ids`) and no
+incarnation they are is known from the snapshot of the pass that appended their file, while it is there: its ledger
+names each topic's current incarnation, the one that pass added rows of (`appended_under`). Otherwise from the
+table's own ledger: a topic with one incarnation recorded (`Ledger.ids`) and no
 table end (`tierproxy.ends`) under an id the ledger names for no topic has every row of that id. That is always so
 under `iceberg.retention=follow`, where a re-created topic's rows come only in the commit that removes the old ones,
 and under `keep` for a topic never re-created. A topic kept with two incarnations before the column existed cannot be
@@ -67,9 +69,36 @@ def incarnation_of(table: Any) -> tuple[dict[str, str], dict[str, str]]:
         if len(ids) == 1 and not unnamed:
             known[topic] = ids[0]
         else:
-            left[topic] = (f"the table holds incarnations {', '.join(ids + unnamed)} (kept through a re-creation "
-                           "before the column existed)")
+            left[topic] = (f"the table holds incarnations {', '.join(ids + unnamed)} (kept through a re-creation), "
+                           "and no pass's own commit still names these rows' (their files rewritten, or that commit "
+                           "expired)")
     return known, left
+
+
+def appended_under(table: Any) -> dict[str, dict[str, str]]:
+    """Each data file a pass's own commit added as it wrote it (an append snapshot carrying the ledger, not a
+    compaction's, upsert's or backfill's rewrite) → that commit's ledger's current incarnations ({topic: id}): a
+    pass adds rows of each topic's current incarnation only, so they are its rows' ids, however many incarnations
+    the table holds now. Files whose adding snapshot is expired or another writer's are not named."""
+    from tierproxy.jobs.iceberg.compaction import COMPACTION
+    from tierproxy.jobs.iceberg.sync import UPSERT
+
+    current = table.current_snapshot()
+    if current is None:
+        return {}
+    topics: dict[int, dict[str, str]] = {}
+    for snap in table.metadata.snapshots:
+        extra = snap.summary.additional_properties if snap.summary is not None else {}
+        led = ledger_of(snap)
+        if led is not None and snap.summary.operation.value == "append" and not {COMPACTION, UPSERT, BACKFILL} & set(
+                extra):
+            topics[snap.snapshot_id] = led.topics
+    out: dict[str, dict[str, str]] = {}
+    for manifest in current.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.snapshot_id in topics:
+                out[entry.data_file.file_path] = topics[entry.snapshot_id]
+    return out
 
 
 def _file_topic(table: Any, data_file: Any, topic_column: str) -> str | None:
@@ -103,17 +132,19 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
         raise LookupError(f"table {name} has no column {id_column} yet: the next `tierproxy iceberg` pass of it adds "
                           "it (its rows null there); run the backfill after that")
     field_id = table.schema().find_field(id_column).field_id
-    known, result.left = incarnation_of(table)
+    known, ambiguous = incarnation_of(table)
+    appended = appended_under(table)
     todo: list[tuple[Any, str]] = []
     for task in table.scan().plan_files():
         df = task.file
         if (df.null_value_counts or {}).get(field_id, df.record_count) == 0:
             continue  # written with the column
         topic = _file_topic(table, df, topic_column)
-        if topic in known:
-            todo.append((df, known[topic]))
+        tid = appended.get(df.file_path, {}).get(topic or "") or known.get(topic or "")
+        if tid is not None:
+            todo.append((df, tid))
         elif topic is not None and topic not in result.left:
-            result.left[topic] = "no incarnation recorded in the table's ledger"
+            result.left[topic] = ambiguous.get(topic, "no incarnation recorded in the table's ledger")
     if not todo:
         return result
     holder = live_lease(table, lease_ms)
