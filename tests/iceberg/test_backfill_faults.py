@@ -111,10 +111,11 @@ def test_under_keep_a_recreated_topics_keys_leave_the_old_incarnations_rows_from
     table.append(pa.Table.from_pylist([{KEY: b"k", OFFSET: 100, ID: None}, {KEY: b"k", OFFSET: 3, ID: "N"}],
                                       schema=arrow))
     kept = Ledger({"O:0": 101, "N:0": 4}, {}, {"t": "N"}, ids={"O": "t", "N": "t"})
-    assert [(r[OFFSET], r[ID]) for r in table.scan(row_filter=competing([b"k"], kept, "t")).to_arrow().to_pylist()
+    assert [(r[OFFSET], r[ID]) for r in table.scan(row_filter=competing([b"k"], kept, kept, "t")).to_arrow().to_pylist()
             ] == [(3, "N")]
     alone = Ledger({"O:0": 101}, {}, {"t": "O"})  # one incarnation held: its rows from before the column are its own
-    assert 100 in [r[OFFSET] for r in table.scan(row_filter=competing([b"k"], alone, "t")).to_arrow().to_pylist()]
+    assert 100 in [r[OFFSET] for r in table.scan(row_filter=competing([b"k"], alone, alone, "t")).to_arrow()
+                   .to_pylist()]
 
 
 def test_the_backfill_of_a_table_no_pass_has_opened_since_the_column_came_says_so_in_one_line(
@@ -190,3 +191,28 @@ def test_the_backfill_fills_a_kept_older_incarnations_rows_its_own_pass_appended
                  .to_arrow().to_pylist())
     assert got == [("N", 0), ("N", 1), ("T", 0), ("T", 1), ("T", 2)], (got, done)
     assert done.files == 1 and done.rows == 3 and not done.left, done
+
+
+def test_under_follow_a_recreated_topics_first_pass_does_not_compete_with_the_old_incarnations_null_rows(
+        tmp_path: Path) -> None:
+    """Followed (`--retention follow`): `t` (id O) tabled before the column; re-created (id N), its first pass both
+    removes O's rows (the tier deleted O) and adds N's, planning its upsert from the table that still holds O's row
+    of `k` at offset 100 (null id). Counted as N's, it beat N's record at offset 5, which was cut, and then went
+    with O's rows: `k` had no row left. The ledger the pass planned from names O current: null rows are not N's."""
+    from pyiceberg.types import BinaryType, LongType, NestedField, StringType
+
+    from tierproxy.jobs.iceberg.upsert import KEY, OFFSET, competing
+    from tierproxy.jobs.iceberg.upsert import TOPIC_ID as ID
+
+    catalog = open_catalog(catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state")))
+    catalog.create_namespace("kv")
+    table = catalog.create_table("kv.followed", schema=Schema(
+        NestedField(1, KEY, BinaryType(), required=False), NestedField(2, OFFSET, LongType(), required=False),
+        NestedField(3, ID, StringType(), required=False)))
+    table.append(pa.Table.from_pylist([{KEY: b"k", OFFSET: 100, ID: None}],
+                                      schema=schema_to_pyarrow(table.schema(), include_field_ids=False)))
+    planned = Ledger({"O:0": 101}, {}, {"t": "O"})
+    new = Ledger({"N:0": 6}, {}, {"t": "N"})  # O's ends and id gone with its rows (`_follow`), N's added
+    assert table.scan(row_filter=competing([b"k"], planned, new, "t")).to_arrow().num_rows == 0
+    same = Ledger({"O:0": 200}, {}, {"t": "O"})  # the same incarnation going on: its rows from before compete
+    assert table.scan(row_filter=competing([b"k"], planned, same, "t")).to_arrow().num_rows == 1

@@ -502,7 +502,7 @@ class IcebergSync:
 
             def rows_of(keys: list[bytes]) -> Any:  # the table's rows of the keys, as the pass planned from it
                 assert t.new is not None
-                return table.scan(row_filter=competing(keys, t.new, topic),
+                return table.scan(row_filter=competing(keys, t.ledger, t.new, topic),
                                   selected_fields=(KEY, PARTITION, OFFSET, TIMESTAMP), snapshot_id=t.at).to_arrow()
 
             upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema),
@@ -527,7 +527,7 @@ class IcebergSync:
                     # the superseded rows first, in a snapshot of their own (not counted as rows removed below)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # pyiceberg warns when no row matched: a key's first value
-                        tx.delete(competing(upsert.keys, t.new, topic), snapshot_properties={UPSERT: pass_id})
+                        tx.delete(competing(upsert.keys, t.ledger, t.new, topic), snapshot_properties={UPSERT: pass_id})
                 for f in deletes:
                     tx.delete(f, snapshot_properties=props)
                 tx.add_files(paths, snapshot_properties=props)

@@ -170,14 +170,16 @@ def key_filter(keys: list[bytes], topic_id: str | None = None, nulls: bool = Tru
     return expressions.And(keyed, expressions.Or(equal(TOPIC_ID, topic_id), null(TOPIC_ID)))
 
 
-def competing(keys: list[bytes], ledger: Any, topic: str) -> Any:
+def competing(keys: list[bytes], planned: Any, ledger: Any, topic: str) -> Any:
     """The row filter of the table's rows a pass's `keys` compete with (and delete): `topic`'s current incarnation's
-    (`ledger`, the pass's new one: `ledger.Ledger`). A row from before the topic id column (null there) counts as it
-    only while it is the one incarnation of the topic the ledger records: beside another (a re-creation kept under
-    `iceberg.retention=keep` after the column came), such rows are the older one's, and must neither win over the
-    new one's records nor be deleted by them."""
+    (`ledger`, the pass's new one, `planned` the one it planned from: `ledger.Ledger`). A row from before the topic
+    id column (null there) counts as it only when that incarnation was already the current one (a re-created topic's
+    first pass: the nulls are the older one's, whose rows `follow` removes in this commit) and is the one the ledger
+    records of the topic (beside another, kept under `iceberg.retention=keep`, they are the older one's): they must
+    neither win over the new one's records nor be deleted by them."""
     tid = ledger.topics.get(topic)
-    return key_filter(keys, tid, nulls=tid is None or ledger.incarnations(topic) == [tid])
+    own = tid is None or (planned.topics.get(topic) == tid and ledger.incarnations(topic) == [tid])
+    return key_filter(keys, tid, nulls=own)
 
 
 NO_KEY = "no key: iceberg.mode=upsert keeps the latest value per Kafka key"
