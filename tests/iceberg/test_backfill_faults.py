@@ -9,27 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitStateUnknownException
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 
+from tests.support.catalog_faults import lossy
 from tierproxy.jobs.iceberg.backfill import BACKFILL, backfill
 from tierproxy.jobs.iceberg.catalog import CatalogError, catalog_config, open_catalog, open_table
 from tierproxy.jobs.iceberg.ledger import Ledger
 from tierproxy.jobs.iceberg.schema import TOPIC_ID, iceberg_schema, partition_spec, sort_order
-
-
-class LostReply(SqlCatalog):
-    """The real SQL catalog, whose answer to the backfill's swap is lost after the commit was applied (what a REST
-    catalog behind a gateway that times out does): the caller cannot tell whether it went through."""
-
-    def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
-        response = super().commit_table(table, requirements, updates)
-        if any(BACKFILL in (getattr(getattr(u, "snapshot", None), "summary", None) or {}).additional_properties
-               for u in updates if getattr(u, "snapshot", None) is not None):
-            raise CommitStateUnknownException("504 Gateway Timeout")
-        return response
 
 
 def _old_table(tmp_path: Path, n: int = 3) -> tuple[Any, Any]:
@@ -49,8 +36,7 @@ def _old_table(tmp_path: Path, n: int = 3) -> tuple[Any, Any]:
 
 def test_a_backfill_whose_commit_answer_is_lost_never_removes_the_files_the_table_now_holds(tmp_path: Path) -> None:
     cfg, _ = _old_table(tmp_path)
-    lossy = LostReply("tierproxy", uri=cfg.uri, warehouse=cfg.warehouse, **cfg.io)
-    table = lossy.load_table("kafka.history")
+    table = lossy(cfg, BACKFILL).load_table("kafka.history")
     try:
         done = backfill(table, "kafka.history", cfg.io, 30_000, lambda: open_catalog(cfg).load_table("kafka.history"))
     except CatalogError:

@@ -29,7 +29,7 @@ from tierproxy.jobs.iceberg.catalog import SOURCE, CatalogError
 from tierproxy.jobs.iceberg.ledger import PASS, WRITER, current_ledger, ledger_of
 from tierproxy.jobs.iceberg.schema import TOPIC_ID
 from tierproxy.jobs.iceberg.typed import PREFIX
-from tierproxy.jobs.iceberg.writer import Lease, Renewal, live_lease, require_at, take
+from tierproxy.jobs.iceberg.writer import Lease, Renewal, live_lease, made_by, refused, require_at, take
 
 log = logging.getLogger(__name__)
 BACKFILL = "tierproxy.backfill"  # snapshot summary key: the backfill that made the snapshot
@@ -179,9 +179,9 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
             tx.remove_properties(WRITER)
             sent = True
     except BaseException as exc:
-        if sent and written and _applied(load, pass_id):  # its answer was lost, not its commit
+        if sent and written and not refused(exc) and made_by(table, BACKFILL, pass_id):  # its answer lost
             return _done(result, written)
-        if not sent or _refused(exc):  # the copies are in no snapshot, nor ever will be
+        if not sent or refused(exc):  # the copies are in no snapshot, nor ever will be
             for _, copy in written:
                 table.io.delete(copy)
         # else: its outcome unknown, the copies stay: the orphan rule removes them once no snapshot names them
@@ -193,7 +193,7 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
             log.warning("iceberg: backfill of %s: lease not released (%s): it expires", name, type(why).__name__)
         if not isinstance(exc, Exception):
             raise
-        outcome = "is not in the table now" if sent and written and not _refused(exc) else "changed nothing"
+        outcome = "is not in the table now" if sent and written and not refused(exc) else "changed nothing"
         raise CatalogError(f"table {name}: the backfill {outcome} ({type(exc).__name__}: "
                            f"{redact(str(exc))[:200]}); run it again") from None
     return _done(result, written)
@@ -203,28 +203,6 @@ def _done(result: Backfilled, written: list[tuple[Any, str]]) -> Backfilled:
     result.files = len(written)
     result.rows = sum(int(df.record_count) for df, _ in written)
     return result
-
-
-def _refused(exc: BaseException) -> bool:
-    """The catalog said the commit did not go through (another commit came first): nothing of it is applied."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    return isinstance(exc, CommitFailedException)
-
-
-def _applied(load: Callable[[], Any], pass_id: str) -> bool:
-    """Whether the table's current snapshot or one of its ancestors is the swap of backfill `pass_id` (asked afresh:
-    a catalog whose answer was lost may have applied it); False when it cannot tell."""
-    from pyiceberg.table.snapshots import ancestors_of
-
-    try:
-        table = load()
-        current = table.current_snapshot()
-        return current is not None and any(
-            s.summary is not None and s.summary.additional_properties.get(BACKFILL) == pass_id
-            for s in ancestors_of(current, table.metadata))
-    except Exception:
-        return False
 
 
 def _copy(table: Any, todo: list[tuple[Any, str]], id_column: str, pass_id: str, io_properties: dict[str, str],
