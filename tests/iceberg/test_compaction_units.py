@@ -198,3 +198,20 @@ def test_a_file_from_before_an_evolution_is_cast_to_the_current_columns() -> Non
     assert conform(old, now).to_pylist() == [{"id": 1, "qty": 5, "note": None}, {"id": 2, "qty": None, "note": None}]
     with pytest.raises(ValueError, match="no column must, which is required"):
         conform(old, pa.schema([*now, pa.field("must", pa.int64(), False)]))
+
+
+def test_a_compaction_whose_commit_answer_is_lost_never_removes_the_files_the_table_now_holds(
+        raw_table: Any, tmp_path: Path) -> None:
+    """The catalog applied the swap, its answer was lost (a gateway timeout: CommitStateUnknownException): before,
+    the compaction deleted its new files as if nothing were committed, and the table named files that were gone."""
+    from tests.support.catalog_faults import lossy
+
+    cfg = catalog_config(None, f"file://{tmp_path}/tier", str(tmp_path / "state"))
+    before = _rows(raw_table)
+    table = lossy(cfg, COMPACTION).load_table("kafka.history")
+    done = compact(table, "offset", CompactionOptions(1 << 20, 5), "p9", {}, _in_process, {})
+    table = open_catalog(cfg).load_table("kafka.history")
+    applied = table.current_snapshot().summary.additional_properties.get(COMPACTION) == "p9"
+    assert _rows(table) == before  # every file the table names is there
+    if applied:
+        assert (done.files_in, done.files_out) == (24, 2), done

@@ -1,7 +1,9 @@
 """The one-time backfill of the topic id column (`tierproxy iceberg backfill-topic-ids`).
 
 A table made before the column gained it by schema evolution: its older rows hold null there (`schema.ADDED`). Which
-incarnation they are is known from the table's own ledger: a topic with one incarnation recorded (`Ledger.ids`) and no
+incarnation they are is known from the snapshot of the pass that appended their file, while it is there: its ledger
+names each topic's current incarnation, the one that pass added rows of (`appended_under`). Otherwise from the
+table's own ledger: a topic with one incarnation recorded (`Ledger.ids`) and no
 table end (`tierproxy.ends`) under an id the ledger names for no topic has every row of that id. That is always so
 under `iceberg.retention=follow`, where a re-created topic's rows come only in the commit that removes the old ones,
 and under `keep` for a topic never re-created. A topic kept with two incarnations before the column existed cannot be
@@ -27,7 +29,7 @@ from tierproxy.jobs.iceberg.catalog import SOURCE, CatalogError
 from tierproxy.jobs.iceberg.ledger import PASS, WRITER, current_ledger, ledger_of
 from tierproxy.jobs.iceberg.schema import TOPIC_ID
 from tierproxy.jobs.iceberg.typed import PREFIX
-from tierproxy.jobs.iceberg.writer import Lease, Renewal, live_lease, require_at, take
+from tierproxy.jobs.iceberg.writer import Lease, Renewal, live_lease, made_by, refused, require_at, take
 
 log = logging.getLogger(__name__)
 BACKFILL = "tierproxy.backfill"  # snapshot summary key: the backfill that made the snapshot
@@ -67,9 +69,36 @@ def incarnation_of(table: Any) -> tuple[dict[str, str], dict[str, str]]:
         if len(ids) == 1 and not unnamed:
             known[topic] = ids[0]
         else:
-            left[topic] = (f"the table holds incarnations {', '.join(ids + unnamed)} (kept through a re-creation "
-                           "before the column existed)")
+            left[topic] = (f"the table holds incarnations {', '.join(ids + unnamed)} (kept through a re-creation), "
+                           "and no pass's own commit still names these rows' (their files rewritten, or that commit "
+                           "expired)")
     return known, left
+
+
+def appended_under(table: Any) -> dict[str, dict[str, str]]:
+    """Each data file a pass's own commit added as it wrote it (an append snapshot carrying the ledger, not a
+    compaction's, upsert's or backfill's rewrite) → that commit's ledger's current incarnations ({topic: id}): a
+    pass adds rows of each topic's current incarnation only, so they are its rows' ids, however many incarnations
+    the table holds now. Files whose adding snapshot is expired or another writer's are not named."""
+    from tierproxy.jobs.iceberg.compaction import COMPACTION
+    from tierproxy.jobs.iceberg.sync import UPSERT
+
+    current = table.current_snapshot()
+    if current is None:
+        return {}
+    topics: dict[int, dict[str, str]] = {}
+    for snap in table.metadata.snapshots:
+        extra = snap.summary.additional_properties if snap.summary is not None else {}
+        led = ledger_of(snap)
+        if led is not None and snap.summary.operation.value == "append" and not {COMPACTION, UPSERT, BACKFILL} & set(
+                extra):
+            topics[snap.snapshot_id] = led.topics
+    out: dict[str, dict[str, str]] = {}
+    for manifest in current.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.snapshot_id in topics:
+                out[entry.data_file.file_path] = topics[entry.snapshot_id]
+    return out
 
 
 def _file_topic(table: Any, data_file: Any, topic_column: str) -> str | None:
@@ -91,7 +120,7 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
              redact: Callable[[str], str] = str) -> Backfilled:
     """Fill the topic id column of `table`'s rows that lack it (module doc), renewing the writer lease every third
     of `lease_ms` while it copies (on a table `load` loads afresh); CatalogError when another pass holds the table
-    or committed since this one planned (nothing changed)."""
+    or committed since this one planned (nothing changed); LookupError when the table has no such column yet."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     result = Backfilled()
@@ -99,18 +128,23 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
     if current is None:
         return result
     topic_column, id_column = columns_of(table)
+    if id_column not in {f.name for f in table.schema().fields}:  # the evolution is a pass's (`catalog.open_table`)
+        raise LookupError(f"table {name} has no column {id_column} yet: the next `tierproxy iceberg` pass of it adds "
+                          "it (its rows null there); run the backfill after that")
     field_id = table.schema().find_field(id_column).field_id
-    known, result.left = incarnation_of(table)
+    known, ambiguous = incarnation_of(table)
+    appended = appended_under(table)
     todo: list[tuple[Any, str]] = []
     for task in table.scan().plan_files():
         df = task.file
         if (df.null_value_counts or {}).get(field_id, df.record_count) == 0:
             continue  # written with the column
         topic = _file_topic(table, df, topic_column)
-        if topic in known:
-            todo.append((df, known[topic]))
+        tid = appended.get(df.file_path, {}).get(topic or "") or known.get(topic or "")
+        if tid is not None:
+            todo.append((df, tid))
         elif topic is not None and topic not in result.left:
-            result.left[topic] = "no incarnation recorded in the table's ledger"
+            result.left[topic] = ambiguous.get(topic, "no incarnation recorded in the table's ledger")
     if not todo:
         return result
     holder = live_lease(table, lease_ms)
@@ -126,9 +160,14 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
         raise CatalogError(f"table {name}: another pass committed or took it meanwhile ({type(exc).__name__}): the "
                            "backfill changed nothing; run it again") from None
     written: list[tuple[Any, str]] = []
+    sent = False  # the swap was sent to the catalog: a failure then may hide a commit it applied
     try:
         with Renewal(load, lease, at, lease_ms / 3000, redact):
-            _copy(table, todo, id_column, pass_id, io_properties, written, name)
+            misfits = _copy(table, todo, id_column, pass_id, io_properties, written, name)
+        for df, _ in misfits:
+            topic = _file_topic(table, df, topic_column) or "?"
+            result.left[topic] = ("a file written under an older partition spec spans several partitions of the "
+                                  "current one (a copy can only be added in the current spec): left as it was")
         table = table.refresh()  # (the renewals changed its properties)
         with table.transaction() as tx:
             require_at(tx, at)
@@ -138,9 +177,14 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
                         ow.delete_data_file(df)
                         ow.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, copy))
             tx.remove_properties(WRITER)
+            sent = True
     except BaseException as exc:
-        for _, copy in written:
-            table.io.delete(copy)
+        if sent and written and not refused(exc) and made_by(table, BACKFILL, pass_id):  # its answer lost
+            return _done(result, written)
+        if not sent or refused(exc):  # the copies are in no snapshot, nor ever will be
+            for _, copy in written:
+                table.io.delete(copy)
+        # else: its outcome unknown, the copies stay: the orphan rule removes them once no snapshot names them
         try:
             with table.refresh().transaction() as tx:  # give the lease up: nothing of this backfill is in the table
                 require_at(tx, at)
@@ -149,26 +193,34 @@ def backfill(table: Any, name: str, io_properties: dict[str, str], lease_ms: int
             log.warning("iceberg: backfill of %s: lease not released (%s): it expires", name, type(why).__name__)
         if not isinstance(exc, Exception):
             raise
-        raise CatalogError(f"table {name}: the backfill changed nothing ({type(exc).__name__}: "
+        outcome = "is not in the table now" if sent and written and not refused(exc) else "changed nothing"
+        raise CatalogError(f"table {name}: the backfill {outcome} ({type(exc).__name__}: "
                            f"{redact(str(exc))[:200]}); run it again") from None
+    return _done(result, written)
+
+
+def _done(result: Backfilled, written: list[tuple[Any, str]]) -> Backfilled:
     result.files = len(written)
     result.rows = sum(int(df.record_count) for df, _ in written)
     return result
 
 
 def _copy(table: Any, todo: list[tuple[Any, str]], id_column: str, pass_id: str, io_properties: dict[str, str],
-          written: list[tuple[Any, str]], name: str) -> None:
+          written: list[tuple[Any, str]], name: str) -> list[tuple[Any, str]]:
     """Each file of `todo` copied with its null ids filled; (file, copy) added to `written` for those whose copy
-    holds exactly their rows."""
+    holds exactly their rows and fits one partition of the table's current spec (a copy is added in it). → the
+    files of `todo` left out for not fitting (written under an older spec, spanning several of the current one's
+    partitions: their rows would be filed under one of them, and hidden from queries filtering on the others)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     from pyiceberg.io import load_file_io
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file, schema_to_pyarrow
 
     from tierproxy.jobs.iceberg.compaction import conform
     from tierproxy.jobs.iceberg.files import ROW_GROUP_ROWS, LazyParquet
 
     target = schema_to_pyarrow(table.schema())
+    misfits: list[tuple[Any, str]] = []
     for df, tid in todo:
         path = f"{df.file_path.removesuffix('.parquet')}-topicids-{pass_id}.parquet"
         fileio = load_file_io(properties=io_properties, location=path)
@@ -185,4 +237,12 @@ def _copy(table: Any, todo: list[tuple[Any, str]], id_column: str, pass_id: str,
             log.warning("iceberg: backfill of %s: %s left as it was (%d rows copied of %d)", name, df.file_path,
                         out.rows, df.record_count)
             continue
+        try:
+            parquet_file_to_data_file(table.io, table.metadata, copy)  # its partition in the current spec
+        except ValueError as exc:
+            table.io.delete(copy)
+            log.warning("iceberg: backfill of %s: %s left as it was: %s", name, df.file_path, exc)
+            misfits.append((df, tid))
+            continue
         written.append((df, copy))
+    return misfits

@@ -174,6 +174,7 @@ def compact(table: Any, offset_column: str, options: CompactionOptions, pass_id:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     from tierproxy.jobs.iceberg.ledger import WRITER
+    from tierproxy.jobs.iceberg.writer import made_by, refused
 
     result = Compacted()
     if groups is None:
@@ -197,6 +198,7 @@ def compact(table: Any, offset_column: str, options: CompactionOptions, pass_id:
     if not keep:
         return result
     before_commit()
+    sent = False  # the swap was sent to the catalog: a failure then may hide a commit it applied
     try:
         with table.transaction() as tx:
             with tx.update_snapshot(snapshot_properties={**props, COMPACTION: pass_id}).overwrite() as ow:
@@ -206,13 +208,16 @@ def compact(table: Any, offset_column: str, options: CompactionOptions, pass_id:
                     ow.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, path))
             if WRITER in table.properties:
                 tx.remove_properties(WRITER)
+            sent = True
     except Exception as exc:
-        for _, path in keep:
-            table.io.delete(path)
-        result.skipped = f"commit failed: {type(exc).__name__}: {hide_url_passwords(str(exc))[:300]}"
-        log.warning("iceberg: compaction not committed (the table is as it was; the next pass tries again): %s",
-                    result.skipped)
-        return result
+        if not sent or refused(exc) or not made_by(table, COMPACTION, pass_id):  # (else: applied, its answer lost)
+            if not sent or refused(exc):  # else its outcome unknown: the new files stay, the orphan rule's later
+                for _, path in keep:
+                    table.io.delete(path)
+            result.skipped = f"commit failed: {type(exc).__name__}: {hide_url_passwords(str(exc))[:300]}"
+            log.warning("iceberg: compaction not committed (the table is as it was; the next pass tries again): %s",
+                        result.skipped)
+            return result
     result.files_in = sum(len(g) for g, _ in keep)
     result.files_out = len(keep)
     result.rows = sum(c.rows for g, _ in keep for c in g)

@@ -99,7 +99,8 @@ def snapshot_at(table: Any, topic: str, offsets: dict[int, int], topic_id: str |
     """(the first snapshot (oldest in the current ancestry) whose table holds each given partition of `topic`'s
     incarnation `topic_id` (default: the current one) up to at least the given offset, i.e. every record below it,
     that id); (None, the id) when no snapshot does yet. Reading it with `offset < N` per partition (and the id, when
-    the snapshot holds several incarnations of the topic: `Ledger.incarnations`) gives exactly those records."""
+    the snapshot holds several incarnations of the topic: `Ledger.incarnations`) gives exactly those records.
+    ValueError when `topic_id` is no incarnation of `topic` any snapshot's ledger records."""
     from pyiceberg.table.snapshots import ancestors_of
 
     current = table.current_snapshot()
@@ -107,11 +108,19 @@ def snapshot_at(table: Any, topic: str, offsets: dict[int, int], topic_id: str |
         return None, topic_id
     wanted = topic_id or current_ledger(table).topics.get(topic)  # None: a topic gone from the table
     chain = list(ancestors_of(current, table.metadata))[::-1]
+    named = topic_id is None or topic_id in current_ledger(table).incarnations(topic)
     for snap in chain:
         led = ledger_of(snap)
         if led is None or topic not in led.topics:
             continue
         tid = wanted or led.topics[topic]
+        if tid not in led.incarnations(topic):  # another topic's id, or one of this topic not held then
+            continue
+        named = True
         if all(led.ends.get(f"{tid}:{p}", -1) >= off for p, off in offsets.items()):
             return snap, tid
+    if not named:
+        held = ", ".join(current_ledger(table).incarnations(topic)) or "none"
+        raise ValueError(f"--topic-id {topic_id}: not an incarnation of topic {topic} in table "
+                         f"{'.'.join(table.name())}'s history (it holds {held})")
     return None, wanted

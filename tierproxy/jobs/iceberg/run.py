@@ -70,14 +70,25 @@ def typed_options_of(s: TierSettings, topics: list[str]) -> list[IcebergOptions]
 
 def run_passes(settings: TierSettings, spark: Callable[[], Any]) -> list[IcebergSummary]:
     """One pass of every table: the raw history table (unless typed tables alone are configured: `iceberg.tables`
-    set and `iceberg.topics` not), then each typed table. The first failure stops the round (its exit code)."""
+    set and `iceberg.topics` not), then each typed table. The first failure stops the round (its exit code), but
+    for a topic refused its table (TableCollision: made for another topic): that one table's own problem, it lets the
+    others' passes run first, then fails the round (else every table after it would starve, round after round)."""
+    from tierproxy.config.values import TableCollision
+
     out = []
     if not settings.iceberg_tables or settings.iceberg_topics:
         out.append(run_pass(IcebergSync(options_of(settings), spark)))
     if settings.iceberg_tables:
         topics = [p.topic for p in describe_cluster(settings.own_bootstrap).partitions]
+        refused: TableCollision | None = None
         for options in typed_options_of(settings, topics):
-            out.append(run_pass(IcebergSync(options, spark)))
+            try:
+                out.append(run_pass(IcebergSync(options, spark)))
+            except TableCollision as exc:
+                log.error("iceberg: %s", exc)
+                refused = refused or exc
+        if refused is not None:
+            raise refused
     return out
 
 

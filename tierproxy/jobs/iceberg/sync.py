@@ -43,7 +43,7 @@ from tierproxy.jobs.iceberg.schema import iceberg_schema, time_bucket
 from tierproxy.jobs.iceberg.typed import PREFIX
 from tierproxy.jobs.iceberg.typed_files import write_typed_slice
 from tierproxy.jobs.iceberg.typed_tables import SCHEMAS, TypedOptions, TypedTable, dlq_name, open_typed
-from tierproxy.jobs.iceberg.upsert import KEY, OFFSET, PARTITION, TIMESTAMP, key_filter, plan_upsert
+from tierproxy.jobs.iceberg.upsert import KEY, OFFSET, PARTITION, TIMESTAMP, competing, plan_upsert
 from tierproxy.jobs.iceberg.writer import Lease, Renewal, commit_empty, live_lease, require_at, take
 from tierproxy.jobs.spark.options import EARLIEST, ReadOptions
 from tierproxy.jobs.spark.plan import PartitionPlan, Planner
@@ -494,14 +494,15 @@ class IcebergSync:
         assert t.new is not None
         table, deletes, paths = t.table, t.deletes, t.accepted.paths
         props = t.new.summary(pass_id, t.accepted.segments)
-        upsert, incarnation = None, None
+        upsert, topic = None, ""
         if t.typed is not None and self.o.typed is not None and self.o.typed.upsert:
             from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-            incarnation = t.new.topics.get(self.o.typed.topic)  # the pass's records are of it: keys compete in it
+            topic = self.o.typed.topic  # the pass's records are of its current incarnation: keys compete in it
 
             def rows_of(keys: list[bytes]) -> Any:  # the table's rows of the keys, as the pass planned from it
-                return table.scan(row_filter=key_filter(keys, incarnation),
+                assert t.new is not None
+                return table.scan(row_filter=competing(keys, t.ledger, t.new, topic),
                                   selected_fields=(KEY, PARTITION, OFFSET, TIMESTAMP), snapshot_id=t.at).to_arrow()
 
             upsert = plan_upsert(table.io, paths, schema_to_pyarrow(t.typed.schema),
@@ -526,7 +527,7 @@ class IcebergSync:
                     # the superseded rows first, in a snapshot of their own (not counted as rows removed below)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # pyiceberg warns when no row matched: a key's first value
-                        tx.delete(key_filter(upsert.keys, incarnation), snapshot_properties={UPSERT: pass_id})
+                        tx.delete(competing(upsert.keys, t.ledger, t.new, topic), snapshot_properties={UPSERT: pass_id})
                 for f in deletes:
                     tx.delete(f, snapshot_properties=props)
                 tx.add_files(paths, snapshot_properties=props)

@@ -152,10 +152,10 @@ def plan_upsert(io: Any, paths: list[str], arrow_schema: Any,
     return plan
 
 
-def key_filter(keys: list[bytes], topic_id: str | None = None) -> Any:
-    """The row filter of every row whose key is one of `keys`; with `topic_id`, of that incarnation's rows only (and
-    those from before the topic id column): a re-created topic's keys never compete with, nor delete, the rows an
-    older incarnation left in a kept table (`iceberg.retention=keep`)."""
+def key_filter(keys: list[bytes], topic_id: str | None = None, nulls: bool = True) -> Any:
+    """The row filter of every row whose key is one of `keys`; with `topic_id`, of that incarnation's rows only (and,
+    with `nulls`, those from before the topic id column: `competing` decides): a re-created topic's keys never
+    compete with, nor delete, the rows an older incarnation left in a kept table (`iceberg.retention=keep`)."""
     from pyiceberg import expressions
 
     # their pydantic signatures hide the (term, literals) constructors from mypy
@@ -165,7 +165,21 @@ def key_filter(keys: list[bytes], topic_id: str | None = None) -> Any:
     keyed = make(KEY, set(keys))
     if topic_id is None:
         return keyed
+    if not nulls:
+        return expressions.And(keyed, equal(TOPIC_ID, topic_id))
     return expressions.And(keyed, expressions.Or(equal(TOPIC_ID, topic_id), null(TOPIC_ID)))
+
+
+def competing(keys: list[bytes], planned: Any, ledger: Any, topic: str) -> Any:
+    """The row filter of the table's rows a pass's `keys` compete with (and delete): `topic`'s current incarnation's
+    (`ledger`, the pass's new one, `planned` the one it planned from: `ledger.Ledger`). A row from before the topic
+    id column (null there) counts as it only when that incarnation was already the current one (a re-created topic's
+    first pass: the nulls are the older one's, whose rows `follow` removes in this commit) and is the one the ledger
+    records of the topic (beside another, kept under `iceberg.retention=keep`, they are the older one's): they must
+    neither win over the new one's records nor be deleted by them."""
+    tid = ledger.topics.get(topic)
+    own = tid is None or (planned.topics.get(topic) == tid and ledger.incarnations(topic) == [tid])
+    return key_filter(keys, tid, nulls=own)
 
 
 NO_KEY = "no key: iceberg.mode=upsert keeps the latest value per Kafka key"

@@ -151,3 +151,27 @@ class Renewal:
             except Exception as exc:  # the catalog did not answer: tried again at the next tick
                 log.warning("iceberg: lease of pass %s not renewed yet: %s: %s", self.lease.pass_id,
                             type(exc).__name__, self.redact(str(exc))[:200])
+
+
+def refused(exc: BaseException) -> bool:
+    """The catalog said a commit did not go through (another commit came first): nothing of it is applied. Any other
+    failure of a commit (a timeout, CommitStateUnknownException) may hide one the catalog applied: the files it
+    added must then stay (the orphan rule removes them once no snapshot names them), `made_by` says which."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    return isinstance(exc, CommitFailedException)
+
+
+def made_by(table: Any, key: str, value: str) -> bool:
+    """Whether the table's main branch, loaded afresh, holds a snapshot whose summary has `key` = `value` (the commit
+    of a pass or a backfill whose answer was lost); False when the catalog cannot tell now."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    try:
+        table = table.refresh()
+        current = table.current_snapshot()
+        return current is not None and any(
+            s.summary is not None and s.summary.additional_properties.get(key) == value
+            for s in ancestors_of(current, table.metadata))
+    except Exception:
+        return False
