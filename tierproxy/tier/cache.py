@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import threading
 from collections.abc import Callable, Iterator
 
 from protocol.errors import ProtocolError
@@ -320,6 +321,10 @@ class MetadataCache:
         self._unindexed: set[PartitionCache] = set()  # partitions holding deferred records
         self._deferred_to: dict[bytes, PartitionCache] = {}  # the partition as a segment record names it → its cache
         self.skipped: Skipped | None = None  # told of a deferred record that failed when applied (the view's log)
+        # the thread loading the view (a checkpoint, on a worker thread while the loop answers): only it applies
+        # deferred records meanwhile; a read from another thread (a /metrics scrape) finds them not read yet, as
+        # a view still loading is (an apply there raced the loader's keeping of a record, and lost it)
+        self.loader: int | None = None
         self.mounts: dict[bytes, TopicMount] = {}  # origin topic id → its mount (a restore's hand-over)
         self.aliases: dict[bytes, bytes] = {}  # a restored topic's id in the owning cluster → the history's id
 
@@ -403,6 +408,8 @@ class MetadataCache:
     def index(self, pc: PartitionCache) -> None:
         """Apply `pc`'s deferred records, in the order they came (a record that fails is skipped, as when applied
         at once, and told to `skipped`)."""
+        if self.loader is not None and self.loader != threading.get_ident():
+            return
         pending, pc._pending = pc._pending, None
         self._unindexed.discard(pc)
         if not pending:
@@ -420,7 +427,9 @@ class MetadataCache:
                     self.skipped(key, value, source, offset, exc)
 
     def index_all(self) -> None:
-        """Apply every partition's deferred records."""
+        """Apply every partition's deferred records (none from another thread while one loads the view)."""
+        if self.loader is not None and self.loader != threading.get_ident():
+            return
         while self._unindexed:
             self.index(next(iter(self._unindexed)))
 
