@@ -429,7 +429,8 @@ class TopicRLMM(RemoteLogMetadataManager):
         except ProtocolError as exc:
             log.warning("ignoring checkpoint %s: %s", path, exc)
             return {}
-        self.cache.loader = threading.get_ident()  # (run on a worker thread: `MetadataCache.loader`)
+        cache = self.cache  # (the one loaded into, whatever replaces `cache` meanwhile: a cancelled start)
+        cache.loader = threading.get_ident()  # (run on a worker thread: `MetadataCache.loader`)
         try:
             for key, value in entries:
                 try:
@@ -437,7 +438,7 @@ class TopicRLMM(RemoteLogMetadataManager):
                 except (IllegalStateTransition, ValueError, ProtocolError) as exc:
                     log.error("checkpoint %s: %s (entry skipped)", path, exc)
         finally:
-            self.cache.loader = None
+            cache.loader = None
         return offsets
         for p in range(self.partitions):
             path = self._checkpoint_path(p)
