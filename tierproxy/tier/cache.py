@@ -9,6 +9,7 @@ A view may defer its segment records (`MetadataCache.defer`, the proxy's: a mill
 as the bytes it came in, in its partition's arrival order, and the partition applies them — the same way, in the
 same order — the first time anything asks its segments, epochs or unreferenced ids. The other events (purges,
 outcomes, partition deletions, passes, mounts) are applied as they come: none depends on a partition's segments.
+A partition whose live record left (`MetadataCache.retire`) applies its records as they come.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class PartitionCache:
         self._unreferenced: set[bytes] = set()
         self._owner = owner
         self._pending: list[bytes | int] | None = None  # deferred records, `DEFERRED` slots each
+        self.at_once = False  # its records applied as they come (`MetadataCache.retire`)
         self.log_start_offset = 0  # moved by purges only (RemoteLogStartOffset): nothing below it is served
         # (producer id, first offset) → the recorded outcome of a transaction open at a tiered segment's end
         self.outcomes: dict[tuple[int, int], TransactionOutcome] = {}
@@ -398,6 +400,8 @@ class MetadataCache:
                     return False  # (applied now: skipped as malformed, and no partition made for it)
                 pc = self.partition(tp)
             self._deferred_to[value[2:value[2] + 22]] = pc
+        if pc.at_once:
+            return False
         pending = pc._pending
         if pending is None:
             pending = pc._pending = []
@@ -425,6 +429,32 @@ class MetadataCache:
             except (IllegalStateTransition, ValueError, ProtocolError) as exc:
                 if self.skipped is not None:
                     self.skipped(key, value, source, offset, exc)
+
+    def retire(self, live: bytes, value: bytes | None) -> None:
+        """The live record `live` is leaving the live records (`value`: what its key holds next; None: a tombstone),
+        which a checkpoint replays. Its partition's deferred records are applied first, and unless `value` is a
+        record of the same segment the partition applies what comes at once from now on: a record kept meanwhile
+        would be replayed at the next start without what it met on arrival (that segment's state), and may pass
+        there where it failed (a segment being deleted served again)."""
+        if len(live) > 2 and not live[0]:
+            pc = self._deferred_to.get(live[2:live[2] + 22])
+            same = value is not None and len(value) > 2 and live[2:live[2] + 38] == value[2:value[2] + 38]
+        else:
+            pc, same = None, False
+        if pc is None:
+            try:
+                event = decode_value(live)
+            except (ValueError, ProtocolError):
+                return
+            tp = event.segment_id.tp if isinstance(event, RemoteLogSegmentMetadataUpdate) else \
+                getattr(event, "tp", None)
+            if not isinstance(tp, TopicIdPartition):
+                return
+            pc = self.partitions.get((tp.topic_id, tp.partition))
+        if pc is not None:
+            if pc._pending is not None:
+                self.index(pc)
+            pc.at_once = pc.at_once or not same
 
     def index_all(self) -> None:
         """Apply every partition's deferred records (none from another thread while one loads the view)."""
