@@ -276,3 +276,21 @@ def test_a_deferred_record_in_a_checkpoint_is_replayed_after_what_it_came_after(
     pc = lazy.cache.find("a", 0)
     assert pc is None or pc.segment_for_offset(5) is None, "a segment being deleted served after a restart"
     assert whole_view(lazy) == whole_view(eager)
+
+
+def test_a_segment_moving_to_its_finished_key_keeps_its_partition_deferring() -> None:
+    """The tier job's usual lifecycle (STARTED under the id key, FINISHED under the KIP key, the id key retired)
+    leaves no state resting on a retired record: the partition's next records are still deferred."""
+    t = tp("a")
+    r = reader(deferring=True)
+    started = seg(t, 0, 9)
+    done = dataclasses.replace(started, state=S.COPY_SEGMENT_FINISHED)
+    r._apply(0, 0, segment_id_key(started.segment_id), encode_value(started))
+    r._apply(0, 1, record_key(done), encode_value(done))
+    r._apply(0, 2, segment_id_key(started.segment_id), None)
+    pc = r.cache.get(t.topic_id, 0)
+    assert pc is not None and not pc.at_once
+    later = seg(t, 10, 19)
+    r._apply(0, 3, segment_id_key(later.segment_id), encode_value(later))
+    assert pc._pending is not None and len(pc._pending) == DEFERRED
+    assert pc.latest_tiered_offset() == 9 and len(pc.segments) == 2

@@ -9,7 +9,8 @@ A view may defer its segment records (`MetadataCache.defer`, the proxy's: a mill
 as the bytes it came in, in its partition's arrival order, and the partition applies them — the same way, in the
 same order — the first time anything asks its segments, epochs or unreferenced ids. The other events (purges,
 outcomes, partition deletions, passes, mounts) are applied as they come: none depends on a partition's segments.
-A partition whose live record left (`MetadataCache.retire`) applies its records as they come.
+A partition where a segment's state rests on a record no longer live (`MetadataCache.retire`) applies its records
+as they come.
 """
 
 from __future__ import annotations
@@ -432,29 +433,28 @@ class MetadataCache:
 
     def retire(self, live: bytes, value: bytes | None) -> None:
         """The live record `live` is leaving the live records (`value`: what its key holds next; None: a tombstone),
-        which a checkpoint replays. Its partition's deferred records are applied first, and unless `value` is a
-        record of the same segment the partition applies what comes at once from now on: a record kept meanwhile
-        would be replayed at the next start without what it met on arrival (that segment's state), and may pass
-        there where it failed (a segment being deleted served again)."""
-        if len(live) > 2 and not live[0]:
-            pc = self._deferred_to.get(live[2:live[2] + 22])
-            same = value is not None and len(value) > 2 and live[2:live[2] + 38] == value[2:value[2] + 38]
+        which a checkpoint replays. Its partition's deferred records are applied first; and if a segment's state
+        rests on `live` alone (no later record of it, and `value` is not one), the partition applies what comes at
+        once from then on: a record kept meanwhile would be replayed at the next start without that state, and
+        may pass there where it failed (a segment being deleted served again)."""
+        try:
+            event = decode_value(live)
+        except (ValueError, ProtocolError):
+            return
+        if isinstance(event, RemoteLogSegmentMetadataUpdate):
+            tp, seg_id = event.segment_id.tp, event.segment_id.id
+        elif isinstance(event, RemoteLogSegmentMetadata):
+            tp, seg_id = event.tp, event.segment_id.id
         else:
-            pc, same = None, False
+            return  # (no segment's state: what a segment record meets does not depend on it)
+        pc = self.partitions.get((tp.topic_id, tp.partition))
         if pc is None:
-            try:
-                event = decode_value(live)
-            except (ValueError, ProtocolError):
-                return
-            tp = event.segment_id.tp if isinstance(event, RemoteLogSegmentMetadataUpdate) else \
-                getattr(event, "tp", None)
-            if not isinstance(tp, TopicIdPartition):
-                return
-            pc = self.partitions.get((tp.topic_id, tp.partition))
-        if pc is not None:
-            if pc._pending is not None:
-                self.index(pc)
-            pc.at_once = pc.at_once or not same
+            return
+        if pc._pending is not None:
+            self.index(pc)
+        same = value is not None and len(value) > 2 and live[2:live[2] + 38] == value[2:value[2] + 38]
+        if not same and pc._segments.rests_on(seg_id, live):
+            pc.at_once = True
 
     def index_all(self) -> None:
         """Apply every partition's deferred records (none from another thread while one loads the view)."""
