@@ -9,12 +9,15 @@ A view may defer its segment records (`MetadataCache.defer`, the proxy's: a mill
 as the bytes it came in, in its partition's arrival order, and the partition applies them — the same way, in the
 same order — the first time anything asks its segments, epochs or unreferenced ids. The other events (purges,
 outcomes, partition deletions, passes, mounts) are applied as they come: none depends on a partition's segments.
+A partition where a segment's state rests on a record no longer live (`MetadataCache.retire`) applies its records
+as they come.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import threading
 from collections.abc import Callable, Iterator
 
 from protocol.errors import ProtocolError
@@ -80,6 +83,7 @@ class PartitionCache:
         self._unreferenced: set[bytes] = set()
         self._owner = owner
         self._pending: list[bytes | int] | None = None  # deferred records, `DEFERRED` slots each
+        self.at_once = False  # its records applied as they come (`MetadataCache.retire`)
         self.log_start_offset = 0  # moved by purges only (RemoteLogStartOffset): nothing below it is served
         # (producer id, first offset) → the recorded outcome of a transaction open at a tiered segment's end
         self.outcomes: dict[tuple[int, int], TransactionOutcome] = {}
@@ -320,6 +324,10 @@ class MetadataCache:
         self._unindexed: set[PartitionCache] = set()  # partitions holding deferred records
         self._deferred_to: dict[bytes, PartitionCache] = {}  # the partition as a segment record names it → its cache
         self.skipped: Skipped | None = None  # told of a deferred record that failed when applied (the view's log)
+        # the thread loading the view (a checkpoint, on a worker thread while the loop answers): only it applies
+        # deferred records meanwhile; a read from another thread (a /metrics scrape) finds them not read yet, as
+        # a view still loading is (an apply there raced the loader's keeping of a record, and lost it)
+        self.loader: int | None = None
         self.mounts: dict[bytes, TopicMount] = {}  # origin topic id → its mount (a restore's hand-over)
         self.aliases: dict[bytes, bytes] = {}  # a restored topic's id in the owning cluster → the history's id
 
@@ -393,6 +401,8 @@ class MetadataCache:
                     return False  # (applied now: skipped as malformed, and no partition made for it)
                 pc = self.partition(tp)
             self._deferred_to[value[2:value[2] + 22]] = pc
+        if pc.at_once:
+            return False
         pending = pc._pending
         if pending is None:
             pending = pc._pending = []
@@ -403,6 +413,8 @@ class MetadataCache:
     def index(self, pc: PartitionCache) -> None:
         """Apply `pc`'s deferred records, in the order they came (a record that fails is skipped, as when applied
         at once, and told to `skipped`)."""
+        if self.loader is not None and self.loader != threading.get_ident():
+            return
         pending, pc._pending = pc._pending, None
         self._unindexed.discard(pc)
         if not pending:
@@ -419,8 +431,35 @@ class MetadataCache:
                 if self.skipped is not None:
                     self.skipped(key, value, source, offset, exc)
 
+    def retire(self, live: bytes, value: bytes | None) -> None:
+        """The live record `live` is leaving the live records (`value`: what its key holds next; None: a tombstone),
+        which a checkpoint replays. Its partition's deferred records are applied first; and if a segment's state
+        rests on `live` alone (no later record of it, and `value` is not one), the partition applies what comes at
+        once from then on: a record kept meanwhile would be replayed at the next start without that state, and
+        may pass there where it failed (a segment being deleted served again)."""
+        try:
+            event = decode_value(live)
+        except (ValueError, ProtocolError):
+            return
+        if isinstance(event, RemoteLogSegmentMetadataUpdate):
+            tp, seg_id = event.segment_id.tp, event.segment_id.id
+        elif isinstance(event, RemoteLogSegmentMetadata):
+            tp, seg_id = event.tp, event.segment_id.id
+        else:
+            return  # (no segment's state: what a segment record meets does not depend on it)
+        pc = self.partitions.get((tp.topic_id, tp.partition))
+        if pc is None:
+            return
+        if pc._pending is not None:
+            self.index(pc)
+        same = value is not None and len(value) > 2 and live[2:live[2] + 38] == value[2:value[2] + 38]
+        if not same and pc._segments.rests_on(seg_id, live):
+            pc.at_once = True
+
     def index_all(self) -> None:
-        """Apply every partition's deferred records."""
+        """Apply every partition's deferred records (none from another thread while one loads the view)."""
+        if self.loader is not None and self.loader != threading.get_ident():
+            return
         while self._unindexed:
             self.index(next(iter(self._unindexed)))
 

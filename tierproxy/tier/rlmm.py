@@ -140,6 +140,8 @@ class RemoteLogMetadataManager(abc.ABC):
             if self._keys is not None and (pk := _partition_of_key(key)) is not None:
                 self._keys.setdefault(pk, set()).add(key)
             return
+        if self.deferring and key and (live := self.values.get(key)) is not None:
+            self._cache.retire(live, value if type(value) is bytes else None if value is None else bytes(value))
         pk = _partition_of_key(key) if key and self._keys is not None else None
         if value is None:
             if pk is not None and self._keys is not None:

@@ -19,6 +19,7 @@ import contextlib
 import glob
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -428,11 +429,16 @@ class TopicRLMM(RemoteLogMetadataManager):
         except ProtocolError as exc:
             log.warning("ignoring checkpoint %s: %s", path, exc)
             return {}
-        for key, value in entries:
-            try:
-                self.apply_record(key, value, CHECKPOINT)
-            except (IllegalStateTransition, ValueError, ProtocolError) as exc:
-                log.error("checkpoint %s: %s (entry skipped)", path, exc)
+        cache = self.cache  # (the one loaded into, whatever replaces `cache` meanwhile: a cancelled start)
+        cache.loader = threading.get_ident()  # (run on a worker thread: `MetadataCache.loader`)
+        try:
+            for key, value in entries:
+                try:
+                    self.apply_record(key, value, CHECKPOINT)
+                except (IllegalStateTransition, ValueError, ProtocolError) as exc:
+                    log.error("checkpoint %s: %s (entry skipped)", path, exc)
+        finally:
+            cache.loader = None
         return offsets
         for p in range(self.partitions):
             path = self._checkpoint_path(p)

@@ -36,6 +36,11 @@ class SegmentTable(MutableMapping[bytes, RemoteLogSegmentMetadata]):
         """Keep the segment as `value`, a record already read whole into the segment it describes."""
         self._stored[seg_id] = value
 
+    def rests_on(self, seg_id: bytes, record: bytes) -> bool:
+        """Whether the segment is kept as `record` (or as made from an update event, whose record is not known)."""
+        stored = self._stored.get(seg_id)
+        return stored is not None and (not isinstance(stored, bytes) or stored is record or stored == record)
+
     def __getitem__(self, seg_id: bytes) -> RemoteLogSegmentMetadata:
         stored = self._stored[seg_id]
         last = self._last
