@@ -197,6 +197,12 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
                                          tier_state_dir=tmp_path / "state"))
         tiered_s = time.perf_counter() - began
         assert summary.failed == 0, summary
+        source = tmp_path / "PatternConsumer.java"
+        source.write_text(CONSUMER)
+        # the same reads straight from the broker while it still holds everything: what the client itself costs
+        # over 10,000 partitions, whoever serves them
+        direct = {side: consume(cluster.libs, source, cluster.bootstrap, pattern, total)
+                  for side, pattern in (("narrow", "narrow"), ("wide", "wide-.*"))}
         alter_retention(admin, [*wide, "narrow"], 1000)  # the broker forgets what the tier holds
         parts = [TopicPartition(t, p) for t in [*wide, "narrow"] for p in range(PER_TOPIC)]
         starts = forgotten(admin, parts)
@@ -204,8 +210,6 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
         assert min(starts.values()) > 0, "the broker kept some history"
         from_tier = {side: sum(v for (t, _), v in starts.items() if (t == "narrow") == (side == "narrow"))
                      for side in ("narrow", "wide")}
-        source = tmp_path / "PatternConsumer.java"
-        source.write_text(CONSUMER)
         reads: dict[tuple[str, str], list[dict[str, float]]] = {}
         profile = ""
         for i in range(READS):
@@ -262,5 +266,8 @@ def test_one_java_consumer_over_ten_thousand_partitions(tmp_path: Path) -> None:
     report("java consumer, 10,000 partitions vs 100", (
         f"{TOPICS * PER_TOPIC:,} partitions x {PER_PARTITION} records of 1000 B vs 100 partitions x "
         f"{total // PER_TOPIC:,} (produced in {produced_s:.0f} s, tiered in one pass of {tiered_s:.0f} s; from the "
-        f"tier: narrow {from_tier['narrow']:,} records, wide {from_tier['wide']:,}); " + "; ".join(figures) + profile))
+        f"tier: narrow {from_tier['narrow']:,} records, wide {from_tier['wide']:,}); straight from the broker before "
+        f"the deletion: narrow {mbps(direct['narrow']):.0f} MB/s (consumer CPU {direct['narrow']['consumer_cpu_s']:.1f}"
+        f" s), wide {mbps(direct['wide']):.0f} MB/s (consumer CPU {direct['wide']['consumer_cpu_s']:.1f} s), wide / "
+        f"narrow {mbps(direct['wide']) / mbps(direct['narrow']):.2f}x; " + "; ".join(figures) + profile))
     assert all(r["records"] >= total for rs in reads.values() for r in rs)
