@@ -81,6 +81,15 @@ async def _start(wire: Wire, proxy: InProcessProxy, version: int, offsets: dict[
     return first["session_id"], first
 
 
+def _caught_up(version: int, asked: Data) -> Data:
+    """The broker: every partition the forwarded request names at its log start (20), nothing new."""
+    answer = _out_of_range(version, asked)
+    for t in answer["responses"]:
+        for p in t["partitions"]:
+            p.update({"error_code": 0, "high_watermark": 1000, "last_stable_offset": 1000, "log_start_offset": 20})
+    return answer
+
+
 def _records(answer: Data) -> dict[int, int]:
     """partition → the next offset after the records it was answered (partitions with records only)."""
     out = {}
@@ -161,19 +170,11 @@ def test_a_caught_up_client_leaves_its_session_and_goes_back_to_the_relay() -> N
         offsets.update(_records(first))
         assert offsets == {N: 20}
 
-        def caught_up(version: int, asked: Data) -> Data:
-            answer = _out_of_range(version, asked)
-            for t in answer["responses"]:
-                for p in t["partitions"]:
-                    p.update({"error_code": 0, "high_watermark": 1000, "last_stable_offset": 1000,
-                              "log_start_offset": 20})
-            return answer
-
-        _, second = await _exchange(wire, proxy, 12, _body(12, {N: 20}, (sid, 1)), broker=caught_up)
+        _, second = await _exchange(wire, proxy, 12, _body(12, {N: 20}, (sid, 1)), broker=_caught_up)
         assert second["session_id"] == sid and second["error_code"] == 0
         asked, ended = await _exchange(wire, proxy, 12, _body(12, {}, (sid, 2)))
         assert asked is None and ended["error_code"] == 70 and sessions.held() == before
-        _, full = await _exchange(wire, proxy, 12, _body(12, {N: 20}, (0, 0)), broker=caught_up)
+        _, full = await _exchange(wire, proxy, 12, _body(12, {N: 20}, (0, 0)), broker=_caught_up)
         assert full["session_id"] == 0  # relayed as the broker answered it
 
     run(go())
@@ -260,16 +261,8 @@ def test_a_full_request_of_a_caught_up_client_ends_its_session() -> None:
         sid, _ = await _start(wire, proxy, 12, offsets)
         assert sessions.held() == before + 1
 
-        def caught_up(version: int, asked: Data) -> Data:
-            answer = _out_of_range(version, asked)
-            for t in answer["responses"]:
-                for p in t["partitions"]:
-                    p.update({"error_code": 0, "high_watermark": 1000, "last_stable_offset": 1000,
-                              "log_start_offset": 20})
-            return answer
-
-        await _exchange(wire, proxy, 12, _body(12, {N: 20}, (sid, 1)), broker=caught_up)
-        _, full = await _exchange(wire, proxy, 12, _body(12, {N: 20}, (0, 0)), broker=caught_up)
+        await _exchange(wire, proxy, 12, _body(12, {N: 20}, (sid, 1)), broker=_caught_up)
+        _, full = await _exchange(wire, proxy, 12, _body(12, {N: 20}, (0, 0)), broker=_caught_up)
         assert full["session_id"] == 0
         assert sessions.held() == before
 

@@ -59,15 +59,9 @@ def read_segment_record(value: bytes, tip: Callable[[str, bytes, int], TopicIdPa
     if tip_tags or id_tags:
         return None
     where = value[2:p + 20]  # the partition as named: its name's length, name, id and number
-    shared = _TIPS.get(where)
+    shared = _TIPS.get(where) or _new_tip(where, value[3:p], topic_id, partition, tip)
     if shared is None:
-        try:
-            name = value[3:p].decode()
-        except UnicodeDecodeError:
-            return None
-        if len(_TIPS) >= _TIPS_MAX:
-            _TIPS.clear()
-        shared = _TIPS[where] = tip(name, topic_id, partition)
+        return None
     p += 75
     count -= 1
     if count == 1:  # one leader epoch: the usual segment
@@ -136,16 +130,21 @@ def partition_named(value: bytes, tip: Callable[[str, bytes, int], TopicIdPartit
     if n < 80 or value[0] != 0 or value[1] > 1 or not 1 <= value[2] < 128 or value[2] + 22 > n:
         return None
     where = value[2:value[2] + 22]  # the name's length, the name, the topic id, the partition
-    shared = _TIPS.get(where)
-    if shared is None:
-        p = 2 + value[2]
-        try:
-            name = value[3:p].decode()
-        except UnicodeDecodeError:
-            return None
-        if len(_TIPS) >= _TIPS_MAX:
-            _TIPS.clear()
-        shared = _TIPS[where] = tip(name, value[p:p + 16], int.from_bytes(value[p + 16:p + 20], signed=True))
+    p = 2 + value[2]
+    return _TIPS.get(where) or _new_tip(where, value[3:p], value[p:p + 16],
+                                        int.from_bytes(value[p + 16:p + 20], signed=True), tip)
+
+
+def _new_tip(where: bytes, name: bytes, topic_id: bytes, partition: int,
+             tip: Callable[[str, bytes, int], TopicIdPartition]) -> TopicIdPartition | None:
+    """The shared partition object of a partition named `where` first seen now (None: its name is no UTF-8)."""
+    try:
+        decoded = name.decode()
+    except UnicodeDecodeError:
+        return None
+    if len(_TIPS) >= _TIPS_MAX:
+        _TIPS.clear()
+    shared = _TIPS[where] = tip(decoded, topic_id, partition)
     return shared
 
 
