@@ -33,7 +33,7 @@ from typing import Any
 
 from protocol.constants import ErrorCode
 from protocol.messages import FetchRequest, FetchRequestTopicPartition, FetchResponse
-from tierproxy.proxy.intercept.fetch.plan import FINAL_EPOCH, Key
+from tierproxy.proxy.intercept.fetch.plan import FINAL_EPOCH, Key, key_of
 
 # partitions held in sessions across the process (~0.75 KB each with its decoded request entry, tracemalloc):
 # ~150 MB at most
@@ -68,8 +68,7 @@ class FetchSession:
 
     def grows_past_bound(self, data: FetchRequest) -> bool:
         """An incremental request would add more partitions than the process-wide bound has room for."""
-        named = {(t["topic_id"] if self.by_id else t["topic"], p["partition"]) for t in data["topics"]
-                 for p in t["partitions"]}
+        named = {key_of(self.by_id, t, p) for t in data["topics"] for p in t["partitions"]}
         forgotten = {(f["topic_id"] if self.by_id else f["topic"], n) for f in data["forgotten_topics_data"]
                      for n in f["partitions"]}
         after = len((self.parts.keys() | named) - forgotten)  # as `apply` leaves it: updated, then forgotten
@@ -84,8 +83,7 @@ class FetchSession:
     def _update(self, data: FetchRequest) -> None:
         for t in data["topics"]:
             for p in t["partitions"]:
-                key: Key = (t["topic_id"] if self.by_id else t["topic"], p["partition"])
-                self.parts[key] = (t["topic"], t["topic_id"], p)
+                self.parts[key_of(self.by_id, t, p)] = (t["topic"], t["topic_id"], p)
 
     def apply(self, data: FetchRequest) -> FetchRequest:
         """An incremental request applied (its partitions, then its forgotten topics); returns the whole session as a
