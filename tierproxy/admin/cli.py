@@ -144,7 +144,9 @@ def _run_admin(args: argparse.Namespace, console: Console) -> int:
                 time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(st["last_commit_ms"] / 1000)) + " UTC"
             console.print(f"[bold]{st['table']}[/bold] in {st['catalog']}: " + (
                 f"snapshot {st['snapshot_id']} committed {when}, {st['files']} files, {st['rows']} rows, "
-                f"lag {st['lag_offsets']} offsets" if st["exists"] else "not created yet (no pass has run)"))
+                f"lag {st['lag_offsets']} offsets; {st.get('live_bytes', 0)} bytes live, {st.get('disk_bytes', 0)} on "
+                f"disk, {st.get('snapshots', 0)} snapshots, {st.get('manifests', 0)} manifests" if st["exists"]
+                else "not created yet (no pass has run)"))
             table = Table("topic", "partition", "tier end", "table end", "lag")
             for p in st["partitions"]:
                 table.add_row(p["topic"], str(p["partition"]), str(p["tier_end"]), str(p["table_end"]), str(p["lag"]))

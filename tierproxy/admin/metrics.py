@@ -18,7 +18,8 @@
     tierproxy_remote_gap_skips_total, tierproxy_remote_fetch_throttled_total,
     tierproxy_remote_fetches_within_authorization_window_total,
     tierproxy_iceberg_lag_offsets{topic}, tierproxy_iceberg_last_commit_timestamp_seconds, tierproxy_iceberg_files,
-    tierproxy_iceberg_rows (when iceberg.catalog is set); with iceberg.tables, tierproxy_iceberg_typed_rows{table},
+    tierproxy_iceberg_rows, tierproxy_iceberg_{live,disk}_bytes, tierproxy_iceberg_snapshots,
+    tierproxy_iceberg_manifests (when iceberg.catalog is set); with iceberg.tables, tierproxy_iceberg_typed_rows{table},
     tierproxy_iceberg_dead_letters{table}, tierproxy_iceberg_typed_lag_offsets{table}
 """
 
@@ -64,7 +65,13 @@ def _iceberg_metrics(st: dict[str, object]) -> Iterator[Metric]:
             ("tierproxy_iceberg_last_commit_timestamp_seconds", "When the table's current snapshot was committed",
              (st.get("last_commit_ms") or 0) / 1000),  # type: ignore[operator]
             ("tierproxy_iceberg_files", "Data files in the table's current snapshot", st.get("files", 0)),
-            ("tierproxy_iceberg_rows", "Rows in the table's current snapshot", st.get("rows", 0))):
+            ("tierproxy_iceberg_rows", "Rows in the table's current snapshot", st.get("rows", 0)),
+            ("tierproxy_iceberg_live_bytes", "Bytes of the table's current snapshot (data files, the metadata "
+             "reading it needs)", st.get("live_bytes", 0)),
+            ("tierproxy_iceberg_disk_bytes", "Bytes of every file under the table's location",
+             st.get("disk_bytes", 0)),
+            ("tierproxy_iceberg_snapshots", "Snapshots the table's metadata holds", st.get("snapshots", 0)),
+            ("tierproxy_iceberg_manifests", "Manifests of the table's current snapshot", st.get("manifests", 0))):
         g = GaugeMetricFamily(name, help_)
         g.add_metric([], float(value))  # type: ignore[arg-type]
         yield g

@@ -60,6 +60,10 @@ class TypedTableStatus(BaseModel):
     last_commit_ms: int | None = None
     files: int = 0
     rows: int = 0
+    live_bytes: int = 0  # the current snapshot's data files and the metadata reading it needs
+    disk_bytes: int = 0  # every file under the table's location (older snapshots', orphans)
+    snapshots: int = 0
+    manifests: int = 0  # the current snapshot's
     dead_letters: int = 0  # rows of its dead-letter table (`<table>_dlq`)
     lag_offsets: int
     partitions: list[IcebergPartition]
@@ -73,6 +77,10 @@ class IcebergStatus(BaseModel):
     last_commit_ms: int | None = None
     files: int = 0
     rows: int = 0
+    live_bytes: int = 0  # the current snapshot's data files and the metadata reading it needs
+    disk_bytes: int = 0  # every file under the table's location (older snapshots', orphans)
+    snapshots: int = 0
+    manifests: int = 0  # the current snapshot's
     lag_offsets: int
     partitions: list[IcebergPartition]
     typed: list[TypedTableStatus] | None = None  # with iceberg.tables: each typed table of a tiered topic

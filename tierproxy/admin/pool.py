@@ -37,7 +37,9 @@ SAME_VIEW = {"tierproxy_ready": min, "tierproxy_tier_segments": max, "tierproxy_
              "tierproxy_tier_lag_offsets": max, "tierproxy_rlmm_lag_records": max,
              "tierproxy_iceberg_lag_offsets": max, "tierproxy_iceberg_last_commit_timestamp_seconds": max,
              "tierproxy_iceberg_files": max, "tierproxy_iceberg_rows": max, "tierproxy_iceberg_typed_rows": max,
-             "tierproxy_iceberg_dead_letters": max, "tierproxy_iceberg_typed_lag_offsets": max}
+             "tierproxy_iceberg_dead_letters": max, "tierproxy_iceberg_typed_lag_offsets": max,
+             "tierproxy_iceberg_live_bytes": max, "tierproxy_iceberg_disk_bytes": max,
+             "tierproxy_iceberg_snapshots": max, "tierproxy_iceberg_manifests": max}
 
 
 def _register(proxy: Proxy) -> None:

@@ -173,9 +173,10 @@ def _run_job(name: str, settings: TierSettings, work: Callable[[], int]) -> int:
 
 def _job_error(exc: Exception, settings: TierSettings) -> int | None:
     """A Spark job's (`tier`, `iceberg`) failures as one line and an exit code: 3 authentication or TLS refused,
-    4 fenced by a newer writer, 2 another cluster's tier or two topics mapping to one typed table, 7 the Iceberg
-    catalog (unreachable, refusing, no namespace, a table that is not ours) or the schema registry (unreachable,
-    refusing), 8 a segment whose bytes cannot become rows, 6 brokers unreachable.
+    4 fenced by a newer writer, 2 another cluster's tier, two topics mapping to one typed table or a table's
+    maintenance property that is no value of its kind, 7 the Iceberg catalog (unreachable, refusing, no namespace, a
+    table that is not ours) or the schema registry (unreachable, refusing), 8 a segment whose bytes cannot become
+    rows, 6 brokers unreachable.
     None: not one of them."""
     from tierproxy.config.identity.sasl import AuthenticationFailed
     from tierproxy.config.values import TableCollision
@@ -191,6 +192,7 @@ def _job_error(exc: Exception, settings: TierSettings) -> int | None:
         return 3
     kinds: list[tuple[type[Exception] | None, str, int]] = [
         (WriterFenced, "stopped: ", 4), (WrongCluster, "", 2),
+        (_loaded("tierproxy.jobs.iceberg.maintenance", "BadTableProperty"), "config error: ", 2),
         (_loaded("tierproxy.jobs.iceberg.catalog", "CatalogError"), "iceberg: ", 7),
         (_loaded("tierproxy.jobs.iceberg.registry", "RegistryUnavailable"), "iceberg: ", 7),
         (_loaded("tierproxy.jobs.iceberg.run", "SegmentDataError"), "iceberg: ", 8),

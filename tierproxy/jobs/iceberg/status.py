@@ -1,6 +1,7 @@
 """The table as an operator sees it: per partition, the tier's end against the table's end (the lag), the last
-commit, files and rows. Read from the catalog (the ledger in the current snapshot) and the tier's metadata,
-so every replica and the CLI show the same figures without asking the job."""
+commit, files and rows, and what maintenance bounds (`manifests.figures`: live bytes, bytes on disk, snapshots,
+manifests; bytes on disk lists the table's location). Read from the catalog (the ledger in the current snapshot)
+and the tier's metadata, so every replica and the CLI show the same figures without asking the job."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int],
     snap = table.current_snapshot()
     props = dict(snap.summary.additional_properties) if snap is not None and snap.summary is not None else {}
     ledger = current_ledger(table)
+    from tierproxy.jobs.iceberg.manifests import figures
+
     parts = []
     for (tid, p), (topic, tier_end) in sorted(tier_ends.items(), key=lambda kv: (kv[1][0], kv[0][1])):
         table_end = ledger.ends.get(f"{tid}:{p}", ledger.starts.get(f"{tid}:{p}", 0))
@@ -51,7 +54,8 @@ def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int],
             "snapshot_id": snap.snapshot_id if snap is not None else None,
             "last_commit_ms": snap.timestamp_ms if snap is not None else None,
             "files": int(props.get("total-data-files", 0) or 0), "rows": int(props.get("total-records", 0) or 0),
-            "partitions": parts, "lag_offsets": sum(x["lag"] for x in parts)}
+            "partitions": parts, "lag_offsets": sum(x["lag"] for x in parts),
+            **figures(table)}  # live bytes, bytes on disk, snapshots, manifests (what maintenance keeps bounded)
 
 
 def typed_status(cfg: CatalogConfig, rules: str,

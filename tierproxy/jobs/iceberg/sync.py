@@ -10,11 +10,13 @@ the table follow the tier, clean up.
    DeleteRecords purges: whole files dropped, a boundary file rewritten), a deleted topic's rows removed, the new
    files added, the new ledger in the snapshot summary. Killed before it: nothing changed; after it: the ledger has
    it all; another pass committed meanwhile: refused, nothing of this pass in the table.
-4. Cleanup: after rows were removed, older snapshots are expired so removed rows are gone for good; data files no
-   snapshot references (a killed pass's, expired ones') are deleted once older than `iceberg.orphan.min.age.ms`
-   and than a commit of this pass (`orphans`).
+4. Cleanup (`cleanup`): after rows were removed, older snapshots are expired so removed rows are gone for good;
+   then maintenance by the table's properties (snapshots expired by age and count, manifests merged: `maintenance`);
+   files nothing live refers to (a killed pass's, expired snapshots') are deleted once older than
+   `iceberg.orphan.min.age.ms` and than a commit of this pass (`orphans`).
 
-`iceberg.retention=keep` skips 3's removals and 4's expiry: the table keeps what the tier deletes.
+`iceberg.retention=keep` skips 3's removals and 4's expiry after them: the table keeps what the tier deletes (the
+table's own expiry properties still decide how long its time travel lasts).
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tierproxy.jobs.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, open_table, raw_shape
+from tierproxy.jobs.iceberg.cleanup import Cleanup
 from tierproxy.jobs.iceberg.compaction import Compacted, CompactionOptions, candidates, compact, plan_groups
 from tierproxy.jobs.iceberg.files import SliceWritten, write_slice
 from tierproxy.jobs.iceberg.ledger import LEDGER, PASS, WRITER, Ledger, current_ledger
-from tierproxy.jobs.iceberg.orphans import orphans
 from tierproxy.jobs.iceberg.pauses import pause_point
 from tierproxy.jobs.iceberg.registry import RegistryUnavailable
 from tierproxy.jobs.iceberg.schema import iceberg_schema, time_bucket
@@ -44,7 +46,7 @@ from tierproxy.jobs.iceberg.typed import PREFIX
 from tierproxy.jobs.iceberg.typed_files import write_typed_slice
 from tierproxy.jobs.iceberg.typed_tables import SCHEMAS, TypedOptions, TypedTable, dlq_name, open_typed
 from tierproxy.jobs.iceberg.upsert import KEY, OFFSET, PARTITION, TIMESTAMP, competing, plan_upsert
-from tierproxy.jobs.iceberg.writer import Lease, Renewal, commit_empty, live_lease, require_at, take
+from tierproxy.jobs.iceberg.writer import Lease, Renewal, live_lease, require_at, take
 from tierproxy.jobs.spark.options import EARLIEST, ReadOptions
 from tierproxy.jobs.spark.plan import PartitionPlan, Planner
 from tierproxy.jobs.spark.slices import Slice
@@ -83,7 +85,8 @@ class IcebergSummary:
     files_held_back: int = 0
     rows_deleted: int = 0
     files_deleted: int = 0  # physically, after expiry (orphans included)
-    snapshots_expired: int = 0
+    snapshots_expired: int = 0  # after a purge, and by the table's history.expire.* properties
+    manifests_merged: int = 0  # the current snapshot's manifests merged (commit.manifest.min-count-to-merge)
     executor_peak_rss_mb: float = 0.0  # the largest Python worker's peak RSS among this pass's tasks
     executor_base_rss_mb: float = 0.0  # a worker's RSS before its first slice (interpreter, pyarrow, pyiceberg)
     committed: bool = False
@@ -106,7 +109,9 @@ class IcebergSummary:
                 f"removed; " + (f"{self.dead_letters} dead letters; " if self.typed else "") +
                 (f"{self.files_compacted} files compacted into {self.compacted_into}; " if self.files_compacted
                  else "") +
-                f"{self.snapshots_expired} snapshots expired; {self.files_deleted} files deleted; "
+                f"{self.snapshots_expired} snapshots expired; " +
+                (f"{self.manifests_merged} manifests merged; " if self.manifests_merged else "") +
+                f"{self.files_deleted} files deleted; "
                 f"lag {sum(self.lag.values())} offsets; snapshot {self.snapshot_id} in {self.seconds:.1f}s")
 
 
@@ -233,9 +238,10 @@ def held_back_from(results: Sequence[SliceWritten], decided: Collection[tuple[in
 class IcebergSync:
     """Runs passes against one table with a Spark session from `spark()`."""
 
-    def __init__(self, options: IcebergOptions, spark: Any) -> None:
+    def __init__(self, options: IcebergOptions, spark: Any, clock: Callable[[], float] = time.time) -> None:
         self.o = options
         self._spark = spark
+        self._clock = clock  # what snapshot expiry and the orphan age are decided by (`cleanup`)
 
     def run_once(self) -> IcebergSummary:
         o = self.o
@@ -299,10 +305,14 @@ class IcebergSync:
             summary.compacted_into += done.files_out
         snap = main.table.current_snapshot()
         summary.snapshot_id = snap.snapshot_id if snap else None
+        cleanup = Cleanup(o.writer_lease_ms, o.orphan_min_age_ms, self._clock)
         for t in targets:
             if t.deletes and not o.keep:
-                summary.snapshots_expired += self._expire(t.table)
-            summary.files_deleted += self._clean_orphans(t, summary.pass_id)
+                summary.snapshots_expired += cleanup.after_purge(t.table)
+            kept = cleanup.maintain(t, summary.pass_id)
+            summary.snapshots_expired += kept.snapshots_expired
+            summary.manifests_merged += kept.manifests_merged
+            summary.files_deleted += cleanup.clean_orphans(t, summary.pass_id)
         summary.seconds = time.monotonic() - started
         return summary
 
@@ -595,45 +605,7 @@ class IcebergSync:
                      done.files_out, done.rows)
         return done
 
-    # --- cleanup ------------------------------------------------------------------------------------------------
-    def _expire(self, table: Any) -> int:
-        """Expire every snapshot but the current one, so rows removed from the table are not kept by time travel."""
-        current = table.current_snapshot()
-        old = [s.snapshot_id for s in table.metadata.snapshots if current is None or s.snapshot_id !=
-               current.snapshot_id]
-        if old:
-            table.maintenance.expire_snapshots().by_ids(old).commit()
-        return len(old)
-
+    # --- cleanup ---------------------------------------------------------------------------------------------
     def _delete_files(self, table: Any, paths: list[str]) -> None:
         for p in paths:
             table.io.delete(p)
-
-    def _clean_orphans(self, t: _Target, pass_id: str) -> int:
-        """Delete data files no snapshot references, older than the orphan age and than this pass's last commit
-        (a killed pass's, and those of expired snapshots). Only behind a commit of this pass (its compare-and-swap
-        fences every pass that planned before it: none of those can reference its files any more; an empty commit
-        is made when this pass committed nothing), and never while another pass holds a live lease (its files are
-        referenced by no snapshot yet)."""
-        table = t.table = t.table.refresh()
-        if live_lease(table, self.o.writer_lease_ms) is not None:
-            return 0
-        found = orphans(table, pass_id, self.o.orphan_min_age_ms)
-        if found and t.fence_ms is None:
-            summary = {k: v for k, v in current_ledger(table).summary(pass_id, []).items() if k != PASS}
-            current = table.current_snapshot()
-            try:
-                t.table, t.at = commit_empty(table, current.snapshot_id if current else None, summary)
-            except Exception as exc:  # another commit came first: a later pass cleans up
-                log.info("iceberg: table %s: no orphan cleanup this pass (%s)", t.name, type(exc).__name__)
-                return 0
-            t.fence_ms = t.table.current_snapshot().timestamp_ms
-        n = 0
-        for path, mtime in found:
-            if mtime * 1000 >= (t.fence_ms or 0):  # written by a pass that planned after the fence
-                continue
-            t.table.io.delete(path)
-            n += 1
-            if n == 1:
-                pause_point("cleanup")
-        return n
