@@ -1,4 +1,4 @@
-"""The table's lifecycle against a real broker: kill -9 of the step at its three points then a rerun (the table
+"""The table's lifecycle against a real broker: kill -9 of the step at its points then a rerun (the table
 equals the tier, no file twice, no orphan left), and the table following the tier (tier retention, a DeleteRecords
 purge mid-segment, a deleted topic) unless `--retention keep`."""
 
@@ -16,17 +16,18 @@ from confluent_kafka.admin import AdminClient
 
 from tests.fleet.conftest import replica
 from tests.support.cli import run_cli
-from tests.support.iceberg import Step, pyiceberg_rows, referenced, tier_offsets
+from tests.support.iceberg import Step, pyiceberg_rows, reads_whole, referenced, tier_offsets, unreferenced
 from tests.support.kafka import create_topic, delete_records, fill_topic
 from tests.support.tiering import settings, tier_once, tiered
 from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.jobs.iceberg.manifests import data_manifests
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
 def test_kill_9_at_each_point_then_a_rerun_leaves_the_table_as_if_never_killed(kafka: KafkaCluster,
                                                                              tmp_path: Path) -> None:
-    """Slow (~60 s): three passes run as processes of their own (a JVM each) to be killed -9, then a rerun."""
+    """Slow (~75 s): four passes run as processes of their own (a JVM each) to be killed -9, then a rerun."""
     topic = f"ice-kill-{os.getpid()}"
     create_topic(kafka.bootstrap, topic)
     fill_topic(kafka.bootstrap, topic, 2000)
@@ -49,9 +50,24 @@ def test_kill_9_at_each_point_then_a_rerun_leaves_the_table_as_if_never_killed(k
     after_commit = referenced(step.table())
     assert len(after_commit) > len(committed)
 
-    out = step.run()  # the rerun: nothing to add, orphans of the killed passes removed
-    assert " 0 files, 0 rows added" in out, out
+    # killed during maintenance (`test_maintenance` has its rules): a short time travel and manifests merged from
+    # two; its expiry committed, its merged manifests written, not committed
+    with step.table().transaction() as tx:
+        tx.set_properties({"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "2",
+                           "commit.manifest.min-count-to-merge": "2"})
+    step.killed_at("maintenance")
+    table = step.table()
+    assert len(table.metadata.snapshots) == 2 and data_manifests(table) >= 2, "expired, not merged"
+    killed = {p for p in unreferenced(table) if p.endswith(".avro")}
+    assert killed, "the killed pass's merged manifest and manifest list"
+    reads_whole(table)
+
+    out = step.run()  # the rerun: nothing to add, manifests merged, orphans of the killed passes removed
+    assert " 0 files, 0 rows added" in out and "manifests merged" in out, out
     final = step.table()
+    assert data_manifests(final) == 1
+    reads_whole(final)  # every snapshot kept reads whole, every file the table refers to is there
+    assert not killed & unreferenced(final), "the killed pass's manifests are gone"
     files = referenced(final)
     assert sorted(files) == sorted(after_commit) and len(files) == len(set(files))
     assert [r[4] for r in pyiceberg_rows(final)] == tier_offsets(s, topic) == list(range(3000))

@@ -148,6 +148,24 @@ def referenced(table: Any) -> list[str]:
     return [f.file.file_path for f in table.scan().plan_files()]
 
 
+def reads_whole(table: Any) -> None:
+    """Every snapshot the table keeps reads every row its summary counts, and every file it refers to exists."""
+    from tierproxy.jobs.iceberg.orphans import referenced as everything
+
+    for snap in table.metadata.snapshots:
+        rows = table.scan(snapshot_id=snap.snapshot_id).to_arrow().num_rows
+        assert rows == int(snap.summary.additional_properties["total-records"]), snap
+    assert all(Path(p.removeprefix("file://")).exists() for p in everything(table))
+
+
+def unreferenced(table: Any) -> set[str]:
+    """Files under the table's location that nothing live refers to (`orphans`)."""
+    from tierproxy.jobs.iceberg.orphans import list_files
+    from tierproxy.jobs.iceberg.orphans import referenced as everything
+
+    return {p for p, _, _ in list_files(table, "")} - everything(table)
+
+
 def tier_offsets(s: Any, topic: str) -> list[int]:
     segments = tiered(s, topic)[0]
     return list(range(segments[0].start_offset, segments[-1].end_offset + 1)) if segments else []
