@@ -38,6 +38,11 @@ def _firsts(groups: list[list[Candidate]]) -> list[list[int]]:
     ([_c(0, 0, 10), _c(1, 0, 10), _c(0, 10, 10), _c(1, 10, 10)], CompactionOptions(100, 2),
      [[0, 10], [0, 10]]),  # never across partitions
     ([_c(0, i * 10, 40) for i in range(5)], CompactionOptions(100, 2), [[0, 10], [20, 30]]),  # ≤ target; 1 left
+    # size-tiered: an earlier compaction's file is merged again only once as much has come beside it
+    ([_c(0, 0, 50), *[_c(0, 10 + i, 10) for i in range(4)]], CompactionOptions(100, 2), [[10, 11, 12, 13]]),
+    ([_c(0, 0, 50), *[_c(0, 10 + i, 10) for i in range(5)]], CompactionOptions(100, 2), [[0, 10, 11, 12, 13, 14]]),
+    ([_c(0, 0, 50), _c(0, 10, 20), *[_c(0, 20 + i, 5) for i in range(3)]], CompactionOptions(100, 3),
+     [[20, 21, 22]]),  # each larger file waits: the smallest are merged first
     ([_c(0, i, 1) for i in range(200)], CompactionOptions(64, 5), [list(range(k, min(k + 64, 200)))
                                                                   for k in range(0, 200, 64)]),  # the last 8 too
     ([_c(0, 0, 10), _c(0, 10, 10)], CompactionOptions(0, 2), []),  # 0: compaction off

@@ -307,6 +307,10 @@ def test_the_admin_api_metrics_and_cli_show_the_tables_lag(kafka: KafkaCluster, 
         metrics = httpx.get(f"{url}/metrics", timeout=30).text
         assert "tierproxy_iceberg_rows 1000.0" in metrics and f'tierproxy_iceberg_lag_offsets{{topic="{topic}"}} 0.0' \
             in metrics
+        # what maintenance bounds: live bytes, bytes on disk, snapshots, manifests (`manifests.figures`)
+        assert st["snapshots"] >= 2 and st["manifests"] >= 1 and 0 < st["live_bytes"] <= st["disk_bytes"], st
+        assert f"tierproxy_iceberg_snapshots {float(st['snapshots'])}" in metrics and \
+            f"tierproxy_iceberg_disk_bytes {float(st['disk_bytes'])}" in metrics
 
         fill_topic(kafka.bootstrap, topic, 500)  # tiered, not yet in the table: the replica shows the lag
         tier_once(s)

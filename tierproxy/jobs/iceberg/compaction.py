@@ -3,9 +3,10 @@
 A pass writes one data file per tiered segment (or byte range of one), so a topic with small segments would end with
 a file per segment. After its commits a pass looks at each table's live files: per table partition, the files under
 3/4 of the target (Iceberg's `min-file-size-bytes` default) are taken in offset order and packed into groups of at
-most the target; a group of at least `iceberg.compaction.min.input.files` files is rewritten as one file (on the
-executors, each file read as it is and cast to the table's current schema, rows kept in offset order) and swapped
-for its inputs in one commit. The rows do not change: a group whose new file does not hold exactly its inputs' row
+most the target, less a file larger than the rest of its group together (size-tiered: an earlier compaction's file
+waits until as much has come beside it); a group of at least `iceberg.compaction.min.input.files` files is rewritten
+as one file (on the executors, each file read as it is and cast to the table's current schema, rows kept in offset
+order) and swapped for its inputs in one commit. The rows do not change: a group whose new file does not hold exactly its inputs' row
 count is not committed. The commit carries the ledger unchanged (no row is added or removed, so exactly-once is
 untouched) and `tierproxy.compaction` = the pass; pyiceberg 0.12 cannot write Iceberg's `replace` operation, so its
 snapshot is an `overwrite` (a streaming reader of the table skips it with Spark's
@@ -70,7 +71,21 @@ def plan_groups(files: Sequence[Candidate], options: CompactionOptions) -> list[
             group.append(f)
             size += f.size
         groups.append(group)
-    return [g for g in groups if len(g) >= options.min_input_files]
+    return [g for g in map(_size_tiered, groups) if len(g) >= options.min_input_files]
+
+
+def _size_tiered(group: list[Candidate]) -> list[Candidate]:
+    """The group without its largest file while that file is larger than all the others together: a file made by an
+    earlier compaction is merged again only once as much has come beside it, so each byte is rewritten a few times
+    (log of the sizes), not at every compaction while its file is small (what the replaced files of the snapshots
+    kept would otherwise hold: the partition again at every compaction)."""
+    group = list(group)
+    while len(group) > 1:
+        largest = max(group, key=lambda c: c.size)
+        if largest.size <= sum(c.size for c in group) - largest.size:
+            break
+        group.remove(largest)
+    return group
 
 
 def candidates(table: Any, offset_column: str) -> list[Candidate]:
