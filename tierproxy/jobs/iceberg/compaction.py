@@ -6,12 +6,12 @@ a file per segment. After its commits a pass looks at each table's live files: p
 most the target, less a file larger than the rest of its group together (size-tiered: an earlier compaction's file
 waits until as much has come beside it); a group of at least `iceberg.compaction.min.input.files` files is rewritten
 as one file (on the executors, each file read as it is and cast to the table's current schema, rows kept in offset
-order) and swapped for its inputs in one commit. The rows do not change: a group whose new file does not hold exactly its inputs' row
-count is not committed. The commit carries the ledger unchanged (no row is added or removed, so exactly-once is
-untouched) and `tierproxy.compaction` = the pass; pyiceberg 0.12 cannot write Iceberg's `replace` operation, so its
-snapshot is an `overwrite` (a streaming reader of the table skips it with Spark's
+order) and swapped for its inputs in one commit. The rows do not change: a group whose new file does not hold
+exactly its inputs' row count is not committed. The commit carries the ledger unchanged (no row is added or removed,
+so exactly-once is untouched) and `tierproxy.compaction` = the pass; pyiceberg 0.12 cannot write Iceberg's `replace`
+operation, so its snapshot is an `overwrite` (a streaming reader of the table skips it with Spark's
 `streaming-skip-overwrite-snapshots`). The replaced files stay on disk while an older snapshot references them (until
-snapshots expire).
+snapshots expire: `maintenance`).
 """
 
 from __future__ import annotations
