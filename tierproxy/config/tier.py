@@ -60,8 +60,8 @@ class TierSettings(CommonSettings):
     iceberg_retention: str = Field("follow", pattern="^(follow|keep)$",
                                    description="follow: rows leave the table when the tier deletes or purges them; "
                                    "keep: the table keeps them")
-    iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="data files no snapshot references are "
-                                           "deleted once this old (a killed pass's)")
+    iceberg_orphan_min_age_ms: int = Field(3_600_000, ge=0, description="files nothing live in a table refers to "
+                                           "(a killed pass's, expired snapshots') are deleted once this old")
     iceberg_writer_lease_ms: int = Field(30_000, ge=1000, description="a pass writing a table holds it while it "
                                          "renews its lease (every third of this); a lease not renewed this long, "
                                          "or of a process gone on this host, is taken over")
