@@ -181,3 +181,16 @@ def test_orphans_go_behind_a_fence_never_a_live_snapshots_file_nor_a_later_passs
     _reads_whole(table)
     f = figures(table)
     assert f["snapshots"] == 1 and f["manifests"] >= 1 and 0 < f["live_bytes"] <= f["disk_bytes"]
+
+
+def test_a_bad_property_stops_the_pass_with_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from tierproxy.cli import _job_error
+
+    with pytest.raises(BadTableProperty) as caught:
+        Retention.of({"history.expire.max-snapshot-age-ms": "-1"}, "kafka.history")
+    assert _job_error(caught.value, SimpleNamespace(own_bootstrap="b:9092")) == 2  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert err == ("tierproxy: config error: table kafka.history: property history.expire.max-snapshot-age-ms='-1' "
+                   "is not a positive number\n"), err
