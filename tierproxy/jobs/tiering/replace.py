@@ -94,6 +94,8 @@ async def delete_retired(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManag
         for md in list(pc.segments.values()):
             if md.state == S.DELETE_SEGMENT_STARTED and md.event_timestamp_ms <= cutoff:
                 await rsm.delete_segment(md)
+                if not md.segment_size_in_bytes:  # never finished (a finished one has its size): it may have named
+                    await rsm.delete_by_id(md.tp, md.segment_id.id)  # its objects by another start, found by id
                 pause_point("deleting")
                 await rlmm.update_segment(transition(md, S.DELETE_SEGMENT_FINISHED))
                 n += 1
