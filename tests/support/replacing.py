@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.tiering import tiered
 from tierproxy.config import TierSettings
 from tierproxy.jobs.tiering.pauses import TIER_PAUSE_AT
 from tierproxy.jobs.tiering.replace import delete_retired, joined, replace_group
@@ -66,6 +65,8 @@ def killed_at(s: TierSettings, topic: str, point: str, tmp: Path, count: int = 2
 def served_as(s: TierSettings, topic: str, raw: bytes) -> list[RemoteLogSegmentMetadata]:
     """Asserts the tier serves every offset once, with the broker's very bytes (`raw`, its whole log): the served
     segments follow one another without overlap or hole, and their logs joined are `raw`. → the served segments."""
+    from tests.support.tiering import tiered  # (not in the process to be killed: it starts faster without)
+
     segs, logs, _ = tiered(s, topic)
     for a, b in itertools.pairwise(segs):
         assert b.start_offset == a.end_offset + 1, (a, b)
