@@ -7,11 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from protocol.records import (
+    ABORT,
+    COMMIT,
     CONTROL_BIT,
     CONTROL_KEY,
     DELETE_HORIZON_BIT,
     TRANSACTIONAL_BIT,
+    Record,
     RecordBatch,
+    build_batch,
+    build_control_batch,
     iter_batches,
 )
 from tierproxy.tier.compaction import (
@@ -23,6 +28,9 @@ from tierproxy.tier.compaction import (
     plan_cleaning,
 )
 from tierproxy.tier.indexes import ProducerEntry, SegmentBuilder, SegmentFiles
+
+KEYS = [b"k%d" % i for i in range(6)]
+PLAIN = -1
 
 
 @dataclass(frozen=True)
@@ -111,3 +119,49 @@ def latest_values(batches: Sequence[Batch]) -> dict[bytes | None, tuple[int, byt
             for off, k, v in b.records:
                 out[k] = (off, v)
     return out
+
+
+class History:
+    """A generated partition history: raw batches with consecutive offsets, one timestamp a round."""
+
+    def __init__(self, keys: Sequence[bytes] = tuple(KEYS)) -> None:
+        self.keys = list(keys)
+        self.next = 0
+        self.seq: dict[int, int] = {}
+        self.n = 0
+
+    def _records(self, ops: list[tuple[int, bool]], ts: int) -> list[Record]:
+        out = []
+        for key, has_value in ops:
+            self.n += 1
+            out.append(Record(self.next + len(out), ts, self.keys[key], b"v%d" % self.n if has_value else None))
+        return out
+
+    def data(self, pid: int, ops: list[tuple[int, bool]], ts: int, codec: int = 0, txn: bool = False) -> bytes:
+        recs = self._records(ops, ts)
+        seq = self.seq.get(pid, 0)
+        raw = build_batch(recs, base_offset=self.next, codec=codec, producer_id=pid,
+                          producer_epoch=0 if pid >= 0 else -1, base_sequence=seq if pid >= 0 else -1,
+                          transactional=txn)
+        self.seq[pid] = seq + len(recs)
+        self.next += len(recs)
+        return raw
+
+    def marker(self, pid: int, kind: int, ts: int) -> bytes:
+        raw = build_control_batch(kind, offset=self.next, producer_id=pid, producer_epoch=0, timestamp=ts)
+        self.next += 1
+        return raw
+
+    def chunk(self, steps: list[tuple], ts: int) -> list[bytes]:  # type: ignore[type-arg]
+        """The batches of one round's steps; a transaction's batches interleave with the next plain put."""
+        out: list[bytes] = []
+        for s in steps:
+            if s[0] == "put":
+                out.append(self.data(s[1], s[2], ts, s[3]))
+            else:
+                _, pid, n, commit = s
+                for i in range(n):
+                    out.append(self.data(pid, [(i % len(self.keys), i % 3 != 2)], ts, txn=True))
+                    out.append(self.data(PLAIN, [((i + 2) % len(self.keys), True)], ts))
+                out.append(self.marker(pid, COMMIT if commit else ABORT, ts))
+        return out

@@ -15,13 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol import compression
-from protocol.records import ABORT, COMMIT, Record, build_batch, build_control_batch
-from tests.support.compaction import Batch, Tier, latest_values
+from protocol.records import ABORT
+from tests.support.compaction import KEYS, PLAIN, Batch, History, Tier, latest_values
 from tierproxy.tier.compaction import CleanerConfig
 
 RETENTION = 100
-KEYS = [b"k%d" % i for i in range(6)]
-PLAIN, IDEMPOTENT, TXN = -1, 100, 200  # producer ids: none, idempotent producers 100-101, transactional 200-201
+IDEMPOTENT, TXN = 100, 200  # producer ids: idempotent producers 100-101, transactional 200-201
 
 
 def model_clean(log: list[Batch], now: int) -> list[Batch]:
@@ -85,49 +84,6 @@ step = st.one_of(
 )
 rounds = st.lists(st.tuples(st.lists(step, min_size=1, max_size=8), st.integers(0, 3 * RETENTION // 2),
                             st.integers(1, 3)), min_size=1, max_size=4)
-
-
-class History:
-    def __init__(self) -> None:
-        self.next = 0
-        self.seq: dict[int, int] = {}
-        self.n = 0
-
-    def _records(self, ops: list[tuple[int, bool]], ts: int) -> list[Record]:
-        out = []
-        for key, has_value in ops:
-            self.n += 1
-            out.append(Record(self.next + len(out), ts, KEYS[key], b"v%d" % self.n if has_value else None))
-        return out
-
-    def data(self, pid: int, ops: list[tuple[int, bool]], ts: int, codec: int = 0, txn: bool = False) -> bytes:
-        recs = self._records(ops, ts)
-        seq = self.seq.get(pid, 0)
-        raw = build_batch(recs, base_offset=self.next, codec=codec, producer_id=pid,
-                          producer_epoch=0 if pid >= 0 else -1, base_sequence=seq if pid >= 0 else -1,
-                          transactional=txn)
-        self.seq[pid] = seq + len(recs)
-        self.next += len(recs)
-        return raw
-
-    def marker(self, pid: int, kind: int, ts: int) -> bytes:
-        raw = build_control_batch(kind, offset=self.next, producer_id=pid, producer_epoch=0, timestamp=ts)
-        self.next += 1
-        return raw
-
-    def chunk(self, steps: list[tuple], ts: int) -> list[bytes]:  # type: ignore[type-arg]
-        """The batches of one round's steps; a transaction's batches interleave with the next plain put."""
-        out: list[bytes] = []
-        for s in steps:
-            if s[0] == "put":
-                out.append(self.data(s[1], s[2], ts, s[3]))
-            else:
-                _, pid, n, commit = s
-                for i in range(n):
-                    out.append(self.data(pid, [(i % len(KEYS), i % 3 != 2)], ts, txn=True))
-                    out.append(self.data(PLAIN, [((i + 2) % len(KEYS), True)], ts))
-                out.append(self.marker(pid, COMMIT if commit else ABORT, ts))
-        return out
 
 
 def _split(batches: list[bytes], parts: int) -> list[list[bytes]]:
