@@ -16,96 +16,16 @@ max.compaction.lag.ms and min.cleanable.dirty.ratio are honoured; the key map is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from tierproxy.tier.compaction.clean import MapTooSmall, clean_partition
+from tierproxy.tier.compaction.model import (
+    CleanedSegment,
+    CleanerConfig,
+    CleaningPlan,
+    SegmentInput,
+    TierSegment,
+)
+from tierproxy.tier.compaction.offset_map import BYTES_PER_ENTRY, OffsetMap
+from tierproxy.tier.compaction.plan import plan_cleaning
 
-from tierproxy.tier.indexes import AbortedTxn, ProducerEntry, SegmentFiles
-
-MAX_LONG = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class CleanerConfig:
-    """A topic's cleaning settings, with Kafka's names (the `from_topic_configs` keys) and defaults."""
-
-    delete_retention_ms: int = 86_400_000  # delete.retention.ms
-    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
-    max_compaction_lag_ms: int = MAX_LONG  # max.compaction.lag.ms
-    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
-    segment_bytes: int = 1 << 30  # segment.bytes: cleaned segments are grouped up to it
-
-    @classmethod
-    def from_topic_configs(cls, configs: Mapping[str, str]) -> CleanerConfig:
-        """The settings from a topic's configs (DescribeConfigs' names); a missing key takes Kafka's default,
-        a bad value raises ValueError naming the key and the value."""
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class TierSegment:
-    """A live, finished tier segment as the cleaner sees it."""
-
-    segment_id: bytes
-    start_offset: int  # the segment's range [start_offset, end_offset]; batches inside may have gaps
-    end_offset: int
-    max_timestamp_ms: int
-    size: int
-    cleaned: bool  # written by a tier compaction (so below the partition's cleaned point)
-
-
-@dataclass(frozen=True)
-class SegmentInput:
-    """One segment's bytes as the cleaner reads them."""
-
-    log: bytes | memoryview  # the segment's whole batches, in offset order
-    aborted: Sequence[AbortedTxn] = ()  # its txn index: aborted transactions completed in the segment
-    producers: Mapping[int, ProducerEntry] = field(default_factory=dict)  # its producer snapshot (may be empty)
-
-
-@dataclass(frozen=True)
-class CleaningPlan:
-    """What one cleaning rewrites: `groups` of consecutive segments, each becoming one new segment covering
-    exactly the group's [first start, last end]. `first_dirty_offset` is where the uncleaned part begins
-    (the end of the cleaned prefix + 1); `dirty_ratio` is the ratio that made it due (or 0 when forced by
-    max.compaction.lag.ms)."""
-
-    groups: tuple[tuple[TierSegment, ...], ...]
-    first_dirty_offset: int
-    first_uncleanable_offset: int  # dirty segments from here on are not cleaned this time (lag, LSO)
-    dirty_ratio: float
-    forced_by_max_lag: bool
-
-
-@dataclass
-class CleanedSegment:
-    """One new segment: it replaces `replaces` and covers exactly their offset range (offsets never move)."""
-
-    replaces: tuple[TierSegment, ...]
-    start_offset: int
-    end_offset: int
-    files: SegmentFiles  # log + offset/time/txn indexes, leader-epoch checkpoint, producer snapshot
-    max_timestamp_ms: int
-    leader_epochs: dict[int, int]  # epoch → first offset in this segment
-    size: int  # bytes of the log
-
-
-def plan_cleaning(segments: Sequence[TierSegment], now_ms: int, config: CleanerConfig) -> CleaningPlan | None:
-    """The cleaning due for a partition's live segments (in offset order), or None: nothing to do (dirty ratio
-    below min.cleanable.dirty.ratio and no record past max.compaction.lag.ms, or nothing older than
-    min.compaction.lag.ms)."""
-    raise NotImplementedError
-
-
-def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], SegmentInput], now_ms: int,
-                    config: CleanerConfig, *, map_bytes: int) -> Iterator[CleanedSegment]:
-    """Run one cleaning: the new segments, in offset order, each replacing one group of the plan.
-
-    `map_bytes` bounds the key map (Kafka's log.cleaner.dedupe.buffer.size); when the map fills, the cleaning
-    covers what the map covered (the groups past it are not yielded) and the rest waits for the next pass, as
-    Kafka's cleaner does. `read_segment` may be called more than once for a segment (the map pass, then the
-    copy pass)."""
-    raise NotImplementedError
-
-
-__all__ = ["CleanedSegment", "CleanerConfig", "CleaningPlan", "SegmentInput", "TierSegment", "clean_partition",
-           "plan_cleaning"]
+__all__ = ["BYTES_PER_ENTRY", "CleanedSegment", "CleanerConfig", "CleaningPlan", "MapTooSmall", "OffsetMap",
+           "SegmentInput", "TierSegment", "clean_partition", "plan_cleaning"]
