@@ -15,7 +15,7 @@ import pytest
 from tests.support.segments import seg, tp
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import RemoteLogSegmentMetadata, SegmentState, TopicIdPartition
-from tierproxy.tier.replacement import check_group, generation, replacement_of
+from tierproxy.tier.replacement import check_group, cleaned, generation, replacement_of
 from tierproxy.tier.rlmm import ReplayedMetadata, transition
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.serde import encode_value
@@ -101,6 +101,23 @@ def test_a_replacement_deleted_before_the_segments_it_shadowed_serves_them_again
     cache.apply(transition(second, S.DELETE_SEGMENT_STARTED))  # (retention, say): never less served than before
     served = _served_once(cache, t, 299)
     assert served[0] == first.segment_id.id and served[299] == olds[2].segment_id.id
+
+
+def test_a_group_replaced_by_two_segments_is_shadowed_once_both_are_finished() -> None:
+    """The key map filled inside the group's last segment: what it covered, then the rest, each a new segment;
+    the old ones are covered only by both (written in one metadata publish)."""
+    t = tp()
+    olds = _olds(t)[:2]
+    parts = [_finished(replacement_of(olds, os.urandom(16), 5, max_timestamp_ms=10, size=50, txn_index_empty=True,
+                                      span=span, was_cleaned=span[0] == 0)) for span in ((0, 149), (150, 199))]
+    assert [dict(p.segment_leader_epochs) for p in parts] == [{0: 0}, {1: 150}]  # the epochs of each range
+    assert [cleaned(p) for p in parts] == [True, False]
+    for order in itertools.permutations([*olds, *parts]):
+        cache = MetadataCache()
+        for md in order:
+            cache.apply_record(md, encode_value(md))
+        served = _served_once(cache, t, 199)
+        assert served[0] == parts[0].segment_id.id and served[199] == parts[1].segment_id.id, order
 
 
 @pytest.mark.parametrize("why", ["gap", "state", "partition"])

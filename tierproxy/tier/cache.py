@@ -2,10 +2,11 @@
 
 Per partition and leader epoch, FINISHED segments are indexed by the start offset of that epoch within them.
 When two finished segments claim the same (epoch, start offset) — a leadership change during upload — the one
-written by the higher broker leader epoch wins (then the later event); the loser is "unreferenced", kept for
-cleanup but never served. A finished segment wholly inside a finished one of a higher generation (a replacement,
-`tier.replacement`) is unreferenced too ("shadowed"), in whatever order their records come; it is served again if
-that replacement is deleted before it.
+of the higher generation (`tier.replacement`) wins, then the one written by the higher broker leader epoch, then
+the later event; the loser is "unreferenced", kept for
+cleanup but never served. A finished segment whose range finished ones of higher generations cover between them
+(replacements, `tier.replacement`) is unreferenced too ("shadowed"), in whatever order their records come; it is
+served again if a replacement is deleted before it.
 
 A view may defer its segment records (`MetadataCache.defer`, the proxy's: a million of them at start): each is kept
 as the bytes it came in, in its partition's arrival order, and the partition applies them — the same way, in the
@@ -38,7 +39,7 @@ from tierproxy.tier.model import (
     check_partition_transition,
     check_segment_transition,
 )
-from tierproxy.tier.replacement import generation, shadows
+from tierproxy.tier.replacement import covered, generation
 from tierproxy.tier.rules import holes_between, served_segments, tier_start
 from tierproxy.tier.segment_record import partition_named
 from tierproxy.tier.segment_table import MATERIALIZED, SegmentTable
@@ -185,27 +186,28 @@ class PartitionCache:
 
     def _unshadow(self, gone: RemoteLogSegmentMetadata) -> None:
         """A replacement left before the segments it shadowed (deleted by retention, say): they are served again,
-        unless another segment shadows them or wins their place."""
+        unless others shadow them or win their place."""
         for seg_id in sorted(self.unreferenced):
             md = self.segments[seg_id]
-            if md.state == SegmentState.COPY_SEGMENT_FINISHED and gone.start_offset <= md.start_offset \
-                    and md.end_offset <= gone.end_offset:
+            if md.state == SegmentState.COPY_SEGMENT_FINISHED and md.start_offset <= gone.end_offset \
+                    and md.end_offset >= gone.start_offset:
                 self._reference(md)
 
     def _shadowed_by_winner(self, md: RemoteLogSegmentMetadata) -> bool:
         # (linear in the partition's served replacements: a cleaning groups segments up to segment.bytes, so few)
         winners = self._winners
-        return winners is not None and any(shadows(w, md) for i, w in winners.items() if i != md.segment_id.id)
+        return winners is not None and covered(md, winners.values())
 
     def _shadow_below(self, md: RemoteLogSegmentMetadata) -> None:
-        """Unreference the served segments `md` (a replacement) shadows."""
+        """Unreference the served segments that `md` (a replacement) and the served replacements cover."""
+        assert self._winners is not None
         losers = set()
-        for idx in self.epochs.values():
-            lo = bisect.bisect_left(idx.starts, md.start_offset)
+        for idx in self.epochs.values():  # the served segments overlapping `md`: starting inside it, or before
+            lo = max(0, bisect.bisect_left(idx.starts, md.start_offset) - 1)
             hi = bisect.bisect_right(idx.starts, md.end_offset)
             for start in idx.starts[lo:hi]:
                 other = idx.ids[start]
-                if other != md.segment_id.id and shadows(md, self.segments[other]):
+                if other != md.segment_id.id and covered(self.segments[other], self._winners.values()):
                     losers.add(other)
         for other in losers:
             self._unindex(self.segments[other])
@@ -219,10 +221,10 @@ class PartitionCache:
             self.unreferenced.add(seg_id)
             return
         if generation(md):
-            self._shadow_below(md)
             if self._winners is None:
                 self._winners = {}
             self._winners[seg_id] = md
+            self._shadow_below(md)
         self.unreferenced.discard(seg_id)
         for epoch, start, _ in md.epoch_ranges():
             idx = self.epochs.get(epoch)
@@ -231,8 +233,8 @@ class PartitionCache:
             old = idx.ids.get(start)
             if old is not None and old != seg_id:
                 rival = self.segments[old]
-                if (rival.broker_leader_epoch, rival.event_timestamp_ms) > (md.broker_leader_epoch,
-                                                                            md.event_timestamp_ms):
+                if (generation(rival), rival.broker_leader_epoch, rival.event_timestamp_ms) > (
+                        generation(md), md.broker_leader_epoch, md.event_timestamp_ms):
                     self.unreferenced.add(seg_id)
                     continue
                 self.unreferenced.add(old)
@@ -276,7 +278,7 @@ class PartitionCache:
         if not winners:
             return []
         out = [md for i in unreferenced if (md := self.segments[i]).state == SegmentState.COPY_SEGMENT_FINISHED
-               and any(shadows(w, md) for w in winners.values())]
+               and covered(md, winners.values())]
         return sorted(out, key=lambda m: m.start_offset)
 
     def all_segments(self) -> list[RemoteLogSegmentMetadata]:

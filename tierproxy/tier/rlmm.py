@@ -241,6 +241,19 @@ class RemoteLogMetadataManager(abc.ABC):
         differ from what STARTED planned; the planned key is retired if nothing else uses it. `outcomes` (of the
         transactions open at the segment's end, `tier.transactions`) go in the same publish, before it: a served
         segment never lacks them."""
+        md, records = self._finished(facts)
+        await self.publish([*((record_key(o), encode_value(o)) for o in outcomes or ()), *records])
+        return md
+
+    async def finish_copies(self, facts: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+        """COPY_SEGMENT_FINISHED for several segments in one publish: a reader applies all or none of them (the
+        new segments replacing a group together, `tier.replacement`)."""
+        made = [self._finished(f) for f in facts]
+        await self.publish([r for _, records in made for r in records])
+        return [md for md, _ in made]
+
+    def _finished(self, facts: RemoteLogSegmentMetadata
+                  ) -> tuple[RemoteLogSegmentMetadata, list[tuple[bytes, bytes | None]]]:
         pc = self.cache.get(facts.tp.topic_id, facts.tp.partition)
         current = pc.segments.get(facts.segment_id.id) if pc else None
         check_segment_transition(current.state if current else None, SegmentState.COPY_SEGMENT_FINISHED,
@@ -253,8 +266,7 @@ class RemoteLogMetadataManager(abc.ABC):
         live = {live_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
         if planned not in (record_key(md), *live) and planned in self.keys.get((md.tp.topic_id, md.tp.partition), ()):
             records.append((planned, None))
-        await self.publish([*((record_key(o), encode_value(o)) for o in outcomes or ()), *records])
-        return md
+        return md, records
 
     def _dead_keys(self, pc: PartitionCache, md: RemoteLogSegmentMetadata) -> list[bytes]:
         """Keys of this segment's end offset written at epochs up to the current one, unless still live."""

@@ -16,14 +16,15 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tierproxy.jobs.tiering import replace
+from tierproxy.jobs.tiering import replace as replacing
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo
 from tierproxy.jobs.tiering.housekeeping import delete_segment
 from tierproxy.jobs.tiering.plan import select_topics
 from tierproxy.tier.compaction import (
+    CleanedSegment,
     CleanerConfig,
     CleaningPlan,
     SegmentInput,
@@ -31,9 +32,16 @@ from tierproxy.tier.compaction import (
     clean_partition,
     plan_cleaning,
 )
-from tierproxy.tier.indexes import decode_producer_snapshot, decode_txn_index
+from tierproxy.tier.indexes import (
+    SegmentFiles,
+    decode_producer_snapshot,
+    decode_txn_index,
+    encode_leader_epochs,
+    encode_producer_snapshot,
+    encode_txn_index,
+)
 from tierproxy.tier.model import RemoteLogSegmentMetadata
-from tierproxy.tier.replacement import generation
+from tierproxy.tier.replacement import cleaned, epochs_within
 from tierproxy.tier.requests import added
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
@@ -65,7 +73,8 @@ class CompactionSummary:
 @dataclass
 class CompactionTask:
     """One partition's cleaning, shipped to an executor: the plan, the old segments to read, and the STARTED
-    metadata each group's new segment is uploaded under (in the plan's group order)."""
+    metadata each group's new segment is uploaded under (in the plan's group order), plus a spare one for the
+    second part of a group the key map filled inside (`CleanedSegment`: at most one per cleaning)."""
 
     storage: str
     plan: CleaningPlan
@@ -74,16 +83,21 @@ class CompactionTask:
     map_bytes: int
     olds: dict[bytes, RemoteLogSegmentMetadata]
     started: list[RemoteLogSegmentMetadata]
+    spare: RemoteLogSegmentMetadata
 
 
 @dataclass
 class Cleaned:
-    """A new segment uploaded: which group (its index in the plan), and the facts its metadata takes."""
+    """A new segment uploaded: which group (its index in the plan), under which STARTED record, its facts."""
 
     group: int
+    started: RemoteLogSegmentMetadata
+    start_offset: int
+    end_offset: int
     max_timestamp_ms: int
     size: int
     txn_index_empty: bool
+    was_cleaned: bool
 
 
 @dataclass
@@ -105,7 +119,13 @@ def compacted_partitions(view: ClusterView, configs: dict[str, dict[str, str]], 
 def tier_segments(served: Sequence[RemoteLogSegmentMetadata]) -> list[TierSegment]:
     """The served segments as the cleaner sees them (a replacement's are below the partition's cleaned point)."""
     return [TierSegment(md.segment_id.id, md.start_offset, md.end_offset, md.max_timestamp_ms,
-                        md.segment_size_in_bytes, generation(md) > 0) for md in served]
+                        md.segment_size_in_bytes, cleaned(md)) for md in served]
+
+
+def empty_files(start: int, epochs: dict[int, int]) -> SegmentFiles:
+    """The files of a new segment none of whose batches a cleaning kept: its range stays the tier's (no hole)."""
+    return SegmentFiles([], b"", b"", encode_leader_epochs(epochs), encode_txn_index([]),
+                        encode_producer_snapshot({}), start, start, -1, epochs)
 
 
 def compact_task(task: CompactionTask) -> CompactionResult:
@@ -125,18 +145,22 @@ def compact_task(task: CompactionTask) -> CompactionResult:
                                                         loop).result()
                 return SegmentInput(log_bytes, decode_txn_index(txn), decode_producer_snapshot(snap))
 
-            def clean() -> list[tuple[int, Any]]:
-                return [(ids[seg.replaces[0].segment_id], seg) for seg in clean_partition(
-                    task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes)]
+            def clean() -> list[CleanedSegment]:
+                return list(clean_partition(task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes))
 
             # the engine is synchronous and reads through `read`: it runs on a thread while this loop serves the RSM
-            for group, seg in await loop.run_in_executor(None, clean):
-                started = task.started[group]
-                if (seg.start_offset, seg.end_offset) != (started.start_offset, started.end_offset):
-                    raise ValueError(f"the cleaned segment {seg.start_offset}..{seg.end_offset} does not cover its "
-                                     f"group {started.start_offset}..{started.end_offset}")
-                await rsm.copy_segment(started, seg.files)
-                out.cleaned.append(Cleaned(group, seg.max_timestamp_ms, seg.size, seg.files.txn_index_empty))
+            group = -1
+            for seg in await loop.run_in_executor(None, clean):
+                if seg.replaces:
+                    group, started = ids[seg.replaces[0].segment_id], task.started[ids[seg.replaces[0].segment_id]]
+                else:  # the rest of the segment the key map filled inside: the same group's second new segment
+                    started = task.spare
+                olds = [task.olds[ts.segment_id] for ts in task.plan.groups[group]]
+                files = seg.files or empty_files(seg.start_offset, epochs_within(olds, seg.start_offset,
+                                                                                 seg.end_offset))
+                await rsm.copy_segment(replace(started, start_offset=seg.start_offset), files)
+                out.cleaned.append(Cleaned(group, started, seg.start_offset, seg.end_offset, seg.max_timestamp_ms,
+                                           seg.size, files.txn_index_empty, seg.cleaned))
         finally:
             out.storage = rsm.store.counts.as_dict()
             await rsm.close()
@@ -156,7 +180,9 @@ class CompactionStep:
         self.rlmm, self.rsm, self.storage, self.map_bytes = rlmm, rsm, storage, map_bytes
         self._run, self._spark = run, spark  # the job's coroutine runner and its Spark session (`JobSpark`)
 
-    def run(self, parts: list[PartitionInfo], configs: dict[str, dict[str, str]]) -> CompactionSummary:
+    def run(self, parts: list[PartitionInfo], configs: dict[str, dict[str, str]],
+            stable: dict[tuple[str, int], int]) -> CompactionSummary:
+        """Clean the partitions `parts` that need it; `stable`: (topic, partition) → its last stable offset."""
         summary = CompactionSummary()
         began = time.monotonic()
         now = int(time.time() * 1000)
@@ -168,7 +194,8 @@ class CompactionStep:
             served = served_segments(pc.finished(), pc.log_start_offset)
             try:
                 config = CleanerConfig.from_topic_configs(configs.get(p.topic, {}))
-                plan = plan_cleaning(tier_segments(served), now, config)
+                plan = plan_cleaning(tier_segments(served), now, config,
+                                     last_stable_offset=stable.get((p.topic, p.partition)))
             except Exception as exc:  # this partition waits (served as it is); the pass goes on
                 log.error("%s-%d not compacted: %s", p.topic, p.partition, exc)
                 summary.errors.append(f"{p.topic}-{p.partition} not compacted: {type(exc).__name__}: {exc}")
@@ -176,9 +203,10 @@ class CompactionStep:
             if plan is None or not plan.groups:
                 continue
             olds = {md.segment_id.id: md for md in served}
-            started = [self._run(replace.start(self.rlmm, [olds[ts.segment_id] for ts in group]))
-                       for group in plan.groups]
-            tasks.append(CompactionTask(self.storage, plan, config, now, self.map_bytes, olds, started))
+            groups = [[olds[ts.segment_id] for ts in group] for group in plan.groups]
+            started = [self._run(replacing.start(self.rlmm, group)) for group in groups]
+            spare = self._run(replacing.start(self.rlmm, groups[-1]))
+            tasks.append(CompactionTask(self.storage, plan, config, now, self.map_bytes, olds, started, spare))
         if not tasks:
             return summary
         sc = self._spark().sparkContext
@@ -186,7 +214,7 @@ class CompactionStep:
         for result in results:
             summary.storage = added(summary.storage, result.storage)
             self._record(result, summary)
-        self._run(replace.retire_shadowed(self.rlmm))
+        self._run(replacing.retire_shadowed(self.rlmm))
         summary.seconds = time.monotonic() - began
         return summary
 
@@ -197,20 +225,22 @@ class CompactionStep:
             summary.errors.append(f"compaction of {task.started[0].tp} failed: {result.error}")
             log.error("compaction of %s failed: %s (rolled back; the next pass tries again)",
                       task.started[0].tp, result.error)
-        done = {c.group: c for c in ([] if result.error else result.cleaned)}
-        for i, started in enumerate(task.started):
-            group = [task.olds[ts.segment_id] for ts in task.plan.groups[i]]
-            cleaned = done.get(i)
-            if cleaned is None:  # not cleaned this time (the key map filled, or the task failed): rolled back
+        news: dict[int, list[Cleaned]] = {}
+        for c in [] if result.error else result.cleaned:
+            news.setdefault(c.group, []).append(c)
+        used = {c.started.segment_id.id for group in news.values() for c in group}
+        for started in [*task.started, task.spare]:  # not cleaned this time (the key map filled, the task failed)
+            if started.segment_id.id not in used:
                 self._run(delete_segment(self.rlmm, self.rsm, started))
-                continue
-            md = self._run(replace.finish(self.rlmm, self.rsm, started, group,
-                                          max_timestamp_ms=cleaned.max_timestamp_ms, size=cleaned.size,
-                                          txn_index_empty=cleaned.txn_index_empty))
-            if md is not None:
+        for i, made in sorted(news.items()):
+            group = [task.olds[ts.segment_id] for ts in task.plan.groups[i]]
+            done = self._run(replacing.finish(self.rlmm, self.rsm, group, [
+                replacing.NewSegment(c.started, c.start_offset, c.end_offset, c.max_timestamp_ms, c.size,
+                                     c.txn_index_empty, c.was_cleaned) for c in made]))
+            if done is not None:
                 summary.segments_before += len(group)
-                summary.segments_after += 1
+                summary.segments_after += len(done)
                 summary.bytes_before += sum(g.segment_size_in_bytes for g in group)
-                summary.bytes_after += cleaned.size
-        if done:
+                summary.bytes_after += sum(c.size for c in made)
+        if news:
             summary.partitions += 1

@@ -288,7 +288,8 @@ class TieringJob:
         self._copy(ranges, summary)
         compaction = CompactionStep(self.rlmm, self.rsm, s.storage, s.tier_cleaner_dedupe_buffer_size, self.run,
                                     self.spark).run(compacted_partitions(view, configs, s.tier_topics,
-                                                                         s.tier_topics_exclude), configs)
+                                                                         s.tier_topics_exclude), configs,
+                                                    {k: o.last_stable for k, o in offsets.items()})
         summary.compaction = asdict(compaction)
         summary.errors += compaction.errors
         summary.storage = added(summary.storage, compaction.storage)

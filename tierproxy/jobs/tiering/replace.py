@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from protocol.records import iter_batches
 from tierproxy.jobs.tiering.housekeeping import delete_segment
@@ -29,7 +29,7 @@ from tierproxy.tier.indexes import (
     encode_txn_index,
 )
 from tierproxy.tier.model import RemoteLogSegmentMetadata, SegmentState, new_uuid
-from tierproxy.tier.replacement import merged_epochs, replacement_of
+from tierproxy.tier.replacement import epochs_within, replacement_of, tiles
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, now_ms, transition
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
 
@@ -39,7 +39,8 @@ S = SegmentState
 
 async def start(rlmm: RemoteLogMetadataManager, group: Sequence[RemoteLogSegmentMetadata],
                 segment_id: bytes | None = None) -> RemoteLogSegmentMetadata:
-    """Step 1: COPY_SEGMENT_STARTED for a new segment replacing `group` (served, consecutive segments)."""
+    """Step 1: COPY_SEGMENT_STARTED for a new segment replacing `group` (served, consecutive segments; the range
+    it finishes with may be a part of the group's, `finish`)."""
     served = _served_ids(rlmm, group[0])
     missing = [md.segment_id for md in group if md.segment_id.id not in served]
     if missing:
@@ -51,23 +52,44 @@ async def start(rlmm: RemoteLogMetadataManager, group: Sequence[RemoteLogSegment
     return md
 
 
-async def finish(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, started: RemoteLogSegmentMetadata,
-                 group: Sequence[RemoteLogSegmentMetadata], *, max_timestamp_ms: int, size: int,
-                 txn_index_empty: bool) -> RemoteLogSegmentMetadata | None:
-    """Step 3, once the new segment's objects are up (step 2, `RemoteStorageManager.copy_segment`):
-    COPY_SEGMENT_FINISHED, from which it is served in the group's place. A group no longer wholly served (a
-    purge or a deletion meanwhile) is not replaced: the new segment is rolled back (None)."""
+@dataclass(frozen=True)
+class NewSegment:
+    """A new segment whose objects are up, under the id (and STARTED record) of `started`: its range and facts."""
+
+    started: RemoteLogSegmentMetadata
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    size: int
+    txn_index_empty: bool
+    was_cleaned: bool = True  # False: no cleaning went over its records (`tier.replacement.cleaned`)
+
+
+async def finish(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, group: Sequence[RemoteLogSegmentMetadata],
+                 news: Sequence[NewSegment]) -> list[RemoteLogSegmentMetadata] | None:
+    """Step 3, once the new segments' objects are up (step 2, `RemoteStorageManager.copy_segment`):
+    COPY_SEGMENT_FINISHED for all of them in one metadata write, from which they are served in the group's place.
+    They must cover the group's range exactly, one after another; and a group no longer wholly served (a purge or
+    a deletion meanwhile) is not replaced: the new segments are rolled back (None)."""
     pause_point("uploaded")
-    served = _served_ids(rlmm, started)
-    if any(md.segment_id.id not in served for md in group):
-        log.warning("%s: the segments it replaces are no longer all served; rolled back", started.segment_id)
-        await delete_segment(rlmm, rsm, _current(rlmm, started))
+    served = _served_ids(rlmm, group[0])
+    spans = [(n.start_offset, n.end_offset) for n in news]
+    exact = tiles(spans, group[0].start_offset, group[-1].end_offset)
+    if not exact or any(md.segment_id.id not in served for md in group):
+        log.warning("%s..%d: %s; the new segments rolled back", group[0].segment_id, group[-1].end_offset,
+                    "the segments to replace are no longer all served" if exact else
+                    f"the new segments {spans} do not cover them exactly")
+        for n in news:
+            await delete_segment(rlmm, rsm, _current(rlmm, n.started))
         return None
-    facts = replace(_current(rlmm, started), max_timestamp_ms=max_timestamp_ms, segment_size_in_bytes=size,
-                    txn_index_empty=txn_index_empty)
-    md = await rlmm.finish_copy(facts)
+    now = now_ms()
+    facts = [replace(replacement_of(group, n.started.segment_id.id, now, max_timestamp_ms=n.max_timestamp_ms,
+                                    size=n.size, txn_index_empty=n.txn_index_empty,
+                                    span=(n.start_offset, n.end_offset), was_cleaned=n.was_cleaned),
+                     broker_leader_epoch=n.started.broker_leader_epoch) for n in news]
+    done = await rlmm.finish_copies(facts)
     pause_point("finished")
-    return md
+    return done
 
 
 async def retire_shadowed(rlmm: RemoteLogMetadataManager) -> int:
@@ -103,17 +125,19 @@ async def delete_retired(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManag
 
 
 async def replace_group(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
-                        group: Sequence[RemoteLogSegmentMetadata], files: SegmentFiles
-                        ) -> RemoteLogSegmentMetadata | None:
-    """Steps 1 to 4 on the driver, for one group and its new segment's files (made by the caller)."""
+                        group: Sequence[RemoteLogSegmentMetadata], files: SegmentFiles, *, was_cleaned: bool = False
+                        ) -> list[RemoteLogSegmentMetadata] | None:
+    """Steps 1 to 4 on the driver, for one group and its new segment's files (made by the caller, every batch
+    inside the group's range)."""
     started = await start(rlmm, group)
     if not started.start_offset <= files.start_offset <= files.end_offset <= started.end_offset:
         await delete_segment(rlmm, rsm, started)
         raise ValueError(f"new segment {files.start_offset}..{files.end_offset} outside the range it replaces "
                          f"{started.start_offset}..{started.end_offset}")
     await rsm.copy_segment(started, files)
-    done = await finish(rlmm, rsm, started, group, max_timestamp_ms=files.max_timestamp_ms, size=files.log_size,
-                        txn_index_empty=files.txn_index_empty)
+    done = await finish(rlmm, rsm, group, [NewSegment(started, started.start_offset, started.end_offset,
+                                                      files.max_timestamp_ms, files.log_size,
+                                                      files.txn_index_empty, was_cleaned)])
     if done is not None:
         await retire_shadowed(rlmm)
     return done
@@ -131,7 +155,7 @@ async def joined(rsm: RemoteStorageManager, group: Sequence[RemoteLogSegmentMeta
             builder.add(batch)
         aborted += decode_txn_index(await rsm.fetch_index(md, IndexType.TRANSACTION))
     files = builder.finish()
-    epochs = merged_epochs(group)
+    epochs = epochs_within(group, group[0].start_offset, group[-1].end_offset)
     snapshot = await rsm.fetch_index(group[-1], IndexType.PRODUCER_SNAPSHOT)
     return replace(files, txn_index=encode_txn_index(aborted), aborted=aborted, producer_snapshot=snapshot,
                    producers=decode_producer_snapshot(snapshot), leader_epochs=epochs,
