@@ -16,7 +16,9 @@ history from the tier, and nothing else ever does:
    through the restored topic's id in the cluster that owns the tier now; one left out of the restore stays.
 (Besides these, a `file://` tier's segment whose file is found shorter than its metadata says — a crash before the
 data reached the disk — is deleted from the tier to be copied again, only while the broker still holds every
-offset of it: `tiering.housekeeping.recopy_short_files`.)
+offset of it: `tiering.housekeeping.recopy_short_files`; and the tier's compaction of a compacted topic replaces
+segments by their cleaned version, removing only what Kafka's cleaner removes, every offset served throughout:
+`tier.replacement`.)
 The broker's own retention (its topic `retention.*`, Kafka's `local.retention.*`) moves the *broker's* log start
 only: a move that no recorded purge explains is never taken for a purge, and the tier keeps serving below it.
 

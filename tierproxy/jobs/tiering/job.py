@@ -37,9 +37,11 @@ from tierproxy.jobs.tiering.cluster import (
     mounted,
     topic_configs,
 )
+from tierproxy.jobs.tiering.compact import CompactionStep, CompactionSummary, compacted_partitions
 from tierproxy.jobs.tiering.copy import CopyResult, CopyTask, copy_task
 from tierproxy.jobs.tiering.describe import build_snapshot
 from tierproxy.jobs.tiering.plan import Gap, Range, plan_partition, select_topics, tombstone_risk
+from tierproxy.jobs.tiering.replace import delete_retired, retire_shadowed
 from tierproxy.tier.model import (
     PassStage,
     RemoteLogSegmentId,
@@ -88,6 +90,9 @@ class RunSummary:
     snapshot: str = ""  # the tier snapshot this pass wrote (`tier.snapshot`: what a restore reads)
     storage: dict[str, Any] = field(default_factory=dict)  # object-store requests and bytes of the pass: the
     # driver's and every copy task's (`tier.requests`)
+    retired: int = 0  # segments a replacement took the place of, marked for deletion (`tiering.replace`)
+    retired_deleted: int = 0  # segments marked for deletion tier.segment.delete.delay.ms ago, deleted
+    compaction: dict[str, Any] = field(default_factory=dict)  # the compaction step (`compact.CompactionSummary`)
 
     @property
     def exit_code(self) -> int:
@@ -108,6 +113,7 @@ class RunSummary:
                 f"{len(self.retention_refused)} retention refused; {self.orphans_cleaned} orphans cleaned; "
                 f"{self.partitions_deleted} partitions deleted; {len(self.topics_pending_deletion)} deleted topics "
                 f"within the delete delay; {self.failed} failed copies"
+                + (f"; {CompactionSummary(**self.compaction).line()}" if self.compaction.get("partitions") else "")
                 + (f"; {describe(self.storage)}" if any(self.storage.get("requests", {}).values()) else ""))
 
 
@@ -255,6 +261,9 @@ class TieringJob:
         parts = select_topics(view, s.tier_topics, s.tier_topics_exclude)
 
         summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
+        # a killed pass's replacement: finished (its old segments marked), then what was marked long enough deleted
+        summary.retired = self.run(retire_shadowed(self.rlmm))
+        summary.retired_deleted = self.run(delete_retired(self.rlmm, self.rsm, s.tier_segment_delete_delay_ms))
         summary.partitions_deleted = self._delete_gone_topics(view, summary)
 
         offsets = list_offsets(view, parts)
@@ -289,6 +298,13 @@ class TieringJob:
             ranges += rs
 
         self._copy(ranges, summary)
+        compaction = CompactionStep(self.rlmm, self.rsm, s.storage, s.tier_cleaner_dedupe_buffer_size, self.run,
+                                    self.spark).run(compacted_partitions(view, configs, s.tier_topics,
+                                                                         s.tier_topics_exclude), configs,
+                                                    {k: o.last_stable for k, o in offsets.items()})
+        summary.compaction = asdict(compaction)
+        summary.errors += compaction.errors
+        summary.storage = added(summary.storage, compaction.storage)
 
         # the tier's own retention, never the broker topic's (that is the local retention: tier.rules)
         retention = {t: (topic_setting(s.tier_topic_overrides, t, "retention.ms", s.tier_retention_ms),

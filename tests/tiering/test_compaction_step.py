@@ -1,0 +1,73 @@
+"""The compaction step of `tierproxy tier` against the real broker, file tier and Spark: a compacted topic's tiered
+partitions cleaned by the engine in a Spark task each, recorded as replacements; what the tier then serves."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from protocol.records import iter_batches
+from tests.support.kafka import create_topic, set_topic_config
+from tests.support.replacing import objects_against_metadata
+from tests.support.tiering import settings, tier_once, tiered
+from tierproxy.dev.kafkadist import KafkaCluster
+from tierproxy.tier.model import SegmentState
+from tierproxy.tier.replacement import cleaned
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+KEYS, ROUNDS = 200, 12
+
+
+def _history(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:
+    """KEYS keys updated ROUNDS times, every 7th key's last write a tombstone: → each key's latest value."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 8 * 1024})
+    latest: dict[bytes, bytes | None] = {}
+    for r, k in itertools.product(range(ROUNDS), range(KEYS)):
+        key = f"key-{k}".encode()
+        value = None if r == ROUNDS - 1 and k % 7 == 0 else f"value-{k}-{r}-".encode() * 8
+        p.produce(topic, value, key)
+        latest[key] = value
+    p.flush(60)
+    return latest
+
+
+def _records(raw: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
+    out = []
+    for batch in iter_batches(raw):
+        assert batch.crc_ok(), batch.base_offset
+        out += [(r.offset, r.key, r.value) for r in batch.records()]
+    return out
+
+
+def test_a_compacted_topic_is_cleaned_in_the_tier(kafka: KafkaCluster, tmp_path: Path, topic_name: str) -> None:
+    create_topic(kafka.bootstrap, topic_name)  # tiered as a delete topic, then made compacted
+    latest = _history(kafka.bootstrap, topic_name)
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_delete_delay_ms=0, tier_orphan_timeout_ms=0)
+    tier_once(s)
+    segs, raw, _ = tiered(s, topic_name)
+    before = _records(raw)
+    assert len(before) == KEYS * ROUNDS and len(segs) >= 4
+    for key, value in (("cleanup.policy", "compact"), ("min.cleanable.dirty.ratio", "0.01")):
+        set_topic_config(kafka.bootstrap, topic_name, key, value)
+
+    summary = tier_once(s)
+    c = summary.compaction
+    assert (c["partitions"], c["failed"], c["segments_before"]) == (1, 0, len(segs)), summary
+    assert c["bytes_after"] < c["bytes_before"] / 4 and f"compacted 1 partitions: {len(segs)} ->" in summary.line()
+    after_segs, raw_after, _ = tiered(s, topic_name)
+    assert all(cleaned(md) for md in after_segs)
+    assert after_segs[0].start_offset == 0 and after_segs[-1].end_offset == segs[-1].end_offset
+    for a, b in itertools.pairwise(after_segs):
+        assert b.start_offset == a.end_offset + 1  # every offset still the tier's: no hole
+    after = _records(raw_after)
+    # each key once, at the offset it had, with its latest value (a tombstone kept within delete.retention.ms)
+    assert {k: v for _, k, v in after} == latest and len(after) == KEYS
+    assert set(after) <= set(before)
+
+    again = tier_once(s)  # nothing more to clean; the replaced segments' objects deleted (delay 0)
+    assert not again.compaction.get("partitions")
+    found, named, states = objects_against_metadata(s, topic_name)
+    assert found == named and states == {SegmentState.COPY_SEGMENT_FINISHED}
