@@ -28,18 +28,18 @@ def test_streams_restore_through_the_proxy_at_full_size(kafka: KafkaCluster, tmp
                 tier_segment_bytes=4 << 20, heap="1g", timeout=900)
     out = restore_through_the_proxy(kafka.bootstrap, tmp_path, f"bench-streams-{os.getpid()}", size, baseline=True)
     f = out.figures
-    assert out.summary is not None
-    done = out.summary.compaction
-    compacted = (f"compacted {done['bytes_before'] / 1e6:.1f} → {done['bytes_after'] / 1e6:.1f} MB"
-                 if done.get("partitions") else "not compacted by the tier")
-    tier = (f"tier pass {f['tier_s']:.1f} s ({out.summary.segments} segments, {out.summary.bytes / 1e6:.1f} MB "
-            f"copied, {compacted})")
+    assert out.copied is not None and out.compacted is not None
+    done = out.compacted.compaction
+    tier = (f"the tier copied {out.copied.segments} segments ({out.copied.bytes / 1e6:.1f} MB) in "
+            f"{f['copy_pass_s']:.1f} s and compacted them {done['bytes_before'] / 1e6:.1f} → "
+            f"{done['bytes_after'] / 1e6:.1f} MB ({done['segments_before']} → {done['segments_after']} segments) in a "
+            f"pass of {f['compaction_pass_s']:.1f} s (the step {done['seconds']:.1f} s)")
     report("streams restore", (
         f"{size.updates:,} updates over {size.keys:,} keys ({f['keys']:,.0f} in the table), {size.partitions} "
         f"partitions: produced in {f['produce_s']:.1f} s, built by the app in {f['build_s']:.1f} s "
         f"({size.updates / f['build_s']:,.0f} updates/s; changelog {f['changelog_offsets']:,.0f} offsets); "
         f"restored from the broker in {f['broker_restore_s']:.1f} s ({f['broker_restored_records']:,.0f} records), "
-        f"{tier}, then the broker kept the last ten minutes ({f['lost_on_broker']:,.0f} keys' latest values on the "
-        f"tier only); restored through the proxy in {f['proxy_restore_s']:.1f} s "
+        f"then the broker kept the last ten minutes ({f['lost_on_broker']:,.0f} keys' latest values on the tier "
+        f"only), {tier}; restored through the proxy in {f['proxy_restore_s']:.1f} s "
         f"({f['proxy_restored_records']:,.0f} records): {f['broker_restore_s'] / f['proxy_restore_s']:.2f}x the "
         f"broker's speed; each restore's time is the app's whole run (JVM start, group join, restore, dump)"))

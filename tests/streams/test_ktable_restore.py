@@ -28,4 +28,5 @@ def test_a_wiped_kafka_streams_ktable_is_restored_through_the_proxy_from_the_tie
     """~30 s: two Streams JVM runs (build, restore), a tier pass, a proxy."""
     out = restore_through_the_proxy(kafka.bootstrap, tmp_path, f"table-{os.getpid()}-{time.monotonic_ns() % 10**6}",
                                     SUITE)
+    print("figures:", {k: round(v, 1) for k, v in out.figures.items()})  # shown with a failure, or with -s
     assert out.figures["keys"] > SUITE.keys * 9 // 10  # the table is not trivially small

@@ -3,14 +3,19 @@ same steps; tests/streams/test_ktable_restore.py tells the story):
 
 1. updates and tombstones are produced to an input topic, all but the last tenth an hour old;
 2. TableApp (`tests.support.streams`) builds its KTable from the whole input, straight from the broker; its
-   changelog is `cleanup.policy=compact,delete` with small segments, set through Streams' topic configs;
+   changelog is `cleanup.policy=compact,delete` with small segments, set through Streams' topic configs, with a
+   retention and a compaction lag longer than the records' age: nothing is cleaned or deleted yet;
 3. (benchmark) the instance's state is wiped and restored from the broker, which still holds everything: the
    baseline;
-4. a tier pass copies the changelog (and compacts it: the tier's own compaction step);
-5. the broker keeps the last ten minutes only (retention.ms lowered, as an operator does once the tier runs): every
-   changelog partition's log start moves, and what the broker still holds lacks many keys' latest values;
-6. the state is wiped and the app starts again with a proxy as its bootstrap: Streams restores each changelog
-   partition from below the broker's log start, and its store equals the whole input's table, key by key."""
+4. a tier pass copies the changelog as the broker holds it;
+5. time passes, which the test stands in for by lowering the changelog's configs as they would be in a running
+   estate: the broker keeps the last ten minutes (retention.ms): every changelog partition's log start moves, and
+   what the broker still holds lacks many keys' latest values; then min.compaction.lag.ms goes to 0;
+6. the next tier pass compacts the changelog's tiered history, which the broker no longer holds (the tier's own
+   compaction step, Kafka's LogCleaner rules);
+7. the state is wiped and the app starts again with a proxy as its bootstrap: Streams restores each changelog
+   partition from below the broker's log start, reading the tier's compacted segments, and its store equals the
+   whole input's table, key by key."""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from tests.support.streams import (
 )
 from tests.support.tiering import settings, tier_once
 from tests.support.waiting import proxy_serves_tier, wait_until
+from tierproxy.config import TierSettings
 from tierproxy.jobs.tiering.job import RunSummary
 
 HOUR_MS = 3_600_000
@@ -50,20 +56,28 @@ class Size:
 
 @dataclass
 class Outcome:
-    """What the run measured (seconds, counts) and its tier pass."""
+    """What the run measured (seconds, counts) and its tier passes."""
     figures: dict[str, float] = field(default_factory=dict)
-    summary: RunSummary | None = None
+    copied: RunSummary | None = None  # the tier pass that copied the changelog
+    compacted: RunSummary | None = None  # the one that compacted it
     restores: list[Restore] = field(default_factory=list)
 
 
 def changelog_configs(size: Size) -> dict[str, str]:
     """The changelog's configs as Streams creates it: compacted and deleted by time, small segments (many for the
-    broker to delete); retention starts long, so that nothing goes before the tier has copied it. The broker's
-    cleaner cleans the hour-old records only (min.compaction.lag.ms): it groups the segments it cleans into as
-    few as fit in a segment, and a group holding the last minutes' records too would keep the hour-old ones from
-    time retention."""
-    return {"cleanup.policy": "compact,delete", "retention.ms": str(2 * HOUR_MS),
-            "internal.segment.bytes": str(size.segment_bytes), "min.compaction.lag.ms": str(HOUR_MS // 2)}
+    broker to delete). Its retention and compaction lag start longer than the records' age, so that the broker
+    neither deletes nor cleans anything before the tier has copied it: a cleaner would group the hour-old segments
+    with the last minutes' (as few segments as fit in segment.bytes), and a group's newest record would keep its
+    older ones from time retention."""
+    return {"cleanup.policy": "compact,delete", "retention.ms": str(3 * HOUR_MS),
+            "min.compaction.lag.ms": str(2 * HOUR_MS), "internal.segment.bytes": str(size.segment_bytes)}
+
+
+def _tier_pass(s: TierSettings) -> tuple[RunSummary, float]:
+    began = time.perf_counter()
+    summary = tier_once(s)
+    assert summary.failed == 0 and summary.gaps == [] and not summary.errors, summary
+    return summary, time.perf_counter() - began
 
 
 def _same(state: dict[str, str], expected: dict[str, str], where: str) -> None:
@@ -106,13 +120,12 @@ def restore_through_the_proxy(bootstrap: str, workdir: Path, name: str, size: Si
         _same(state, expected, "the broker")
 
     s = settings(bootstrap, workdir, changelog, tier_segment_bytes=size.tier_segment_bytes)
-    began = time.perf_counter()
-    out.summary = summary = tier_once(s)
-    out.figures["tier_s"] = time.perf_counter() - began
-    assert summary.failed == 0 and summary.gaps == [] and not summary.errors, summary
-    assert summary.segments >= size.partitions, f"the tier copied {summary.segments} segments of the changelog"
+    out.copied, out.figures["copy_pass_s"] = _tier_pass(s)
+    assert out.copied.segments >= size.partitions, f"the tier copied {out.copied.segments} segments of the changelog"
 
-    set_topic_config(bootstrap, changelog, "retention.ms", str(KEEP_MS))
+    # an hour passes: the broker keeps the last ten minutes (before the input's last tenth came, however long the
+    # steps took since)
+    set_topic_config(bootstrap, changelog, "retention.ms", str(int(time.time() * 1000) - now + KEEP_MS))
 
     def broker_starts() -> list[int] | None:
         got = [watermarks(bootstrap, changelog, p)[0] for p in range(size.partitions)]
@@ -122,6 +135,13 @@ def restore_through_the_proxy(bootstrap: str, workdir: Path, name: str, size: Si
     held = latest_by_key(bootstrap, changelog, size.partitions)
     lost = [k for k in expected if k not in held]  # keys whose latest value only the tier still holds
     assert len(lost) > len(expected) // 10, (len(lost), len(expected), starts)
+
+    # and every record is past the compaction lag: the tier compacts the history the broker no longer holds
+    set_topic_config(bootstrap, changelog, "min.compaction.lag.ms", "0")
+    out.compacted, out.figures["compaction_pass_s"] = _tier_pass(s)
+    done = out.compacted.compaction
+    assert done.get("partitions") == size.partitions and done["failed"] == 0, done
+    assert done["bytes_after"] < done["bytes_before"] // 2, done
 
     app.wipe()
     proxy = ProxyProcess(bootstrap, workdir, {"TIERPROXY_STORAGE": s.storage, "TIERPROXY_METADATA": s.metadata})
@@ -135,6 +155,8 @@ def restore_through_the_proxy(bootstrap: str, workdir: Path, name: str, size: Si
         proxy.stop()
     out.figures["proxy_restored_records"] = sum(r.records for r in out.restores)
     _same(state, expected, "the proxy")
+    # ... from the tier's compacted segments (the changelog held an offset per update)
+    assert out.figures["proxy_restored_records"] < sum(ends) // 2, (out.figures, ends)
     # each partition restored from below the broker's log start (the tier's part) to the changelog's end
     assert [(r.partition, r.end) for r in out.restores] == list(enumerate(ends)), out.restores
     assert all(r.start < start for r, start in zip(out.restores, starts, strict=True)), (out.restores, starts)
