@@ -176,9 +176,11 @@ class CompactionStep:
     """The driver's side of one pass's compaction (`run`), on the tier job's RLMM loop and Spark session."""
 
     def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, storage: str, map_bytes: int,
-                 run: Any, spark: Any) -> None:
+                 run: Any, spark: Any | None) -> None:
+        """`run`: runs a coroutine on the RLMM's loop; `spark`: the job's session (`JobSpark`), or None to run the
+        tasks in this process one after another (a driver without Spark: tests, tools)."""
         self.rlmm, self.rsm, self.storage, self.map_bytes = rlmm, rsm, storage, map_bytes
-        self._run, self._spark = run, spark  # the job's coroutine runner and its Spark session (`JobSpark`)
+        self._run, self._spark = run, spark
 
     def run(self, parts: list[PartitionInfo], configs: dict[str, dict[str, str]],
             stable: dict[tuple[str, int], int]) -> CompactionSummary:
@@ -209,8 +211,11 @@ class CompactionStep:
             tasks.append(CompactionTask(self.storage, plan, config, now, self.map_bytes, olds, started, spare))
         if not tasks:
             return summary
-        sc = self._spark().sparkContext
-        results = sc.parallelize(tasks, len(tasks)).map(functools.partial(compact_task)).collect()
+        if self._spark is None:
+            results = [compact_task(t) for t in tasks]
+        else:
+            sc = self._spark().sparkContext
+            results = sc.parallelize(tasks, len(tasks)).map(functools.partial(compact_task)).collect()
         for result in results:
             summary.storage = added(summary.storage, result.storage)
             self._record(result, summary)
