@@ -99,9 +99,11 @@ class SegmentBuilder:
 
     def __init__(self, producers: dict[int, ProducerEntry] | None = None,
                  index_interval_bytes: int = INDEX_INTERVAL_BYTES,
-                 txn_starts: list[tuple[int, int]] | None = None) -> None:
+                 txn_starts: list[tuple[int, int]] | None = None, base_offset: int | None = None) -> None:
         """`txn_starts` — (producer id, first offset) of aborted transactions as the broker reports them in
-        READ_COMMITTED fetches — names the start of a transaction that began before this segment."""
+        READ_COMMITTED fetches — names the start of a transaction that began before this segment.
+        `base_offset`: the segment's base offset when its first batch starts later (a cleaned segment keeps the
+        base offset of the segment it replaces): the indexes' relative offsets count from it."""
         self.interval = index_interval_bytes
         self.log_parts: list[memoryview] = []
         self.log_size = 0
@@ -112,7 +114,8 @@ class SegmentBuilder:
         self.producers = {pid: ProducerEntry(**vars_of(e)) for pid, e in (producers or {}).items()}
         self.txn_starts = sorted(txn_starts or [])
         self._last_marker: dict[int, int] = {}  # producer id → offset of its latest marker in this segment
-        self.start_offset = -1
+        self.start_offset = -1 if base_offset is None else base_offset
+        self._first = True
         self.end_offset = -1
         self.max_ts = -1
         self._max_ts_offset = -1
@@ -122,8 +125,10 @@ class SegmentBuilder:
     def add(self, batch: RecordBatch) -> None:
         if batch.magic != 2:
             raise ValueError(f"batch at {batch.base_offset} has magic {batch.magic}: only v2 batches are tiered")
-        if self.start_offset < 0:
-            self.start_offset = batch.base_offset
+        if self._first:
+            self._first = False
+            if self.start_offset < 0 or self.start_offset > batch.base_offset:
+                self.start_offset = batch.base_offset
             for pid, first in self.txn_starts:  # aborted transactions already open when this segment begins
                 if first < batch.base_offset:
                     entry = self.producers.setdefault(pid, ProducerEntry(pid, -1, -1, -1, 0, -1, -1, -1))
@@ -151,8 +156,8 @@ class SegmentBuilder:
 
     def _track_producer(self, batch: RecordBatch) -> None:
         pid = batch.producer_id
-        if pid < 0:
-            return
+        if pid < 0 or (batch.is_control and batch.records_count == 0):
+            return  # an empty control batch: the cleaner removed its transaction whole (Kafka appends nothing)
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid, batch.producer_epoch, -1, -1, 0, -1, -1, -1)
@@ -186,7 +191,7 @@ class SegmentBuilder:
         return min(open_firsts) if open_firsts else marker_offset + 1
 
     def finish(self) -> SegmentFiles:
-        if self.start_offset < 0:
+        if self._first:
             raise ValueError("an empty segment")
         return SegmentFiles(
             log_parts=list(self.log_parts), offset_index=bytes(self.offset_index), time_index=bytes(self.time_index),
