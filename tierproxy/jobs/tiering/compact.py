@@ -20,9 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tierproxy.jobs.tiering import replace as replacing
-from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo
+from tierproxy.jobs.tiering.cluster import PartitionInfo
 from tierproxy.jobs.tiering.housekeeping import delete_segment
-from tierproxy.jobs.tiering.plan import select_topics
 from tierproxy.tier.compaction import (
     CleanedSegment,
     CleanerConfig,
@@ -108,12 +107,10 @@ class CompactionResult:
     storage: dict[str, Any] = field(default_factory=dict)
 
 
-def compacted_partitions(view: ClusterView, configs: dict[str, dict[str, str]], pattern: str,
-                         exclude: str) -> list[PartitionInfo]:
-    """The partitions of the topics the tier holds (`tier.topics` / `tier.topics.exclude`, as `select_topics`
-    takes them) whose cleanup.policy holds `compact`."""
-    every = select_topics(view, {}, pattern, exclude)  # (no configs: the topic rule alone)
-    return [p for p in every if "compact" in configs.get(p.topic, {}).get("cleanup.policy", "delete")]
+def compacted_partitions(parts: list[PartitionInfo], configs: dict[str, dict[str, str]]) -> list[PartitionInfo]:
+    """Of the partitions the pass tiers (`plan.select_topics`), those whose topic's cleanup.policy holds
+    `compact` (alone or with `delete`)."""
+    return [p for p in parts if "compact" in configs.get(p.topic, {}).get("cleanup.policy", "delete")]
 
 
 def tier_segments(served: Sequence[RemoteLogSegmentMetadata]) -> list[TierSegment]:

@@ -40,7 +40,7 @@ from tierproxy.jobs.tiering.cluster import (
 from tierproxy.jobs.tiering.compact import CompactionStep, CompactionSummary, compacted_partitions
 from tierproxy.jobs.tiering.copy import CopyResult, CopyTask, copy_task
 from tierproxy.jobs.tiering.describe import build_snapshot
-from tierproxy.jobs.tiering.plan import Gap, Range, plan_partition, select_topics
+from tierproxy.jobs.tiering.plan import Gap, Range, plan_partition, select_topics, tombstone_risk
 from tierproxy.jobs.tiering.replace import delete_retired, retire_shadowed
 from tierproxy.tier.model import (
     PassStage,
@@ -58,11 +58,12 @@ from tierproxy.tier.ownership import RestoreInProgress, check_cluster
 from tierproxy.tier.requests import added, describe, since
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
+from tierproxy.tier.rules import compacted, tiering_lag, topic_deletions_due, topic_setting
 from tierproxy.tier.snapshot import SnapshotWriter
 
 log = logging.getLogger("tierproxy.tier")
 T = TypeVar("T")
+DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's log.cleaner.delete.retention.ms
 
 
 @dataclass
@@ -80,6 +81,9 @@ class RunSummary:
     partitions_deleted: int = 0
     topics_pending_deletion: list[str] = field(default_factory=list)  # proven gone, within the delete delay
     gaps: list[dict[str, Any]] = field(default_factory=list)
+    # compacted partitions whose copies found records the cleaner removed more than delete.retention.ms after the
+    # tier's newest record: a tombstone among them may be gone (`rules.tombstones_at_risk`)
+    tombstone_risks: list[str] = field(default_factory=list)
     lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
     errors: list[str] = field(default_factory=list)
     recopied: int = 0  # segments whose file:// tier file was short, copied again (once per job, at its first pass)
@@ -218,6 +222,9 @@ class TieringJob:
         self._files_checked = False
         self._view: ClusterView | None = None  # the cluster as last described: where copies fetch from
         self.serving: TierPass | None = None  # the requested pass the current one serves
+        # this pass's compacted partitions: (topic id, partition) → (the tier's newest timestamp before the pass,
+        # the topic's delete.retention.ms)
+        self._compacted: dict[tuple[bytes, int], tuple[int, int]] = {}
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -251,7 +258,7 @@ class TieringJob:
             self.run(self.rlmm.put_tier_pass(TierPass(self.serving.request_id, False, now, stage=PassStage.TAKEN)))
         topics = sorted({p.topic for p in view.partitions})
         configs = topic_configs(s.own_bootstrap, topics, s.identity) if topics else {}
-        parts = select_topics(view, configs, s.tier_topics, s.tier_topics_exclude)
+        parts = select_topics(view, s.tier_topics, s.tier_topics_exclude)
 
         summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
         # a killed pass's replacement: finished (its old segments marked), then what was marked long enough deleted
@@ -267,12 +274,17 @@ class TieringJob:
             summary.errors += [f"LOST {lost}" for lost in short.lost]
             self._files_checked = True
         ranges: list[Range] = []
+        self._compacted = {}
         for p in parts:
             o = offsets.get((p.topic, p.partition))
             if o is None:
                 continue
             pc = self.rlmm.cache.get(p.topic_id, p.partition)
             tiered_end = pc.latest_tiered_offset() if pc else -1
+            if compacted(configs.get(p.topic, {})):
+                newest = max((md.max_timestamp_ms for md in pc.finished()), default=-1) if pc else -1
+                self._compacted[(p.topic_id, p.partition)] = (newest, int(configs[p.topic].get(
+                    "delete.retention.ms", DEFAULT_DELETE_RETENTION_MS)))
             seg_bytes = topic_setting(s.tier_topic_overrides, p.topic, "segment.bytes", s.tier_segment_bytes)
             try:
                 rs, gaps = plan_partition(view, p, o, tiered_end, seg_bytes, pc.holes() if pc else [],
@@ -287,8 +299,7 @@ class TieringJob:
 
         self._copy(ranges, summary)
         compaction = CompactionStep(self.rlmm, self.rsm, s.storage, s.tier_cleaner_dedupe_buffer_size, self.run,
-                                    self.spark).run(compacted_partitions(view, configs, s.tier_topics,
-                                                                         s.tier_topics_exclude), configs,
+                                    self.spark).run(compacted_partitions(parts, configs), configs,
                                                     {k: o.last_stable for k, o in offsets.items()})
         summary.compaction = asdict(compaction)
         summary.errors += compaction.errors
@@ -408,6 +419,8 @@ class TieringJob:
                     if not result.empty:
                         summary.segments += 1
                         summary.bytes += result.size
+                        if result.removed:
+                            self._tombstone_risk(r, summary)
                 else:
                     summary.failed += 1
                     summary.errors.append(result.error)
@@ -425,6 +438,13 @@ class TieringJob:
         for r in pending:  # the segments copied after it stay (the broker may have deleted their data by now)
             log.warning("%s-%d [%d, %d) not copied after %d attempts: left as a hole for the next pass",
                         r.part.topic, r.part.partition, r.start, r.end, self.settings.tier_task_max_attempts)
+
+    def _tombstone_risk(self, r: Range, summary: RunSummary) -> None:
+        """A copy of a compacted partition met records the cleaner removed: checked once per partition and pass."""
+        known = self._compacted.pop((r.part.topic_id, r.part.partition), None)
+        if known is not None and (msg := tombstone_risk(r.part, *known, int(time.time() * 1000))) is not None:
+            log.warning("TOMBSTONES %s", msg)
+            summary.tombstone_risks.append(msg)
 
     def _start(self, ranges: list[Range]) -> list[CopyTask]:
         tasks, mds = [], []
@@ -573,6 +593,8 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
             print(summary.line(), flush=True)
             for refusal in summary.retention_refused:
                 print(f"RETENTION REFUSED {refusal}", flush=True)
+            for risk in summary.tombstone_risks:
+                print(f"TOMBSTONES {risk}", flush=True)
             for g in summary.gaps:
                 print(f"GAP {g['topic']}-{g['partition']}: offsets {g['first_missing']}..{g['last_missing']} "
                       "were deleted by the broker before they were tiered", flush=True)
