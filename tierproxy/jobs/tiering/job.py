@@ -249,8 +249,8 @@ class TieringJob:
 
         self._copy(ranges, summary)
         compaction = CompactionStep(self.rlmm, self.rsm, s.storage, s.tier_cleaner_dedupe_buffer_size, self.run,
-                                    self.spark).run(compacted_partitions(parts, configs), configs,
-                                                    {k: o.last_stable for k, o in offsets.items()})
+                                    self.spark).run(compacted_partitions(parts, configs) if s.tier_cleaner_enable
+                                                    else [], configs, {k: o.last_stable for k, o in offsets.items()})
         summary.compaction = asdict(compaction)
         summary.errors += compaction.errors
         summary.storage = added(summary.storage, compaction.storage)
