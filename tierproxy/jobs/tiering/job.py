@@ -248,9 +248,10 @@ class TieringJob:
             ranges += rs
 
         self._copy(ranges, summary)
-        compaction = CompactionStep(self.rlmm, self.rsm, s.storage, s.tier_cleaner_dedupe_buffer_size, self.run,
-                                    self.spark).run(compacted_partitions(parts, configs) if s.tier_cleaner_enable
-                                                    else [], configs, {k: o.last_stable for k, o in offsets.items()})
+        step = CompactionStep(self.rlmm, self.rsm, s.storage, s.tier_cleaner_dedupe_buffer_size, self.run, self.spark,
+                              lambda t: topic_setting(s.tier_topic_overrides, t, "segment.bytes", s.tier_segment_bytes))
+        compaction = step.run(compacted_partitions(parts, configs) if s.tier_cleaner_enable else [], configs,
+                              {k: o.last_stable for k, o in offsets.items()})
         summary.compaction = asdict(compaction)
         summary.errors += compaction.errors
         summary.storage = added(summary.storage, compaction.storage)
