@@ -6,14 +6,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tierproxy.config import TierSettings
+from tierproxy.jobs.tiering.cluster import PartitionInfo
+from tierproxy.jobs.tiering.compact import CompactionStep
 from tierproxy.jobs.tiering.pauses import TIER_PAUSE_AT
 from tierproxy.jobs.tiering.replace import delete_retired, joined, replace_group
 from tierproxy.tier.model import RemoteLogSegmentMetadata, SegmentState
@@ -22,6 +26,29 @@ from tierproxy.tier.ownership import OWNER_OBJECT
 from tierproxy.tier.rsm import LOG_EXT, IndexType, RemoteStorageManager
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def compact(metadata: str, storage: str, topic: str, partition: int, configs: dict[str, str]) -> None:
+    """The tier job's compaction step over one partition, its tasks run in this process (no Spark: a process
+    that starts fast, to be killed), with the engine; then what was retired deleted at once (a delay of 0)."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    def run(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    rlmm = open_metadata(metadata, "", writer=True)
+    run(rlmm.start())
+    rsm = RemoteStorageManager.from_uri(storage)
+    pc = rlmm.cache.find(topic, partition)
+    assert pc is not None
+    part = PartitionInfo(topic, pc.tp.topic_id, partition, -1, 0)
+    CompactionStep(rlmm, rsm, storage, 16 << 20, run, None).run([part], {topic: configs}, {})
+    run(delete_retired(rlmm, rsm, 0))
+    run(rsm.close())
+    run(rlmm.close())
 
 
 async def replace_first(metadata: str, storage: str, topic: str, partition: int, count: int) -> None:
@@ -41,10 +68,13 @@ async def replace_first(metadata: str, storage: str, topic: str, partition: int,
         await rlmm.close()
 
 
-def killed_at(s: TierSettings, topic: str, point: str, tmp: Path, count: int = 2) -> None:
-    """`replace_first` in a process of its own, SIGKILLed once it reaches the pause point `point`."""
+def killed_at(s: TierSettings, topic: str, point: str, tmp: Path, count: int = 2,
+              configs: dict[str, str] | None = None) -> None:
+    """`replace_first` (`configs` given: `compact`) in a process of its own, SIGKILLed once it reaches the pause
+    point `point`."""
     marker = tmp / f"at-{point}-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "tests.support.replacing", str(s.metadata), s.storage, topic, "0", str(count)]
+    what = json.dumps(configs) if configs is not None else str(count)
+    cmd = [sys.executable, "-m", "tests.support.replacing", str(s.metadata), s.storage, topic, "0", what]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, TIER_PAUSE_AT: f"{point}:{marker}"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -99,7 +129,10 @@ def objects_against_metadata(s: TierSettings, topic: str) -> tuple[set[str], set
 
 if __name__ == "__main__":
     args = argparse.ArgumentParser()
-    for name in ("metadata", "storage", "topic", "partition", "count"):
+    for name in ("metadata", "storage", "topic", "partition", "what"):  # what: a count, or configs to compact
         args.add_argument(name)
     a = args.parse_args()
-    asyncio.run(replace_first(a.metadata, a.storage, a.topic, int(a.partition), int(a.count)))
+    if a.what.startswith("{"):
+        compact(a.metadata, a.storage, a.topic, int(a.partition), json.loads(a.what))
+    else:
+        asyncio.run(replace_first(a.metadata, a.storage, a.topic, int(a.partition), int(a.what)))

@@ -55,7 +55,10 @@ def model_clean(log: list[Batch], now: int) -> list[Batch]:
                 discard = False
         else:
             can_discard = discard = b.base in aborted
-        retain_empty = (b.pid >= 0 and last_data.get(b.pid) == b.last) or b.last == log_end
+        # a producer's last data batch (or, a producer with none, its markers: one epoch here) and the log's last
+        last_of_producer = b.pid >= 0 and (last_data.get(b.pid) == b.last if b.pid in last_data
+                                           else b.control is not None)
+        retain_empty = last_of_producer or b.last == log_end
         if discard and not retain_empty:
             continue
         if discard:

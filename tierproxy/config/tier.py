@@ -39,6 +39,8 @@ class TierSettings(CommonSettings):
         60_000, ge=0, description="a tier segment marked for deletion (replaced by a tier compaction, or a deletion "
         "cut short) keeps its objects this long first, as Kafka's log.segment.delete.delay.ms: a proxy whose metadata "
         "view lags still reads them")
+    tier_cleaner_enable: bool = Field(True, description="the tier compacts the tiered partitions of compacted topics "
+                                      "after each pass's copies (Kafka's log.cleaner.enable)")
     tier_cleaner_dedupe_buffer_size: int = Field(
         128 << 20, ge=1 << 20, le=(1 << 31) - 1, description="bytes of the key map of one tier compaction task "
         "(Kafka's log.cleaner.dedupe.buffer.size): a partition whose dirty keys need more is cleaned as far as the "

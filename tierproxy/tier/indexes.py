@@ -157,8 +157,8 @@ class SegmentBuilder:
 
     def _track_producer(self, batch: RecordBatch) -> None:
         pid = batch.producer_id
-        if pid < 0:
-            return
+        if pid < 0 or (batch.is_control and batch.records_count == 0):
+            return  # an empty control batch: the cleaner removed its transaction whole (Kafka appends nothing)
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid, batch.producer_epoch, -1, -1, 0, -1, -1, -1)

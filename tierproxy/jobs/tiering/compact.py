@@ -12,19 +12,18 @@ group the task did not clean (the key map filled, or the task failed) is rolled 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tierproxy.jobs.tiering import replace as replacing
-from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo
+from tierproxy.jobs.tiering.cluster import PartitionInfo
 from tierproxy.jobs.tiering.housekeeping import delete_segment
-from tierproxy.jobs.tiering.plan import select_topics
 from tierproxy.tier.compaction import (
-    CleanedSegment,
     CleanerConfig,
     CleaningPlan,
     SegmentInput,
@@ -45,7 +44,7 @@ from tierproxy.tier.replacement import cleaned, epochs_within
 from tierproxy.tier.requests import added
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tier.rules import served_segments
+from tierproxy.tier.rules import compacted, served_segments
 
 log = logging.getLogger("tierproxy.tier")
 
@@ -108,12 +107,10 @@ class CompactionResult:
     storage: dict[str, Any] = field(default_factory=dict)
 
 
-def compacted_partitions(view: ClusterView, configs: dict[str, dict[str, str]], pattern: str,
-                         exclude: str) -> list[PartitionInfo]:
-    """The partitions of the topics the tier holds (`tier.topics` / `tier.topics.exclude`, as `select_topics`
-    takes them) whose cleanup.policy holds `compact`."""
-    every = select_topics(view, pattern, exclude)
-    return [p for p in every if "compact" in configs.get(p.topic, {}).get("cleanup.policy", "delete")]
+def compacted_partitions(parts: list[PartitionInfo], configs: dict[str, dict[str, str]]) -> list[PartitionInfo]:
+    """Of the partitions the pass tiers (`plan.select_topics`), those whose topic's cleanup.policy holds
+    `compact` (alone or with `delete`)."""
+    return [p for p in parts if compacted(configs.get(p.topic, {}))]
 
 
 def tier_segments(served: Sequence[RemoteLogSegmentMetadata]) -> list[TierSegment]:
@@ -129,46 +126,39 @@ def empty_files(start: int, epochs: dict[int, int]) -> SegmentFiles:
 
 
 def compact_task(task: CompactionTask) -> CompactionResult:
-    """Run on an executor: read the plan's segments through the RSM, clean them, upload the new segments."""
+    """Run on an executor: read the plan's segments through the RSM, clean them, upload each new segment as the
+    engine yields it (memory: the key map, the segments being read and one new segment)."""
     out = CompactionResult(task)
     ids = {ts.segment_id: i for i, group in enumerate(task.plan.groups) for ts in group}
+    loop = asyncio.new_event_loop()  # the engine is synchronous: each read and upload runs to its end here
+    rsm = RemoteStorageManager.from_uri(task.storage)
 
-    async def run() -> None:
-        rsm = RemoteStorageManager.from_uri(task.storage)
-        loop = asyncio.get_running_loop()
-        try:
-            def read(ts: TierSegment) -> SegmentInput:
-                md = task.olds[ts.segment_id]
-                log_bytes = asyncio.run_coroutine_threadsafe(rsm.fetch_log(md, 0), loop).result()
-                txn = asyncio.run_coroutine_threadsafe(rsm.fetch_index(md, IndexType.TRANSACTION), loop).result()
-                snap = asyncio.run_coroutine_threadsafe(rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT),
-                                                        loop).result()
-                return SegmentInput(log_bytes, decode_txn_index(txn), decode_producer_snapshot(snap))
-
-            def clean() -> list[CleanedSegment]:
-                return list(clean_partition(task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes))
-
-            # the engine is synchronous and reads through `read`: it runs on a thread while this loop serves the RSM
-            group = -1
-            for seg in await loop.run_in_executor(None, clean):
-                if seg.replaces:
-                    group, started = ids[seg.replaces[0].segment_id], task.started[ids[seg.replaces[0].segment_id]]
-                else:  # the rest of the segment the key map filled inside: the same group's second new segment
-                    started = task.spare
-                olds = [task.olds[ts.segment_id] for ts in task.plan.groups[group]]
-                files = seg.files or empty_files(seg.start_offset, epochs_within(olds, seg.start_offset,
-                                                                                 seg.end_offset))
-                await rsm.copy_segment(replace(started, start_offset=seg.start_offset), files)
-                out.cleaned.append(Cleaned(group, started, seg.start_offset, seg.end_offset, seg.max_timestamp_ms,
-                                           seg.size, files.txn_index_empty, seg.cleaned))
-        finally:
-            out.storage = rsm.store.counts.as_dict()
-            await rsm.close()
+    def read(ts: TierSegment) -> SegmentInput:
+        md = task.olds[ts.segment_id]
+        log_bytes = loop.run_until_complete(rsm.fetch_log(md, 0))
+        txn = loop.run_until_complete(rsm.fetch_index(md, IndexType.TRANSACTION))
+        snap = loop.run_until_complete(rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT))
+        return SegmentInput(log_bytes, decode_txn_index(txn), decode_producer_snapshot(snap))
 
     try:
-        asyncio.run(run())
+        group = -1
+        for seg in clean_partition(task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes):
+            if seg.replaces:
+                group = ids[seg.replaces[0].segment_id]
+                started = task.started[group]
+            else:  # the rest of the segment the key map filled inside: the same group's second new segment
+                started = task.spare
+            olds = [task.olds[ts.segment_id] for ts in task.plan.groups[group]]
+            files = seg.files or empty_files(seg.start_offset, epochs_within(olds, seg.start_offset, seg.end_offset))
+            loop.run_until_complete(rsm.copy_segment(replace(started, start_offset=seg.start_offset), files))
+            out.cleaned.append(Cleaned(group, started, seg.start_offset, seg.end_offset, seg.max_timestamp_ms,
+                                       seg.size, files.txn_index_empty, seg.cleaned))
     except Exception as exc:  # the driver rolls the partition's groups back and reports it
         out.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        out.storage = rsm.store.counts.as_dict()
+        loop.run_until_complete(rsm.close())
+        loop.close()
     return out
 
 
@@ -176,9 +166,14 @@ class CompactionStep:
     """The driver's side of one pass's compaction (`run`), on the tier job's RLMM loop and Spark session."""
 
     def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, storage: str, map_bytes: int,
-                 run: Any, spark: Any) -> None:
+                 run: Any, spark: Any | None, segment_bytes: Callable[[str], int] | None = None) -> None:
+        """`run`: runs a coroutine on the RLMM's loop; `spark`: the job's session (`JobSpark`), or None to run the
+        tasks in this process one after another (a driver without Spark: tests, tools); `segment_bytes`: a topic's
+        tier segment size (`tier.segment.bytes`, its override), which bounds the new segments (and a task's memory)
+        below the topic's own segment.bytes."""
         self.rlmm, self.rsm, self.storage, self.map_bytes = rlmm, rsm, storage, map_bytes
-        self._run, self._spark = run, spark  # the job's coroutine runner and its Spark session (`JobSpark`)
+        self.segment_bytes = segment_bytes
+        self._run, self._spark = run, spark
 
     def run(self, parts: list[PartitionInfo], configs: dict[str, dict[str, str]],
             stable: dict[tuple[str, int], int]) -> CompactionSummary:
@@ -194,6 +189,9 @@ class CompactionStep:
             served = served_segments(pc.finished(), pc.log_start_offset)
             try:
                 config = CleanerConfig.from_topic_configs(configs.get(p.topic, {}))
+                if self.segment_bytes is not None:
+                    config = dataclasses.replace(config, segment_bytes=min(config.segment_bytes,
+                                                                           self.segment_bytes(p.topic)))
                 plan = plan_cleaning(tier_segments(served), now, config,
                                      last_stable_offset=stable.get((p.topic, p.partition)))
             except Exception as exc:  # this partition waits (served as it is); the pass goes on
@@ -209,8 +207,11 @@ class CompactionStep:
             tasks.append(CompactionTask(self.storage, plan, config, now, self.map_bytes, olds, started, spare))
         if not tasks:
             return summary
-        sc = self._spark().sparkContext
-        results = sc.parallelize(tasks, len(tasks)).map(functools.partial(compact_task)).collect()
+        if self._spark is None:
+            results = [compact_task(t) for t in tasks]
+        else:
+            sc = self._spark().sparkContext
+            results = sc.parallelize(tasks, len(tasks)).map(functools.partial(compact_task)).collect()
         for result in results:
             summary.storage = added(summary.storage, result.storage)
             self._record(result, summary)

@@ -147,14 +147,14 @@ async def joined(rsm: RemoteStorageManager, group: Sequence[RemoteLogSegmentMeta
     """The group's segments as one, every byte kept (a rewrite that cleans nothing: small segments merged): the
     batches in order, offset and time indexes made again, the aborted transactions of every txn index, the last
     segment's producer snapshot, the group's leader epochs."""
-    builder = SegmentBuilder()
+    builder = SegmentBuilder(base_offset=group[0].start_offset)  # the indexes count from the range's start
     aborted = []
     for md in group:
         log_bytes = await rsm.fetch_log(md, 0)
         for batch in iter_batches(log_bytes):
             builder.add(batch)
         aborted += decode_txn_index(await rsm.fetch_index(md, IndexType.TRANSACTION))
-    files = builder.finish()
+    files = builder.finish(end_offset=group[-1].end_offset)
     epochs = epochs_within(group, group[0].start_offset, group[-1].end_offset)
     snapshot = await rsm.fetch_index(group[-1], IndexType.PRODUCER_SNAPSHOT)
     return replace(files, txn_index=encode_txn_index(aborted), aborted=aborted, producer_snapshot=snapshot,

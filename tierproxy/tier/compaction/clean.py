@@ -146,10 +146,11 @@ class _Output:
     def finish(self, end_offset: int, *, cleaned: bool) -> CleanedSegment:
         files = None
         if self.kept:
-            b = SegmentBuilder()
+            b = SegmentBuilder(base_offset=self.start)  # indexes relative to the replaced segment's base
             for batch in self.kept:
                 b.add(batch)
             files = b.finish()
+            files.end_offset = end_offset  # the range replaced, whose last batches may be gone
             files.txn_index, files.aborted = encode_txn_index(self.txn_entries), list(self.txn_entries)
             files.leader_epochs, files.leader_epoch_checkpoint = dict(self.epochs), encode_leader_epochs(self.epochs)
             if self.producers:  # ends where a source segment ends: its producer snapshot holds
