@@ -1,6 +1,6 @@
 """A real Kafka Streams application for tests: `tests/streams/TableApp.java`, a KTable read from an input topic into
 a RocksDB store whose changelog topic takes the configs a test gives (Kafka's own `kafka-streams` jar, the tested
-version). Compiled once per source and Kafka version into the cache (javac takes ~5 CPU-s; the single-file
+version). Compiled once per source and Kafka version into the cache (javac takes seconds; the single-file
 launcher would pay it at every start), run as a JVM with the run's options (`jvm.java_command`).
 
 The store is RocksDB, Streams' default for a KTable: its state lives in the state directory, so wiping that

@@ -104,10 +104,12 @@ def restore_through_the_proxy(bootstrap: str, workdir: Path, name: str, size: Si
     app = TableApp(workdir, app_id, source, size.partitions, changelog_configs(size), heap=size.heap)
     began = time.perf_counter()
     app.build(bootstrap)
-    wait_until(lambda: app.caught_up(bootstrap), "the app's commit of the whole input", timeout=size.timeout,
-               interval=0.3)
-    out.figures["build_s"] = time.perf_counter() - began
-    app.stop()
+    try:
+        wait_until(lambda: app.caught_up(bootstrap), "the app's commit of the whole input", timeout=size.timeout,
+                   interval=0.3)
+        out.figures["build_s"] = time.perf_counter() - began
+    finally:
+        app.stop()  # (its log in the failure when it had ended)
     ends = [watermarks(bootstrap, changelog, p)[1] for p in range(size.partitions)]
     out.figures["changelog_offsets"] = sum(ends)
 
