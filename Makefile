@@ -45,6 +45,7 @@ install: $(VENV)/.installed
 	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES)' \
 	  >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { echo "java (17+) is required"; exit 1; }
+	@command -v javac >/dev/null 2>&1 || { echo "javac (a JDK 17+) is required: the tests compile Java sources"; exit 1; }
 	$(BIN)/python -c "from tierproxy.dev.kafkadist import ensure_kafka_libs as e; print('kafka jars in', e())"
 	$(BIN)/python -c "from tierproxy.dev.kafkadist import OTHER_VERSIONS as v, ensure_kafka_libs as e; \
 	  print('kafka', ', '.join(v), 'jars in', ', '.join(str(e(x)) for x in v))"  # tests/test_kafka_versions.py

@@ -45,7 +45,10 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        # Kafka's Lz4BlockInputStream refuses linked blocks ("Dependent block stream is unsupported")
+        c = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        c.compress(data)
+        return bytes(c.finish())
     if codec == ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise ProtocolError(f"unknown compression codec {codec}")

@@ -6,7 +6,8 @@ Wire grammar (magic 2):
                    producer_id:int64 producer_epoch:int16 base_sequence:int32 records_count:int32 records
         batch_length counts from partition_leader_epoch to the end; crc (CRC-32C) covers attributes..end.
         attributes: bits 0-2 compression, bit 3 timestamp type (1 = LogAppendTime), bit 4 transactional,
-                    bit 5 control, bit 6 delete horizon flag.
+                    bit 5 control, bit 6 delete horizon flag (KIP-534: base_timestamp then holds the horizon of the
+                    batch's tombstones and markers, set by the log cleaner; record timestamps stay base + delta).
     Record => length:varint attributes:int8 timestamp_delta:varlong offset_delta:varint key_length:varint key
               value_length:varint value headers_count:varint [key_length:varint key value_length:varint value]
     Control record key => version:int16 type:int16 (0 = ABORT, 1 = COMMIT); value => version:int16
@@ -26,7 +27,7 @@ import crc32c
 
 from protocol import compression
 from protocol.errors import ProtocolError
-from protocol.primitives import Reader, Writer
+from protocol.primitives import Reader, Writer, encode_unsigned_varint, zigzag
 
 # base_offset:int64 batch_length:int32 partition_leader_epoch:int32 magic:int8 crc:uint32 attributes:int16
 # last_offset_delta:int32 base_timestamp:int64 max_timestamp:int64 producer_id:int64 producer_epoch:int16
@@ -46,6 +47,7 @@ LENGTH_OVERHEAD = 12  # base_offset + batch_length precede what batch_length cou
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
 ABORT, COMMIT = 0, 1
 
 
@@ -267,15 +269,22 @@ def build_batch(records: list[Record], *, base_offset: int = 0, codec: int = com
     return bytes(out)
 
 
-def build_empty_batch(base_offset: int, last_offset: int, *, partition_leader_epoch: int = -1) -> bytes:
+def build_empty_batch(base_offset: int, last_offset: int, *, partition_leader_epoch: int = -1,
+                      producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                      max_timestamp: int = -1, attributes: int = 0) -> bytes:
     """A v2 batch with no records spanning [base_offset, last_offset], as the log cleaner leaves one when it
     removes every record of a batch: a client moves its position past it to last_offset + 1 (KAFKA-5443; the
-    Java consumer and librdkafka take the next offset from the batch header, not from its records)."""
+    Java consumer and librdkafka take the next offset from the batch header, not from its records).
+
+    As Kafka's `DefaultRecordBatch.writeEmptyHeader`: no compression, base timestamp -1, no delete horizon; of
+    `attributes` only the timestamp type, transactional and control bits are kept."""
     if last_offset < base_offset:
         raise ValueError(f"an empty batch spans at least one offset: [{base_offset}, {last_offset}]")
     out = bytearray(HEADER_SIZE)
-    BATCH_HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - LENGTH_OVERHEAD, partition_leader_epoch, 2, 0, 0,
-                           last_offset - base_offset, -1, -1, -1, -1, -1, 0)
+    attributes &= TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
+    BATCH_HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - LENGTH_OVERHEAD, partition_leader_epoch, 2, 0,
+                           attributes, last_offset - base_offset, -1, max_timestamp, producer_id, producer_epoch,
+                           base_sequence, 0)
     struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
@@ -294,3 +303,87 @@ def _write_varbytes(w: Writer, v: bytes | None) -> None:
     else:
         w.varint(len(v))
         w.raw(v)
+
+
+# A record's place in a batch's (decompressed) records section, read without building a Record:
+# (offset_delta, timestamp_delta, key_start, key_length (-1: null), has_value, tail_start, end) — the tail
+# (key_length..headers) is copied as is when the batch is rebuilt.
+RecordSpan = tuple[int, int, int, int, bool, int, int]
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result, shift = b & 0x7F, 7
+    while True:
+        pos += 1
+        b = buf[pos]
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos + 1
+        shift += 7
+        if shift > 63:
+            raise ProtocolError("varint longer than 10 bytes")
+
+
+def _svarint(buf: bytes, pos: int) -> tuple[int, int]:
+    v, pos = _uvarint(buf, pos)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def scan_records(batch: RecordBatch) -> tuple[bytes, list[RecordSpan]]:
+    """The batch's records section (decompressed) and each record's span in it, for filtering and rebuilding."""
+    h = batch.header()
+    section = bytes(batch._records_section())
+    spans: list[RecordSpan] = []
+    pos, size = 0, len(section)
+    try:
+        for _ in range(h.records_count):
+            length, pos = _svarint(section, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise ProtocolError("record length runs past the batch")
+            ts_delta, p = _svarint(section, pos + 1)
+            off_delta, tail = _svarint(section, p)
+            key_len, p = _svarint(section, tail)
+            key_start = p
+            if key_len >= 0:
+                p += key_len
+            value_len, _ = _svarint(section, p)
+            spans.append((off_delta, ts_delta, key_start, key_len, value_len >= 0, tail, end))
+            pos = end
+    except IndexError as exc:
+        raise ProtocolError(f"batch at {h.base_offset}: truncated record") from exc
+    return section, spans
+
+
+def rebuild_batch(h: BatchHeader, section: bytes, spans: list[RecordSpan], *, delete_horizon_ms: int) -> bytes:
+    """A batch of `spans` (some of the records of the batch `h`; at least one) as Kafka's log cleaner writes a
+    batch it partly keeps (`MemoryRecords.buildRetainedRecordsInto`): the same base offset, last offset delta,
+    producer id/epoch, base sequence, leader epoch, codec and flags; the base timestamp is the delete horizon when
+    `delete_horizon_ms` ≥ 0 (the delete horizon bit then set), else the first kept record's timestamp; record
+    timestamps are unchanged; a new CRC."""
+    log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
+    # a record's timestamp is base + delta whether or not the base holds a delete horizon
+    stamps = [h.max_timestamp if log_append else h.base_timestamp + s[1] for s in spans]
+    base_ts = delete_horizon_ms if delete_horizon_ms >= 0 else stamps[0]
+    max_ts = h.max_timestamp if log_append else max(stamps)
+    body = bytearray()
+    for span, ts in zip(spans, stamps, strict=True):
+        head = b"\x00" + encode_unsigned_varint(zigzag(ts - base_ts) & 0xFFFFFFFFFFFFFFFF) + \
+            encode_unsigned_varint(zigzag(span[0]) & 0xFFFFFFFF)
+        rest = section[span[5]:span[6]]
+        body += encode_unsigned_varint(zigzag(len(head) + len(rest)) & 0xFFFFFFFF)
+        body += head
+        body += rest
+    codec = h.attributes & 0x07
+    records = bytes(body) if codec == compression.NONE else compression.compress(codec, bytes(body))
+    attributes = (h.attributes & ~DELETE_HORIZON_BIT) | (DELETE_HORIZON_BIT if delete_horizon_ms >= 0 else 0)
+    out = bytearray(HEADER_SIZE + len(records))
+    BATCH_HEADER.pack_into(out, 0, h.base_offset, len(out) - LENGTH_OVERHEAD, h.partition_leader_epoch, 2, 0,
+                           attributes, h.last_offset_delta, base_ts, max_ts, h.producer_id, h.producer_epoch,
+                           h.base_sequence, len(spans))
+    out[HEADER_SIZE:] = records
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)

@@ -109,10 +109,12 @@ def read_to_end(bootstrap: str, topic: str, isolation: str = "read_uncommitted",
 
 
 def broker_forgets(bootstrap: str, topic: str, *, above: int = 0, retention_ms: int = 1000,
-                   restore_ms: int | None = 3_600_000, timeout: float = 60, interval: float = 0.3) -> int:
+                   restore_ms: int | None = 3_600_000, timeout: float = 60, interval: float = 0.3,
+                   key: bytes | None = None) -> int:
     """Make the broker delete the start of a single-partition topic: shorten `retention.ms` and append ticks until
     its log start offset passes `above`. Then retention goes back to `restore_ms` (None: left short). Returns the
-    new log start; fails if it never moved. The log keeps a tail: the newest ticks.
+    new log start; fails if it never moved. The log keeps a tail: the newest ticks (with `key`: a compacted topic
+    takes no record without one).
 
     Each tick refreshes the active segment's newest timestamp, so a segment that is still active never expires
     while ticks come: `segment.ms` is set to `retention_ms` meanwhile, so the next tick rolls the segment holding
@@ -127,7 +129,7 @@ def broker_forgets(bootstrap: str, topic: str, *, above: int = 0, retention_ms: 
     deadline = time.monotonic() + timeout
     try:
         while (start := watermarks(bootstrap, topic)[0]) <= above and time.monotonic() < deadline:
-            p.produce(topic, b"tick")
+            p.produce(topic, b"tick", key)
             p.flush(5)
             time.sleep(interval)
     finally:
@@ -136,7 +138,7 @@ def broker_forgets(bootstrap: str, topic: str, *, above: int = 0, retention_ms: 
         set_retention(bootstrap, topic, restore_ms)
         start, end = watermarks(bootstrap, topic)  # a deletion may have run meanwhile
         if start == end:  # it took the last tick too (the active segment expired): the log keeps a tail
-            p.produce(topic, b"tick")
+            p.produce(topic, b"tick", key)
             assert p.flush(5) == 0
     assert start > above, f"the broker kept {topic} from offset {start} (wanted past {above}) for {timeout:.0f}s"
     return start

@@ -35,6 +35,16 @@ class TierSettings(CommonSettings):
     tier_orphan_timeout_ms: int = Field(600_000, ge=0,
                                         description="STARTED without FINISHED for this long = orphan")
     tier_task_max_attempts: int = Field(3, ge=1, description="copy attempts per segment (each with a new id)")
+    tier_segment_delete_delay_ms: int = Field(
+        60_000, ge=0, description="a tier segment marked for deletion (replaced by a tier compaction, or a deletion "
+        "cut short) keeps its objects this long first, as Kafka's log.segment.delete.delay.ms: a proxy whose metadata "
+        "view lags still reads them")
+    tier_cleaner_enable: bool = Field(True, description="the tier compacts the tiered partitions of compacted topics "
+                                      "after each pass's copies (Kafka's log.cleaner.enable)")
+    tier_cleaner_dedupe_buffer_size: int = Field(
+        128 << 20, ge=1 << 20, le=(1 << 31) - 1, description="bytes of the key map of one tier compaction task "
+        "(Kafka's log.cleaner.dedupe.buffer.size): a partition whose dirty keys need more is cleaned as far as the "
+        "map reaches and the rest at the next pass; Spark runs one task per core at once")
     tier_topic_delete_delay_ms: int = Field(
         600_000, ge=0, description="a tiered topic leaves the tier only once the cluster has answered UNKNOWN_TOPIC_ID "
         "for its id in passes at least this far apart (docs/tiering.md 'What deletes history')")
@@ -93,7 +103,8 @@ class TierSettings(CommonSettings):
     def _check_state_dir(cls, v: Path) -> Path:
         return check_writable_dir(v)
 
-    @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", "iceberg_orphan_min_age_ms",
+    @field_validator("tier_interval_ms", "tier_orphan_timeout_ms", "tier_segment_delete_delay_ms",
+                     "iceberg_orphan_min_age_ms",
                      "iceberg_writer_lease_ms", "tier_topic_delete_delay_ms", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> int:

@@ -49,6 +49,9 @@ class ReadResult:
     # READ_COMMITTED: producer id → first offset of its transaction open at the end of the tier (its outcome is
     # recorded in the tier, or else in the broker's log: `tier.transactions.recorded_outcomes`)
     unresolved: dict[int, int] = field(default_factory=dict)
+    # the segment holds no batch at or after the offset (the cleaner removed the end of a compacted log's segment):
+    # the read goes on in the next segment, as Kafka's `RemoteLogManager.read` does
+    past_end: bool = False
 
 
 Recorded = Mapping[tuple[int, int], TransactionOutcome]  # (producer id, first offset) → the tier's recorded outcome
@@ -409,6 +412,8 @@ class RemoteReader:
             self.resume[(seg, last + 1)] = resume_at
             if self.direct:
                 self._read_next(md, resume_at, max_bytes + 256 * 1024, following or ())
+        if not pieces and pos >= md.segment_size_in_bytes:  # walked to its end: no batch at or after `offset`
+            return ReadResult(b"", past_end=True)
         records: bytes | memoryview | RecordPieces = (
             pieces[0] if len(pieces) == 1 else b"".join(pieces) if joined or not pieces else RecordPieces(pieces))
         return await self._result(md, records, read_committed, deadline, following, recorded=recorded)
@@ -453,7 +458,7 @@ class RemoteReader:
                                    recorded=recorded)
         self.misses += 1
         if found.region is None:
-            return ReadResult(b"")
+            return ReadResult(b"", past_end=found.past_end)
         self.bytes_read += found.region.length
         self.resume[(md.segment_id.id, found.last_offset + 1)] = found.region.position + found.region.length
         span = (found.first_offset, found.last_offset) if found.transactional else None

@@ -59,6 +59,7 @@ class Walked:
     first_offset: int = -1  # base offset of the first batch in the region
     transactional: bool = False  # any batch of the region whose header was read is (all of them without `starts`)
     headers: int = 0  # batch headers read
+    past_end: bool = False  # no batch at or after the offset in the whole segment (a compacted log's tail)
 
 
 class _Headers:
@@ -139,4 +140,6 @@ def walk(path: str, size: int, pos: int, offset: int, max_bytes: int, min_one: b
         pos += batch
     if first >= 0:
         out.region = FileRegion(f.fd, first, end - first, f)
+    else:
+        out.past_end = pos + HEADER_SIZE > size  # walked to the end, not stopped by a batch too big
     return out

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from protocol.constants import ApiKey, ErrorCode, IsolationLevel
+from protocol.records import build_empty_batch
 from protocol.requests import PARTITION_BOUNDS, fetch_request, list_offsets_request, listed_offsets
 from tierproxy.config import ProxySettings
 from tierproxy.config.identity.sasl import AuthenticationFailed
@@ -261,9 +262,20 @@ class RemoteTier:
         following = [m for m in pc.finished() if m.start_offset > md.end_offset]
 
         async def read() -> ReadResult:
-            res = await self.reader.read(md, offset, max_bytes, min_one, read_committed, deadline, following,
-                                         as_file, joined=False,  # the answer's encoder sends the pieces as they are
-                                         recorded=pc.outcomes)  # final: only an undecided one is left unresolved
+            seg, at, rest = md, offset, following
+            while True:
+                res = await self.reader.read(seg, at, max_bytes, min_one, read_committed, deadline, rest,
+                                             as_file, joined=False,  # the answer's encoder sends the pieces as they are
+                                             recorded=pc.outcomes)  # final: only an undecided one is left unresolved
+                if not res.past_end:
+                    break
+                # the cleaner removed the rest of a compacted segment: the next batch is in the next segment (as
+                # Kafka's RemoteLogManager.read goes on); past the tier's end or before a hole, a batch of no records
+                # up to this segment's end moves the client on to what holds the next offset
+                if not rest or rest[0].start_offset != seg.end_offset + 1:
+                    return ReadResult(memoryview(build_empty_batch(offset, seg.end_offset)))
+                seg, rest = rest[0], rest[1:]
+                at = seg.start_offset
             if res.unresolved:
                 res.aborted += await self.aborted_in_broker_log(pc.tp.topic, pc.tp.partition, set(res.unresolved))
             return res

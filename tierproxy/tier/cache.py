@@ -2,8 +2,11 @@
 
 Per partition and leader epoch, FINISHED segments are indexed by the start offset of that epoch within them.
 When two finished segments claim the same (epoch, start offset) — a leadership change during upload — the one
-written by the higher broker leader epoch wins (then the later event); the loser is "unreferenced", kept for
-cleanup but never served.
+of the higher generation (`tier.replacement`) wins, then the one written by the higher broker leader epoch, then
+the later event; the loser is "unreferenced", kept for
+cleanup but never served. A finished segment whose range finished ones of higher generations cover between them
+(replacements, `tier.replacement`) is unreferenced too ("shadowed"), in whatever order their records come; it is
+served again if a replacement is deleted before it.
 
 A view may defer its segment records (`MetadataCache.defer`, the proxy's: a million of them at start): each is kept
 as the bytes it came in, in its partition's arrival order, and the partition applies them — the same way, in the
@@ -36,6 +39,7 @@ from tierproxy.tier.model import (
     check_partition_transition,
     check_segment_transition,
 )
+from tierproxy.tier.replacement import covered, generation
 from tierproxy.tier.rules import holes_between, served_segments, tier_start
 from tierproxy.tier.segment_record import partition_named
 from tierproxy.tier.segment_table import MATERIALIZED, SegmentTable
@@ -94,6 +98,9 @@ class PartitionCache:
         self._summary: tuple[int, int, int] | None = None
         self._served: list[RemoteLogSegmentMetadata] | None = None
         self._lineage: list[tuple[int, int, int]] | None = None
+        # the served segments of a generation above 0 (replacements: `tier.replacement`), once there is one: what a
+        # finished segment is checked against (a partition that never had one pays nothing)
+        self._winners: dict[bytes, RemoteLogSegmentMetadata] | None = None
 
     def _index(self) -> None:
         if self._pending is not None and self._owner is not None:
@@ -158,20 +165,66 @@ class PartitionCache:
         if up.state == SegmentState.DELETE_SEGMENT_FINISHED:
             del self.segments[seg_id]
             self.unreferenced.discard(seg_id)
+            if self._winners is not None:
+                self._winners.pop(seg_id, None)
             return md
         self._put(md, record if facts is not None else None)
         if up.state == SegmentState.COPY_SEGMENT_FINISHED:
             self._reference(md)
         elif up.state == SegmentState.DELETE_SEGMENT_STARTED:
-            for epoch, start, _ in md.epoch_ranges():
-                idx = self.epochs.get(epoch)
-                if idx is not None:
-                    idx.remove(start, seg_id)
+            self._unindex(md)
             self.unreferenced.add(seg_id)
+            if self._winners is not None and self._winners.pop(seg_id, None) is not None:
+                self._unshadow(md)
         return md
+
+    def _unindex(self, md: RemoteLogSegmentMetadata) -> None:
+        for epoch, start, _ in md.epoch_ranges():
+            idx = self.epochs.get(epoch)
+            if idx is not None:
+                idx.remove(start, md.segment_id.id)
+
+    def _unshadow(self, gone: RemoteLogSegmentMetadata) -> None:
+        """A replacement left before the segments it shadowed (deleted by retention, say): they are served again,
+        unless others shadow them or win their place."""
+        for seg_id in sorted(self.unreferenced):
+            md = self.segments[seg_id]
+            if md.state == SegmentState.COPY_SEGMENT_FINISHED and md.start_offset <= gone.end_offset \
+                    and md.end_offset >= gone.start_offset:
+                self._reference(md)
+
+    def _shadowed_by_winner(self, md: RemoteLogSegmentMetadata) -> bool:
+        # (linear in the partition's served replacements: a cleaning groups segments up to segment.bytes, so few)
+        winners = self._winners
+        return winners is not None and covered(md, winners.values())
+
+    def _shadow_below(self, md: RemoteLogSegmentMetadata) -> None:
+        """Unreference the served segments that `md` (a replacement) and the served replacements cover."""
+        assert self._winners is not None
+        losers = set()
+        for idx in self.epochs.values():  # the served segments overlapping `md`: starting inside it, or before
+            lo = max(0, bisect.bisect_left(idx.starts, md.start_offset) - 1)
+            hi = bisect.bisect_right(idx.starts, md.end_offset)
+            for start in idx.starts[lo:hi]:
+                other = idx.ids[start]
+                if other != md.segment_id.id and covered(self.segments[other], self._winners.values()):
+                    losers.add(other)
+        for other in losers:
+            self._unindex(self.segments[other])
+            self.unreferenced.add(other)
+            if self._winners is not None:
+                self._winners.pop(other, None)
 
     def _reference(self, md: RemoteLogSegmentMetadata) -> None:
         seg_id = md.segment_id.id
+        if self._shadowed_by_winner(md):
+            self.unreferenced.add(seg_id)
+            return
+        if generation(md):
+            if self._winners is None:
+                self._winners = {}
+            self._winners[seg_id] = md
+            self._shadow_below(md)
         self.unreferenced.discard(seg_id)
         for epoch, start, _ in md.epoch_ranges():
             idx = self.epochs.get(epoch)
@@ -180,8 +233,8 @@ class PartitionCache:
             old = idx.ids.get(start)
             if old is not None and old != seg_id:
                 rival = self.segments[old]
-                if (rival.broker_leader_epoch, rival.event_timestamp_ms) > (md.broker_leader_epoch,
-                                                                            md.event_timestamp_ms):
+                if (generation(rival), rival.broker_leader_epoch, rival.event_timestamp_ms) > (
+                        generation(md), md.broker_leader_epoch, md.event_timestamp_ms):
                     self.unreferenced.add(seg_id)
                     continue
                 self.unreferenced.add(old)
@@ -216,6 +269,17 @@ class PartitionCache:
         self._served_ids()
         assert self._summary is not None
         return self._summary
+
+    def shadowed(self) -> list[RemoteLogSegmentMetadata]:
+        """Finished segments a served replacement takes the place of (`tier.replacement`), in offset order: what
+        the tier job marks for deletion next."""
+        unreferenced = self.unreferenced  # (deferred records applied first)
+        winners = self._winners
+        if not winners:
+            return []
+        out = [md for i in unreferenced if (md := self.segments[i]).state == SegmentState.COPY_SEGMENT_FINISHED
+               and covered(md, winners.values())]
+        return sorted(out, key=lambda m: m.start_offset)
 
     def all_segments(self) -> list[RemoteLogSegmentMetadata]:
         return sorted(self.segments.values(), key=lambda m: (m.start_offset, m.end_offset))

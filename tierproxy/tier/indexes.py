@@ -99,9 +99,12 @@ class SegmentBuilder:
 
     def __init__(self, producers: dict[int, ProducerEntry] | None = None,
                  index_interval_bytes: int = INDEX_INTERVAL_BYTES,
-                 txn_starts: list[tuple[int, int]] | None = None) -> None:
+                 txn_starts: list[tuple[int, int]] | None = None, base_offset: int | None = None) -> None:
         """`txn_starts` — (producer id, first offset) of aborted transactions as the broker reports them in
-        READ_COMMITTED fetches — names the start of a transaction that began before this segment."""
+        READ_COMMITTED fetches — names the start of a transaction that began before this segment. `base_offset`:
+        the segment's first offset when it lies below its first batch (a compacted log's, as a broker segment's
+        base offset may): the indexes' relative offsets count from it. Default: the first batch's base offset."""
+        self.base_offset = base_offset
         self.interval = index_interval_bytes
         self.log_parts: list[memoryview] = []
         self.log_size = 0
@@ -132,10 +135,11 @@ class SegmentBuilder:
             raise ValueError(f"batch at {batch.base_offset} does not follow {self.end_offset}")
         position = self.log_size
         last = batch.last_offset
+        base = self.start_offset if self.base_offset is None else self.base_offset
         if self._since_index > self.interval:
-            self.offset_index += OFFSET_ENTRY.pack(last - self.start_offset, position)
+            self.offset_index += OFFSET_ENTRY.pack(last - base, position)
             if self.max_ts > self._last_time_entry:
-                self.time_index += TIME_ENTRY.pack(self.max_ts, self._max_ts_offset - self.start_offset)
+                self.time_index += TIME_ENTRY.pack(self.max_ts, self._max_ts_offset - base)
                 self._last_time_entry = self.max_ts
             self._since_index = 0
         self.log_parts.append(batch.view())
@@ -146,13 +150,15 @@ class SegmentBuilder:
             self.max_ts, self._max_ts_offset = batch.max_timestamp, last
         epoch = batch.partition_leader_epoch
         if epoch >= 0 and (not self.epochs or epoch > max(self.epochs)):
-            self.epochs[epoch] = batch.base_offset
+            # the segment's first epoch holds from its base offset (the offsets a cleaner removed before the
+            # first batch were written in it or earlier)
+            self.epochs[epoch] = min(batch.base_offset, base) if not self.epochs else batch.base_offset
         self._track_producer(batch)
 
     def _track_producer(self, batch: RecordBatch) -> None:
         pid = batch.producer_id
-        if pid < 0:
-            return
+        if pid < 0 or (batch.is_control and batch.records_count == 0):
+            return  # an empty control batch: the cleaner removed its transaction whole (Kafka appends nothing)
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid, batch.producer_epoch, -1, -1, 0, -1, -1, -1)
@@ -185,15 +191,39 @@ class SegmentBuilder:
                        if p != done_pid and e.current_txn_first_offset >= 0]
         return min(open_firsts) if open_firsts else marker_offset + 1
 
-    def finish(self) -> SegmentFiles:
+    def finish(self, end_offset: int | None = None) -> SegmentFiles:
+        """The segment's files; `end_offset`: its last offset when above its last batch's (a compacted log's)."""
         if self.start_offset < 0:
             raise ValueError("an empty segment")
+        if self.base_offset is not None:
+            if self.base_offset > self.start_offset:
+                raise ValueError(f"base offset {self.base_offset} above the first batch at {self.start_offset}")
+            self.start_offset = self.base_offset
+        if end_offset is not None:
+            if end_offset < self.end_offset:
+                raise ValueError(f"end offset {end_offset} below the last batch's {self.end_offset}")
+            self.end_offset = end_offset
         return SegmentFiles(
             log_parts=list(self.log_parts), offset_index=bytes(self.offset_index), time_index=bytes(self.time_index),
             leader_epoch_checkpoint=encode_leader_epochs(self.epochs), txn_index=encode_txn_index(self.aborted),
             producer_snapshot=encode_producer_snapshot(self.producers), start_offset=self.start_offset,
             end_offset=self.end_offset, max_timestamp_ms=self.max_ts, leader_epochs=dict(self.epochs),
             aborted=list(self.aborted), producers={p: ProducerEntry(**vars_of(e)) for p, e in self.producers.items()})
+
+
+def empty_segment(start_offset: int, end_offset: int, leader_epoch: int,
+                  aborted: Sequence[tuple[int, int]] = ()) -> SegmentFiles:
+    """A segment of no batches covering [start_offset, end_offset]: a range of a compacted log whose every record
+    the cleaner removed. Its one leader epoch (`leader_epoch`: the next batch's, ≥ any removed record's) starts at
+    its start. Its producer snapshot names the aborted transactions (producer id, first offset; as a READ_COMMITTED
+    fetch lists them) still open at its end, so a reader following a transaction through it goes on to the
+    segment holding its marker instead of taking it for committed."""
+    producers = {pid: ProducerEntry(pid, -1, -1, -1, 0, -1, -1, first) for pid, first in sorted(aborted)
+                 if first <= end_offset}
+    epochs = {max(leader_epoch, 0): start_offset}
+    return SegmentFiles(log_parts=[], offset_index=b"", time_index=b"", leader_epoch_checkpoint=encode_leader_epochs(
+        epochs), txn_index=b"", producer_snapshot=encode_producer_snapshot(producers), start_offset=start_offset,
+        end_offset=end_offset, max_timestamp_ms=-1, leader_epochs=epochs, producers=producers)
 
 
 def vars_of(e: ProducerEntry) -> dict[str, int]:

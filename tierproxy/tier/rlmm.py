@@ -6,7 +6,8 @@ its state, keyed `topicId:partition:endOffset:brokerLeaderEpoch` once its copy f
 `serde.segment_id_key`): in a compacted topic the latest record of a key must stand on its own. After
 DELETE_SEGMENT_FINISHED every key of that segment (same end offset, writer epochs up to the current one) gets a
 tombstone, unless a live segment still uses it; after DELETE_PARTITION_FINISHED every segment key of the partition
-does, and the partition marker stays.
+does, and the partition marker stays. A replacement (`tier.replacement`) stays under its id key for life: its end
+offset is the end of a segment it replaces, whose KIP key its records would overwrite.
 
 Backends: `TopicRLMM` (a compacted topic on the upstream cluster, the default) and `FileRLMM` (one local file,
 for single-node development and unit tests).
@@ -35,6 +36,7 @@ from tierproxy.tier.model import (
     check_partition_transition,
     check_segment_transition,
 )
+from tierproxy.tier.replacement import generation
 from tierproxy.tier.serde import decode_value, encode_value, record_key, segment_id_key
 
 log = logging.getLogger("tierproxy.rlmm")
@@ -223,7 +225,7 @@ class RemoteLogMetadataManager(abc.ABC):
         key (serde: a planned range's end is not its real end); a copy that finishes moves to its KIP key."""
         id_key = segment_id_key(md.segment_id)
         unfinished = id_key in self.keys.get((md.tp.topic_id, md.tp.partition), set())
-        if unfinished and md.state != SegmentState.COPY_SEGMENT_FINISHED:
+        if generation(md) or (unfinished and md.state != SegmentState.COPY_SEGMENT_FINISHED):
             records: list[tuple[bytes, bytes | None]] = [(id_key, encode_value(md))]
             return [*records, (id_key, None)] if md.state == SegmentState.DELETE_SEGMENT_FINISHED else records
         records = [(record_key(md), encode_value(md))]
@@ -239,6 +241,19 @@ class RemoteLogMetadataManager(abc.ABC):
         differ from what STARTED planned; the planned key is retired if nothing else uses it. `outcomes` (of the
         transactions open at the segment's end, `tier.transactions`) go in the same publish, before it: a served
         segment never lacks them."""
+        md, records = self._finished(facts)
+        await self.publish([*((record_key(o), encode_value(o)) for o in outcomes or ()), *records])
+        return md
+
+    async def finish_copies(self, facts: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+        """COPY_SEGMENT_FINISHED for several segments in one publish: a reader applies all or none of them (the
+        new segments replacing a group together, `tier.replacement`)."""
+        made = [self._finished(f) for f in facts]
+        await self.publish([r for _, records in made for r in records])
+        return [md for md, _ in made]
+
+    def _finished(self, facts: RemoteLogSegmentMetadata
+                  ) -> tuple[RemoteLogSegmentMetadata, list[tuple[bytes, bytes | None]]]:
         pc = self.cache.get(facts.tp.topic_id, facts.tp.partition)
         current = pc.segments.get(facts.segment_id.id) if pc else None
         check_segment_transition(current.state if current else None, SegmentState.COPY_SEGMENT_FINISHED,
@@ -248,15 +263,14 @@ class RemoteLogMetadataManager(abc.ABC):
                      broker_leader_epoch=current.broker_leader_epoch)
         records = self._lifecycle_records(pc, md)
         planned = record_key(current)  # a segment started under its planned end's key (older tierproxy)
-        live = {record_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
+        live = {live_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
         if planned not in (record_key(md), *live) and planned in self.keys.get((md.tp.topic_id, md.tp.partition), ()):
             records.append((planned, None))
-        await self.publish([*((record_key(o), encode_value(o)) for o in outcomes or ()), *records])
-        return md
+        return md, records
 
     def _dead_keys(self, pc: PartitionCache, md: RemoteLogSegmentMetadata) -> list[bytes]:
         """Keys of this segment's end offset written at epochs up to the current one, unless still live."""
-        live = {record_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
+        live = {live_key(s) for s in pc.segments.values() if s.segment_id != md.segment_id}
         prefix = record_key(md).rsplit(b":", 1)[0] + b":"
         out = []
         for k in self.keys.get((md.tp.topic_id, md.tp.partition), set()) | {record_key(md)}:
@@ -365,6 +379,11 @@ class ReplayedMetadata(RemoteLogMetadataManager):
 
     async def catch_up(self) -> None:
         return None
+
+
+def live_key(md: RemoteLogSegmentMetadata) -> bytes:
+    """The KIP key a segment's records stand under once finished: its id key for a replacement."""
+    return segment_id_key(md.segment_id) if generation(md) else record_key(md)
 
 
 def _offset_of(log_start_key: bytes) -> int:

@@ -16,9 +16,19 @@ history from the tier, and nothing else ever does:
    through the restored topic's id in the cluster that owns the tier now; one left out of the restore stays.
 (Besides these, a `file://` tier's segment whose file is found shorter than its metadata says — a crash before the
 data reached the disk — is deleted from the tier to be copied again, only while the broker still holds every
-offset of it: `tiering.housekeeping.recopy_short_files`.)
+offset of it: `tiering.housekeeping.recopy_short_files`; and the tier's compaction of a compacted topic replaces
+segments by their cleaned version, removing only what Kafka's cleaner removes, every offset served throughout:
+`tier.replacement`.)
 The broker's own retention (its topic `retention.*`, Kafka's `local.retention.*`) moves the *broker's* log start
 only: a move that no recorded purge explains is never taken for a purge, and the tier keeps serving below it.
+
+A segment's range is the range the tier job planned for it (`segment_range`), not only its batches', as a broker's
+segment runs from its base offset up to the next segment's: in a compacted log (`cleanup.policy` with `compact`)
+batches have offset gaps inside and between them, and an offset the log cleaner removed lies inside a segment like
+any other. So the tier stays contiguous, and compaction is never taken for a hole or a gap. What the broker
+deleted before it was tiered is a gap there as anywhere. A tombstone the broker's cleaner removed after the
+topic's `delete.retention.ms`, before the tier copied it, is gone from the tier too: a deleted key's older
+value tiered earlier stands there. `tombstones_at_risk` says when a pass may have missed one.
 
 What a gap is, also once, here: offsets neither the tier serves nor the broker holds (the broker deleted them
 before they were tiered). A **hole** between tiered segments (a copy that failed) is not a gap while the broker
@@ -31,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from protocol.records import RecordBatch
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 
 HIGH_WATERMARK = -1  # DeleteRecords' offset -1: up to the high watermark
@@ -127,6 +138,33 @@ def topic_deletions_due(gone: set[bytes], sightings: dict[bytes, int], now_ms: i
     sighting (the delay starts again). → (ids to delete, the sightings to keep)."""
     kept = {i: sightings.get(i, now_ms) for i in gone}
     return {i for i, first in kept.items() if now_ms - first >= delay_ms}, kept
+
+
+def segment_range(start: int, end: int, taken_before: int, first_batch: RecordBatch | None,
+                  last_batch: RecordBatch | None) -> tuple[int, int]:
+    """[first, last] offsets of the segment copied for the planned range [start, end): from `start` (or the base
+    of a batch straddling it that this segment takes, or after one the previous range took: `taken_before`, its
+    last offset, -1 if none) up to `end` - 1 or its last batch's last offset, whichever is higher. The broker
+    answered every offset in between that holds a record; the others a cleaner removed. first > last: the
+    previous range's batch covers all of it."""
+    first = min(start, first_batch.base_offset) if first_batch is not None else start
+    first = max(first, taken_before + 1)
+    last = max(end - 1, last_batch.last_offset if last_batch is not None else -1)
+    return first, last
+
+
+def compacted(configs: Mapping[str, str]) -> bool:
+    """Whether a topic's configs make the broker compact it (`cleanup.policy` compact or compact,delete)."""
+    return "compact" in {p.strip() for p in configs.get("cleanup.policy", "delete").split(",")}
+
+
+def tombstones_at_risk(tiered_until_ms: int, now_ms: int, delete_retention_ms: int) -> bool:
+    """Whether a pass copying a compacted partition's records removed by the cleaner may have missed a tombstone:
+    the broker keeps one `delete.retention.ms` after it cleaned it, so records written after `tiered_until_ms`
+    (the newest timestamp the tier held before the pass; -1: nothing tiered yet) are safe only while that is
+    less than `delete.retention.ms` ago. The rule it checks: tier a compacted topic more often than its
+    `delete.retention.ms`."""
+    return tiered_until_ms < 0 or now_ms - tiered_until_ms >= delete_retention_ms
 
 
 def never_tiered(topic: str, is_internal: bool = False) -> bool:

@@ -26,6 +26,8 @@ one copy end where the next range was planned to end, and that range, empty, wou
 very key of the live segment (compaction keeping the deletion). So a segment is keyed by its id from
 COPY_SEGMENT_STARTED until COPY_SEGMENT_FINISHED (that key is then tombstoned); a copy deleted before it finished
 stays under its id key to the end. Segments started under the end-offset key (older tierproxy) keep it.
+A replacement (`tier.replacement`: a tier compaction's segment) stays under its id key for its whole life: its end
+offset is the end of a segment it replaces, live under that KIP key until it is deleted.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ Raw record batches are fetched with the `protocol` package (READ_COMMITTED up to
 broker also reports aborted transactions; control batches are kept) and stored exactly as served — never
 decoded or re-compressed. A segment holds the whole batches with `start ≤ base offset < end`; the first range
 of a partition also takes the batch straddling its start.
+
+A segment's range is the range planned, not its batches' (`tier.rules.segment_range`), as a broker's segment
+runs from its base offset to the next one's: offsets a compacted log no longer holds at its start or end (the
+log cleaner removed them) are the segment's too, so the tier stays contiguous and compaction is never a hole.
+A range whose every offset was compacted away is covered by a segment of no batches (`indexes.empty_segment`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from protocol.records import RecordBatch, iter_batches
 from protocol.requests import fetch_request
 from tierproxy.config.identity import ClientIdentity
 from tierproxy.kafka.wireclient import WireClient
-from tierproxy.tier.indexes import SegmentBuilder
+from tierproxy.tier.indexes import SegmentBuilder, empty_segment
 from tierproxy.tier.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -28,6 +33,7 @@ from tierproxy.tier.model import (
     TransactionOutcome,
 )
 from tierproxy.tier.rsm import RemoteStorageManager
+from tierproxy.tier.rules import segment_range
 from tierproxy.tier.transactions import copied_outcomes
 
 FETCH_VERSION = 12
@@ -62,14 +68,17 @@ class DataGone(CopyError):
 
 def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
                isolation: int = IsolationLevel.READ_COMMITTED, client_id: str = "tierproxy-tier",
-               identity: ClientIdentity | None = None, topic_id: bytes | None = None, planned: bool = False
+               identity: ClientIdentity | None = None, topic_id: bytes | None = None, planned: bool = False,
+               beyond: list[RecordBatch] | None = None
                ) -> Iterator[tuple[list[RecordBatch], list[tuple[int, int]]]]:
     """Raw batches from `start` up to `end` (or the last stable offset / high watermark, by `isolation`), one
     fetch response at a time, with the aborted transactions (producer id, first offset) that response reports.
     The first batch may begin before `start` (the one holding it). With `topic_id` the topic is fetched by id
     (Fetch v13): a topic deleted and created again under its name answers UNKNOWN_TOPIC_ID, not the new data.
     A `planned` range lies below a stable end the leader reported before: a stable end below it now raises
-    `BehindPlan` instead of ending the range short."""
+    `BehindPlan` instead of ending the range short. Offsets with no batch (a compacted log's) are passed over as
+    the broker passes over them: an answer that starts at or past `end`, or an empty one up to a stable end at or
+    past it, ends the range. `beyond` gets the first batch served past `end`, if one was."""
     offset = start
     version = FETCH_BY_ID_VERSION if topic_id else FETCH_VERSION
     ids = {topic: topic_id} if topic_id else None
@@ -94,26 +103,55 @@ def iter_fetch(leader: str, topic: str, partition: int, start: int, end: int, *,
                 offset = batches[-1].last_offset + 1
                 yield batches, aborted
             limit = part["last_stable_offset"] if isolation == IsolationLevel.READ_COMMITTED else part["high_watermark"]
-            if not batches or served[-1].base_offset >= end:  # batches ascend: the last tells if `end` was passed
-                if not batches and limit > offset:
-                    raise CopyError(f"{topic}-{partition}: no whole batch at {offset} within {FETCH_MAX_BYTES} bytes")
-                if not batches and planned and offset < end:
+            if served and served[-1].base_offset >= end:  # batches ascend: the last tells if `end` was passed
+                if beyond is not None:
+                    beyond += [b for b in served if b.base_offset >= end][:1]
+                return
+            if not batches:
+                # a broker answers at least one batch when one lies below its stable end (KIP-74): none means no
+                # batch from `offset` up to it (a compacted log's removed offsets), not a batch too big to answer
+                if planned and offset < end and limit < end:
                     raise BehindPlan(f"{topic}-{partition}: {leader} says the stable end is {limit}, below the "
                                      f"planned range's end {end} (a new leader catching up)")
                 return
+
+
+@dataclass
+class Fetched:
+    """What a copy fetched for [start, end): the whole batches it keeps, the aborted transactions (producer id,
+    first offset) around them, the last offset of a batch straddling `start` that the previous range took (-1:
+    none), and the first batch the broker holds past `end` (None: none below its stable end)."""
+
+    batches: list[memoryview]
+    aborted: list[tuple[int, int]]
+    taken_before: int = -1
+    next_batch: RecordBatch | None = None
+
+
+def fetch_covering(leader: str, topic: str, partition: int, start: int, end: int, first: bool,
+                   identity: ClientIdentity | None = None, topic_id: bytes | None = None) -> Fetched:
+    """`fetch_range` with what the segment's range needs besides its batches (`Fetched`)."""
+    batches: list[memoryview] = []
+    aborted: set[tuple[int, int]] = set()
+    beyond: list[RecordBatch] = []
+    taken_before = -1
+    for got, txns in iter_fetch(leader, topic, partition, start, end, identity=identity, topic_id=topic_id,
+                                planned=True, beyond=beyond):
+        aborted |= set(txns)
+        for b in got:
+            if b.base_offset >= start or (first and not batches):
+                batches.append(b.view())
+            else:
+                taken_before = b.last_offset
+    return Fetched(batches, sorted(aborted), taken_before, beyond[0] if beyond else None)
 
 
 def fetch_range(leader: str, topic: str, partition: int, start: int, end: int, first: bool,
                 identity: ClientIdentity | None = None, topic_id: bytes | None = None
                 ) -> tuple[list[memoryview], list[tuple[int, int]]]:
     """Whole batches for [start, end) and the aborted transactions (producer id, first offset) around them."""
-    batches: list[memoryview] = []
-    aborted: set[tuple[int, int]] = set()
-    for got, txns in iter_fetch(leader, topic, partition, start, end, identity=identity, topic_id=topic_id,
-                                planned=True):
-        aborted |= set(txns)
-        batches += [b.view() for b in got if b.base_offset >= start or (first and not batches)]
-    return batches, sorted(aborted)
+    got = fetch_covering(leader, topic, partition, start, end, first, identity, topic_id)
+    return got.batches, got.aborted
 
 
 @dataclass(frozen=True)
@@ -147,6 +185,7 @@ class CopyResult:
     txn_index_empty: bool = True
     seconds: float = 0.0
     outcomes: list[TransactionOutcome] = field(default_factory=list)  # of transactions open at the segment's end
+    removed: int = 0  # offsets of the segment's range holding no record (a compacted log's)
     gone: bool = False  # the broker no longer holds the range (a gap, reported by the next pass)
     leader_moved: bool = False  # refused, reset or timed out: retried at the partition's next leader
     behind: bool = False  # the leader's stable end is below the plan: retried once it has caught up
@@ -164,14 +203,24 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
     try:
         if not task.leader:
             raise LeaderMoved(f"{task.topic}-{task.partition} has no leader the cluster can name")
-        batches, aborted = fetch_range(task.leader, task.topic, task.partition, task.start, task.end,
-                                       task.first, identity, task.fetch_topic_id or task.topic_id)
-        if not batches:
+        got = fetch_covering(task.leader, task.topic, task.partition, task.start, task.end, task.first, identity,
+                             task.fetch_topic_id or task.topic_id)
+        aborted = got.aborted
+        batches = [next(iter_batches(view)) for view in got.batches]
+        first, last = segment_range(task.start, task.end, got.taken_before, batches[0] if batches else None,
+                                    batches[-1] if batches else None)
+        if first > last:  # the batch straddling `start` that the previous range took covers all of it
             return CopyResult(task, ok=True, empty=True)
-        builder = SegmentBuilder(txn_starts=aborted)
-        for view in batches:
-            builder.add(next(iter_batches(view)))
-        files = builder.finish()
+        if batches:
+            builder = SegmentBuilder(txn_starts=aborted, base_offset=first)
+            for batch in batches:
+                builder.add(batch)
+            files = builder.finish(end_offset=last)
+        elif got.next_batch is not None:  # every offset of the range compacted away: covered all the same
+            files = empty_segment(first, last, got.next_batch.partition_leader_epoch, aborted)
+        else:  # nothing up to the stable end: the next pass's range starts here and covers it
+            return CopyResult(task, ok=True, empty=True)
+        removed = (last - first + 1) - sum(b.records_count for b in batches)
         tp = TopicIdPartition(task.topic, task.topic_id, task.partition)
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, task.segment_id), files.start_offset,
                                       files.end_offset, files.max_timestamp_ms, -1, 0,
@@ -188,12 +237,13 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
 
         asyncio.run(upload())
         # its marker lies above the copy: the outcome the same fetch reported is the tier's to keep
-        open_at_end = {pid: e.current_txn_first_offset for pid, e in builder.producers.items()
+        open_at_end = {pid: e.current_txn_first_offset for pid, e in files.producers.items()
                        if e.current_txn_first_offset >= 0}
         return CopyResult(task, ok=True, start_offset=files.start_offset, end_offset=files.end_offset,
                           max_timestamp_ms=files.max_timestamp_ms,
                           leader_epochs=files.leader_epochs or {0: files.start_offset}, size=files.log_size,
                           txn_index_empty=files.txn_index_empty, seconds=time.monotonic() - started,
+                          removed=max(0, removed),
                           outcomes=copied_outcomes(tp, open_at_end, aborted, int(time.time() * 1000)), storage=sent)
     except Exception as exc:  # the driver decides: retry with a new segment id
         moved = isinstance(exc, (LeaderMoved, OSError))  # refused, reset or timed out: the leader may be gone

@@ -43,7 +43,8 @@ async def delete_segment(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManag
 
 async def clean_orphans(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, timeout_ms: int,
                         live_ids: set[bytes] = frozenset()) -> int:  # type: ignore[assignment]
-    """Delete segments stuck in COPY_SEGMENT_STARTED (or DELETE_SEGMENT_STARTED) for longer than the timeout."""
+    """Delete segments stuck in COPY_SEGMENT_STARTED for longer than the timeout (a killed or failed copy's).
+    Segments left DELETE_SEGMENT_STARTED are `replace.delete_retired`'s, after tier.segment.delete.delay.ms."""
     cutoff = now_ms() - timeout_ms
     n = 0
     aborted = await rsm.clean_incomplete(timeout_ms / 1000)
@@ -53,7 +54,7 @@ async def clean_orphans(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManage
         for md in list(pc.segments.values()):
             if md.segment_id.id in live_ids or md.event_timestamp_ms > cutoff:
                 continue
-            if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
+            if md.state == S.COPY_SEGMENT_STARTED:
                 log.warning("cleaning orphan segment %s (%s since %d)", md.segment_id, md.state.name,
                             md.event_timestamp_ms)
                 await delete_segment(rlmm, rsm, md)

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,9 +37,12 @@ from tierproxy.jobs.tiering.cluster import (
     mounted,
     topic_configs,
 )
+from tierproxy.jobs.tiering.compact import CompactionStep, compacted_partitions
 from tierproxy.jobs.tiering.copy import CopyResult, CopyTask, copy_task
 from tierproxy.jobs.tiering.describe import build_snapshot
-from tierproxy.jobs.tiering.plan import Gap, Range, plan_partition, select_topics
+from tierproxy.jobs.tiering.plan import Gap, Range, plan_partition, select_topics, tombstone_risk
+from tierproxy.jobs.tiering.replace import delete_retired, retire_shadowed
+from tierproxy.jobs.tiering.summary import RunSummary
 from tierproxy.tier.model import (
     PassStage,
     RemoteLogSegmentId,
@@ -53,58 +56,15 @@ from tierproxy.tier.model import (
 )
 from tierproxy.tier.open import open_metadata
 from tierproxy.tier.ownership import RestoreInProgress, check_cluster
-from tierproxy.tier.requests import added, describe, since
+from tierproxy.tier.requests import added, since
 from tierproxy.tier.rlmm import RemoteLogMetadataManager, new_segment
 from tierproxy.tier.rsm import RemoteStorageManager
-from tierproxy.tier.rules import tiering_lag, topic_deletions_due, topic_setting
+from tierproxy.tier.rules import compacted, tiering_lag, topic_deletions_due, topic_setting
 from tierproxy.tier.snapshot import SnapshotWriter
 
 log = logging.getLogger("tierproxy.tier")
 T = TypeVar("T")
-
-
-@dataclass
-class RunSummary:
-    run_id: str
-    started_ms: int
-    seconds: float = 0.0
-    segments: int = 0
-    bytes: int = 0
-    failed: int = 0
-    orphans_cleaned: int = 0
-    expired: int = 0
-    purged: int = 0  # segments deleted wholly below a recorded purge (DeleteRecords through a proxy)
-    retention_refused: list[str] = field(default_factory=list)  # tier retention that would delete too much at once
-    partitions_deleted: int = 0
-    topics_pending_deletion: list[str] = field(default_factory=list)  # proven gone, within the delete delay
-    gaps: list[dict[str, Any]] = field(default_factory=list)
-    lag: dict[str, int] = field(default_factory=dict)  # "topic-partition" → offsets below the LSO not tiered
-    errors: list[str] = field(default_factory=list)
-    recopied: int = 0  # segments whose file:// tier file was short, copied again (once per job, at its first pass)
-    snapshot: str = ""  # the tier snapshot this pass wrote (`tier.snapshot`: what a restore reads)
-    storage: dict[str, Any] = field(default_factory=dict)  # object-store requests and bytes of the pass: the
-    # driver's and every copy task's (`tier.requests`)
-
-    @property
-    def exit_code(self) -> int:
-        """What `tier --once` exits with after this pass: 1 when copies failed and none succeeded, 5 when a
-        deletion was refused by the guard, else 0."""
-        if self.failed and self.segments == 0:
-            return 1
-        return 5 if self.retention_refused else 0
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / self.seconds if self.seconds else 0.0
-
-    def line(self) -> str:
-        return (f"tiered {self.segments} segments, {self.bytes / 1e6:.1f} MB in {self.seconds:.1f}s "
-                f"({self.mb_per_s:.1f} MB/s); lag to LSO {sum(self.lag.values())} offsets; "
-                f"{len(self.gaps)} gaps; {self.expired} expired; {self.purged} purged; "
-                f"{len(self.retention_refused)} retention refused; {self.orphans_cleaned} orphans cleaned; "
-                f"{self.partitions_deleted} partitions deleted; {len(self.topics_pending_deletion)} deleted topics "
-                f"within the delete delay; {self.failed} failed copies"
-                + (f"; {describe(self.storage)}" if any(self.storage.get("requests", {}).values()) else ""))
+DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's log.cleaner.delete.retention.ms
 
 
 def spark_session(app_name: str, master: str, spark_conf: dict[str, str]) -> Any:
@@ -212,6 +172,9 @@ class TieringJob:
         self._files_checked = False
         self._view: ClusterView | None = None  # the cluster as last described: where copies fetch from
         self.serving: TierPass | None = None  # the requested pass the current one serves
+        # this pass's compacted partitions: (topic id, partition) → (the tier's newest timestamp before the pass,
+        # the topic's delete.retention.ms)
+        self._compacted: dict[tuple[bytes, int], tuple[int, int]] = {}
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -245,9 +208,12 @@ class TieringJob:
             self.run(self.rlmm.put_tier_pass(TierPass(self.serving.request_id, False, now, stage=PassStage.TAKEN)))
         topics = sorted({p.topic for p in view.partitions})
         configs = topic_configs(s.own_bootstrap, topics, s.identity) if topics else {}
-        parts = select_topics(view, configs, s.tier_topics, s.tier_topics_exclude)
+        parts = select_topics(view, s.tier_topics, s.tier_topics_exclude)
 
         summary.orphans_cleaned = self.run(housekeeping.clean_orphans(self.rlmm, self.rsm, s.tier_orphan_timeout_ms))
+        # a killed pass's replacement: finished (its old segments marked), then what was marked long enough deleted
+        summary.retired = self.run(retire_shadowed(self.rlmm))
+        summary.retired_deleted = self.run(delete_retired(self.rlmm, self.rsm, s.tier_segment_delete_delay_ms))
         summary.partitions_deleted = self._delete_gone_topics(view, summary)
 
         offsets = list_offsets(view, parts)
@@ -258,12 +224,17 @@ class TieringJob:
             summary.errors += [f"LOST {lost}" for lost in short.lost]
             self._files_checked = True
         ranges: list[Range] = []
+        self._compacted = {}
         for p in parts:
             o = offsets.get((p.topic, p.partition))
             if o is None:
                 continue
             pc = self.rlmm.cache.get(p.topic_id, p.partition)
             tiered_end = pc.latest_tiered_offset() if pc else -1
+            if compacted(configs.get(p.topic, {})):
+                newest = max((md.max_timestamp_ms for md in pc.finished()), default=-1) if pc else -1
+                self._compacted[(p.topic_id, p.partition)] = (newest, int(configs[p.topic].get(
+                    "delete.retention.ms", DEFAULT_DELETE_RETENTION_MS)))
             seg_bytes = topic_setting(s.tier_topic_overrides, p.topic, "segment.bytes", s.tier_segment_bytes)
             try:
                 rs, gaps = plan_partition(view, p, o, tiered_end, seg_bytes, pc.holes() if pc else [],
@@ -277,6 +248,13 @@ class TieringJob:
             ranges += rs
 
         self._copy(ranges, summary)
+        step = CompactionStep(self.rlmm, self.rsm, s.storage, s.tier_cleaner_dedupe_buffer_size, self.run, self.spark,
+                              lambda t: topic_setting(s.tier_topic_overrides, t, "segment.bytes", s.tier_segment_bytes))
+        compaction = step.run(compacted_partitions(parts, configs) if s.tier_cleaner_enable else [], configs,
+                              {k: o.last_stable for k, o in offsets.items()})
+        summary.compaction = asdict(compaction)
+        summary.errors += compaction.errors
+        summary.storage = added(summary.storage, compaction.storage)
 
         # the tier's own retention, never the broker topic's (that is the local retention: tier.rules)
         retention = {t: (topic_setting(s.tier_topic_overrides, t, "retention.ms", s.tier_retention_ms),
@@ -392,6 +370,8 @@ class TieringJob:
                     if not result.empty:
                         summary.segments += 1
                         summary.bytes += result.size
+                        if result.removed:
+                            self._tombstone_risk(r, summary)
                 else:
                     summary.failed += 1
                     summary.errors.append(result.error)
@@ -409,6 +389,13 @@ class TieringJob:
         for r in pending:  # the segments copied after it stay (the broker may have deleted their data by now)
             log.warning("%s-%d [%d, %d) not copied after %d attempts: left as a hole for the next pass",
                         r.part.topic, r.part.partition, r.start, r.end, self.settings.tier_task_max_attempts)
+
+    def _tombstone_risk(self, r: Range, summary: RunSummary) -> None:
+        """A copy of a compacted partition met records the cleaner removed: checked once per partition and pass."""
+        known = self._compacted.pop((r.part.topic_id, r.part.partition), None)
+        if known is not None and (msg := tombstone_risk(r.part, *known, int(time.time() * 1000))) is not None:
+            log.warning("TOMBSTONES %s", msg)
+            summary.tombstone_risks.append(msg)
 
     def _start(self, ranges: list[Range]) -> list[CopyTask]:
         tasks, mds = [], []
@@ -557,6 +544,8 @@ def run_loop(settings: TierSettings, *, once: bool, spark_conf: dict[str, str] |
             print(summary.line(), flush=True)
             for refusal in summary.retention_refused:
                 print(f"RETENTION REFUSED {refusal}", flush=True)
+            for risk in summary.tombstone_risks:
+                print(f"TOMBSTONES {risk}", flush=True)
             for g in summary.gaps:
                 print(f"GAP {g['topic']}-{g['partition']}: offsets {g['first_missing']}..{g['last_missing']} "
                       "were deleted by the broker before they were tiered", flush=True)

@@ -3,7 +3,8 @@
 Per partition the range runs from (highest tiered offset + 1) — or the broker's log start when nothing is
 tiered yet — up to the last stable offset, cut into ranges of about `segment.bytes` using the partition's bytes
 per offset sampled from one fetch; holes a failed copy left between tiered segments are planned first. A gap
-(log start above the tiered end + 1, or above a hole's start) is reported, never papered over.
+(log start above the tiered end + 1, or above a hole's start) is reported, never papered over. A compacted
+topic is planned as any other: its removed offsets lie inside the ranges (`tier.rules.segment_range`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from protocol.requests import fetch_request
 from tierproxy.config.identity import ClientIdentity
 from tierproxy.jobs.tiering.cluster import ClusterView, PartitionInfo, PartitionOffsets
 from tierproxy.kafka.wireclient import WireClient
-from tierproxy.tier.rules import lost_range, never_tiered
+from tierproxy.tier.rules import lost_range, never_tiered, tombstones_at_risk
 
 log = logging.getLogger("tierproxy.tier.plan")
 SAMPLE_BYTES = 1 << 20
@@ -44,21 +45,16 @@ class Range:
     first: bool  # the partition's first range in this pass: takes the batch straddling `start`
 
 
-def select_topics(view: ClusterView, configs: dict[str, dict[str, str]], pattern: str,
-                  exclude: str = "") -> list[PartitionInfo]:
-    """Partitions of the topics `pattern` matches and `exclude` does not (internal topics never)."""
+def select_topics(view: ClusterView, pattern: str, exclude: str = "") -> list[PartitionInfo]:
+    """Partitions of the topics `pattern` matches and `exclude` does not (internal topics never). Compacted topics
+    (`cleanup.policy` compact or compact,delete) are tiered as the broker holds them, cleaned or not: their
+    offset gaps lie inside the segments' ranges (`tier.rules.segment_range`)."""
     regex, excluded = re.compile(pattern), re.compile(exclude) if exclude else None
-    chosen, skipped = [], set()
+    chosen = []
     for p in view.partitions:
         if never_tiered(p.topic, p.topic in view.internal) or not regex.fullmatch(p.topic):
             continue
         if excluded is not None and excluded.fullmatch(p.topic):
-            continue
-        if "compact" in configs.get(p.topic, {}).get("cleanup.policy", "delete"):
-            if p.topic not in skipped:
-                log.info("skipping compacted topic %s: tiered storage does not support compacted topics (KIP-405)",
-                         p.topic)
-                skipped.add(p.topic)
             continue
         chosen.append(p)
     return chosen
@@ -100,3 +96,15 @@ def plan_partition(view: ClusterView, p: PartitionInfo, offsets: PartitionOffset
             ranges.append(Range(p, a, b, first=a == start))
             a = b
     return ranges, gaps
+
+
+def tombstone_risk(p: PartitionInfo, tiered_until_ms: int, delete_retention_ms: int, now_ms: int) -> str | None:
+    """What a pass reports when a copy of compacted partition `p` met records the cleaner removed and the tier's
+    newest record before the pass (`tiered_until_ms`, -1: none) is `delete.retention.ms` old or more: a tombstone
+    removed meanwhile left the tier an older value of its key (`rules.tombstones_at_risk`). None: no risk."""
+    if not tombstones_at_risk(tiered_until_ms, now_ms, delete_retention_ms):
+        return None
+    since = "nothing was tiered before" if tiered_until_ms < 0 else f"the tier's newest is from {tiered_until_ms}"
+    return (f"{p.topic}-{p.partition}: copied records the broker's cleaner removed, and {since}: "
+            f"delete.retention.ms={delete_retention_ms} may have passed since, so a tombstone removed meanwhile is not "
+            "in the tier (tier compacted topics more often than delete.retention.ms)")
