@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from tests.support.compacted import (
     records_of,
     wait_cleaned,
 )
+from tests.support.iceberg import Step, pyiceberg_rows
 from tests.support.jvm import java_command
 from tests.support.kafka import broker_forgets
 from tests.support.proxy import ProxyProcess
@@ -65,7 +67,7 @@ def compacted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     written = produce_updates(kafka.bootstrap, topic, ts0=ts0)
     wait_cleaned(kafka.bootstrap, topic, written)
     served = consume(kafka.bootstrap, topic, written)
-    s = settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=8 * 1024)
+    s = settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=1024)  # ranges the cleaner emptied
     summary = tier_once(s)
     assert summary.failed == 0 and summary.segments > 2, summary.line()
     segs, raw, txns = tiered(s, topic)
@@ -88,6 +90,7 @@ def test_a_cleaned_topic_is_tiered_contiguous_with_its_offset_gaps_inside_segmen
     assert all(b.start_offset == a.end_offset + 1 for a, b in itertools.pairwise(segs)), \
         [(m.start_offset, m.end_offset) for m in segs]
     assert holes_between(segs) == []
+    assert any(md.segment_size_in_bytes == 0 for md in segs)  # a range whose every record the cleaner removed
     offsets = [o for o, _, _ in c.tier_uncommitted]
     assert len(offsets) < (c.tier_end + 1) // 3  # most offsets were compacted away
     served = {o: (k, v) for o, k, v in c.served}
@@ -166,3 +169,11 @@ def test_the_spark_reader_reads_the_compacted_history(compacted: Compacted, spar
     rows = read(spark, "tierproxy", {"kafka.bootstrap.servers": s.bootstrap_servers, "storage": s.storage,
                                      "metadata": s.metadata, "subscribe": compacted.topic})
     assert [(r[4], r[0], r[1]) for r in rows] == compacted.tier_uncommitted
+
+
+def test_the_iceberg_raw_table_holds_the_rows_the_tier_holds(compacted: Compacted) -> None:
+    """The raw table (append mode) of a compacted topic: the committed records the tier holds, offsets with gaps."""
+    s = compacted.settings
+    step = Step(s.bootstrap_servers, Path(str(s.tier_state_dir)).parent, compacted.topic)
+    step.run()
+    assert [(r[4], r[0], r[1]) for r in pyiceberg_rows(step.table())] == compacted.tier
