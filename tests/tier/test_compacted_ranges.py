@@ -58,4 +58,4 @@ def test_tombstones_are_at_risk_once_delete_retention_passed_since_the_tier_s_ne
     day = 86_400_000
     assert not tombstones_at_risk(10_000, 10_000 + day - 1, day)
     assert tombstones_at_risk(10_000, 10_000 + day, day)
-    assert tombstones_at_risk(-1, 5, day)  # nothing tiered yet: whatever the cleaner removed before is unknown
+    assert not tombstones_at_risk(-1, 5 * day, day)  # no timestamp to go by: not reported

@@ -30,7 +30,7 @@ from tests.support.compacted import (
 )
 from tests.support.iceberg import Step, pyiceberg_rows
 from tests.support.jvm import java_command
-from tests.support.kafka import broker_forgets
+from tests.support.kafka import broker_forgets, set_topic_config
 from tests.support.proxy import ProxyProcess
 from tests.support.spark import read
 from tests.support.tiering import settings, tier_once, tiered
@@ -70,6 +70,7 @@ def compacted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     s = settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=1024)  # ranges the cleaner emptied
     summary = tier_once(s)
     assert summary.failed == 0 and summary.segments > 2, summary.line()
+    assert summary.tombstone_risks == []  # its oldest record is a minute old, delete.retention.ms a day
     segs, raw, txns = tiered(s, topic)
     aborted = [(a.producer_id, a.first_offset) for a in txns]
     broker_forgets(kafka.bootstrap, topic, above=segs[-1].end_offset, key=b"tick")
@@ -177,3 +178,17 @@ def test_the_iceberg_raw_table_holds_the_rows_the_tier_holds(compacted: Compacte
     step = Step(s.bootstrap_servers, Path(str(s.tier_state_dir)).parent, compacted.topic)
     step.run()
     assert [(r[4], r[0], r[1]) for r in pyiceberg_rows(step.table())] == compacted.tier
+
+
+def test_a_pass_reports_tombstones_at_risk_past_delete_retention_ms(kafka: KafkaCluster, tmp_path: Path,
+                                                                   topic_name: str) -> None:
+    """A compacted topic first tiered when its oldest record is older than its delete.retention.ms (1 s here): the
+    cleaner may have removed tombstones the tier never saw; the pass says so (`TOMBSTONES`), once per partition."""
+    create_compacted(kafka.bootstrap, topic_name)
+    set_topic_config(kafka.bootstrap, topic_name, "delete.retention.ms", "1000")
+    written = produce_updates(kafka.bootstrap, topic_name, n=600, keys=5)
+    wait_cleaned(kafka.bootstrap, topic_name, written)
+    summary = tier_once(settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=1024))
+    assert summary.failed == 0 and len(summary.tombstone_risks) == 1, summary.tombstone_risks
+    assert summary.tombstone_risks[0].startswith(f"{topic_name}-0: ") and "delete.retention.ms=1000" in \
+        summary.tombstone_risks[0]
