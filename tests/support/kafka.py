@@ -193,12 +193,12 @@ def fill_topic(bootstrap: str, topic: str, n: int) -> None:
     p.flush(60)
 
 
-def list_offsets_at_leaders(bootstrap: str, spec: int, *, topic: str, quiet: bool = False, version: int = 7
-                            ) -> dict[int, tuple[int, int]]:
+def list_offsets_at_leaders(bootstrap: str, spec: int, *, topic: str, quiet: bool = False, version: int = 7,
+                            isolation: int = 0) -> dict[int, tuple[int, int]]:
     """partition → (offset, leader epoch) that ListOffsets (`version`) answers for `spec` (an OffsetSpec or a
     timestamp) at each partition's leader as `bootstrap`'s Metadata names it (a proxy's address for a proxy)
     (`quiet`: an error answer is {} — a proxy still loading its tier answers a retriable error, as a broker loading
-    would)."""
+    would; `isolation` 1: read_committed, LATEST is the last stable offset)."""
     with WireClient(bootstrap) as w:
         md = w.request(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": bytes(16)}],
                                              "allow_auto_topic_creation": False,
@@ -208,7 +208,8 @@ def list_offsets_at_leaders(bootstrap: str, spec: int, *, topic: str, quiet: boo
     for x in md["topics"][0]["partitions"]:
         p = x["partition_index"]
         with WireClient(brokers[x["leader_id"]]) as w:
-            resp = w.request(ApiKey.LIST_OFFSETS, version, list_offsets_request({topic: {p: spec}}))
+            resp = w.request(ApiKey.LIST_OFFSETS, version, list_offsets_request({topic: {p: spec}},
+                                                                                isolation=isolation))
         r = resp["topics"][0]["partitions"][0]
         if quiet and r["error_code"]:
             return {}

@@ -20,11 +20,19 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from protocol.constants import OffsetSpec
 from tests.support.cli import run_cli
 from tests.support.compacted import Rec, consume, create_compacted, produce_updates, wait_cleaned
 from tests.support.iceberg import iceberg_cli
-from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
+from tests.support.kafka import (
+    create_topic,
+    list_offsets_at_leaders,
+    small_segment_producer,
+    small_segments,
+    watermarks,
+)
 from tests.support.tiering import tier_once
+from tests.support.waiting import wait_until
 from tierproxy.config import TierSettings
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
@@ -222,6 +230,9 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         # leaders moved several times: A's epochs reach 5
         raise_epochs(a.bootstrap, {(t, p): 4 for t, n in ((TOPIC, PARTITIONS), (OTHER, 1)) for p in range(n)}, None)
         ledger_t0 = _produce_history(a.bootstrap)
+        # the coordinator writes a transaction's markers after its commit returns: the ends below count them
+        wait_until(lambda: list_offsets_at_leaders(a.bootstrap, OffsetSpec.LATEST, topic=TOPIC, isolation=1) ==
+                   list_offsets_at_leaders(a.bootstrap, OffsetSpec.LATEST, topic=TOPIC), "the markers written")
         state = partition_state(a.bootstrap, [TOPIC, LEDGER], None)
         epochs = {p: state[(TOPIC, p)][1] for p in range(PARTITIONS)}
         ends = {p: watermarks(a.bootstrap, TOPIC, p)[1] for p in range(PARTITIONS)}

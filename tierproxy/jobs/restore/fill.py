@@ -30,6 +30,7 @@ from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, Record, build_batch,
 from protocol.requests import fetch_request, list_offsets_request
 from tierproxy.config.identity import ClientIdentity
 from tierproxy.kafka.wireclient import WireClient
+from tierproxy.tier.rules import compacted
 
 log = logging.getLogger("tierproxy.jobs.restore")
 MAX_ATTEMPTS = 10
@@ -46,7 +47,7 @@ def fill_configs(configs: dict[str, str]) -> dict[str, str]:
     """The configs a topic is created with for its fill: its own, but `cleanup.policy=delete` for a compacted one —
     a compacted topic refuses the filler's records (they have no key) and, under `compact` alone, DeleteRecords
     (POLICY_VIOLATION). Its own policy is set once the fill is verified (`restore.run`)."""
-    if "compact" in configs.get("cleanup.policy", "delete"):
+    if compacted(configs):
         return {**configs, "cleanup.policy": "delete"}
     return dict(configs)
 
