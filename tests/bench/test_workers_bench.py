@@ -9,7 +9,8 @@ workers), and the CPU split (kcat, the proxy) with the machine's busy share: kca
 its cores.
 
     pytest -m bench tests/bench/test_workers_bench.py -s   (TIERPROXY_BENCH_WORKERS_RECORDS per partition, default
-                                                           32768 x 1 KiB; TIERPROXY_BENCH_WORKERS_ROUNDS, default 2)
+                                                           32768 x 1 KiB; TIERPROXY_BENCH_WORKERS_ROUNDS, default 2;
+                                                           TIERPROXY_BENCH_WORKERS_PARTITIONS, default 8)
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.dev.ports import free_port
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
-PARTITIONS = 8
+PARTITIONS = int(os.environ.get("TIERPROXY_BENCH_WORKERS_PARTITIONS", "8"))  # one kcat each, all at once
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_WORKERS_RECORDS", str(1 << 15)))
 ROUNDS = int(os.environ.get("TIERPROXY_BENCH_WORKERS_ROUNDS", "2"))
 
@@ -113,16 +114,18 @@ def test_two_workers_against_one_on_eight_catch_ups_from_the_tier(kafka: KafkaCl
                 pids = _pids(proxy, int(workers))
                 if workers == "1":
                     wait_until(lambda p=proxy: p.metric("tierproxy_ready") == 1, "the tier loaded", timeout=90)
-                c0, m0 = sum(cpu_seconds(p) for p in pids), machine_ticks()
+                c0, m0 = [cpu_seconds(p) for p in pids], machine_ticks()
                 stored = proxy.metric("tierproxy_remote_storage_read_bytes_total")
                 rate, kcat_cpu = _eight_reads(kcat, proxy.bootstrap, tiered, held)
-                proxy_cpu = sum(cpu_seconds(p) for p in pids) - c0
+                each_cpu = [cpu_seconds(p) - c for p, c in zip(pids, c0, strict=True)]
+                proxy_cpu, elapsed = sum(each_cpu), sum(held) * 1024 / 1e6 / rate
                 read = _settled(proxy) - stored
                 amplification[workers].append(read / (sum(held) * 1024))
                 mbps[workers].append(rate)
                 cpu[workers].append(proxy_cpu / gb)
-                split[workers].append(f"proxy {proxy_cpu:.1f} / kcat {kcat_cpu:.1f} core-s, machine "
-                                      f"{busy_share(m0, machine_ticks()):.0%} busy")
+                split[workers].append(f"proxy {proxy_cpu:.1f} / kcat {kcat_cpu:.1f} core-s in {elapsed:.1f} s "
+                                      f"(each worker {', '.join(f'{c / elapsed:.0%}' for c in each_cpu)} of a "
+                                      f"core), machine {busy_share(m0, machine_ticks()):.0%} busy")
             finally:
                 proxy.stop()
 

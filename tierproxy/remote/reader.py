@@ -1,13 +1,13 @@
-"""Reading a remote partition: offset → segment → offset index → byte position → whole batches.
-
-Segment bytes come through a chunk cache (`remote.fetch.chunk.bytes` chunks, LRU bounded by bytes) that reads
-ahead `remote.fetch.prefetch.chunks` chunks for sequential readers, on into the following segments' first chunks
-near a segment's end. The read-ahead doubles, up to `remote.fetch.prefetch.max.chunks`, each time a reader catches
-up with a chunk still being read ahead (storage slower than the reader: S3 latency), and all read-ahead in flight
-stays within the chunk cache's size. A sequential reader needs no offset index: it goes on at the byte where its
-last read ended. Offset indexes and transaction indexes sit in a bytes-bounded cache. Transient storage errors
-are retried with exponential backoff and jitter until the caller's deadline. Records are returned exactly as
-stored: never decoded or re-encoded.
+"""Reading a remote partition: offset → segment → offset index → byte position → whole batches. Segment bytes come
+through a chunk cache (`remote.fetch.chunk.bytes` chunks, LRU bounded by bytes) that reads ahead
+`remote.fetch.prefetch.chunks` chunks for sequential readers, on into the following segments' first chunks near a
+segment's end. The read-ahead doubles, up to `remote.fetch.prefetch.max.chunks`, each time a reader catches up with
+a chunk still being read ahead (storage slower than the reader: S3 latency), and the read-ahead not yet read (in
+flight or cached) takes half the chunk cache at most: the other half keeps the chunks readers are in, so read-ahead
+is read before the cache evicts it (a worker of `serve --workers N` has 1/N of the cache). A sequential reader needs
+no offset index: it goes on at the byte where its last read ended. Offset indexes and transaction indexes sit in a
+bytes-bounded cache. Transient storage errors are retried with exponential backoff and jitter until the caller's
+deadline. Records are returned exactly as stored: never decoded or re-encoded.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ class RemoteReader:
         # (segment id, next offset) → byte position where a read ended: where its reader's next fetch starts
         self.resume: LRUCache[tuple[bytes, int], int] = LRUCache(maxsize=16384)
         self._ahead: set[tuple[bytes, int]] = set()  # chunks being read ahead (no reader waits for them yet)
+        self._unread: set[tuple[bytes, int]] = set()  # chunks read ahead that no reader asked for yet
         self.ahead_peak = 0  # most chunks read ahead at once
         self._index_tasks: dict[tuple[bytes, str], asyncio.Task[bytes]] = {}
         self.backoff = backoff or Backoff()
@@ -245,6 +246,7 @@ class RemoteReader:
             self.resume.pop(rkey, None)
 
     async def _chunk(self, md: RemoteLogSegmentMetadata, n: int, deadline: float) -> Chunk:
+        self._unread.discard((md.segment_id.id, n))
         data = self.chunks.get((md.segment_id.id, n))
         if data is not None:
             self.hits += 1
@@ -339,10 +341,20 @@ class RemoteReader:
             self.depth[nxt.segment_id.id] = max(depth, self.depth.get(nxt.segment_id.id, 0))
             wanted += [(nxt, n) for n in range(min(depth - len(wanted), _chunks_in(nxt, self.chunk)))]
         for seg, n in wanted:
-            if (len(self._ahead) + 1) * self.chunk > self.chunks.maxsize:
-                return  # read-ahead in flight stays within the cache's size, however many readers there are
-            if (seg.segment_id.id, n) not in self.chunks:
-                self._chunk_task(seg, n, deadline, ahead=True)
+            key = (seg.segment_id.id, n)
+            if key in self.chunks or key in self._inflight:  # there, or a reader's read brings it
+                continue
+            if (self._unread_ahead() + 1) * self.chunk > self.chunks.maxsize // 2:
+                return  # however many readers there are (see the module's docstring)
+            self._chunk_task(seg, n, deadline, ahead=True)
+            self._unread.add(key)
+
+    def _unread_ahead(self) -> int:
+        """Chunks read ahead and not asked for yet, still in flight or in the cache (one evicted unread no longer
+        counts: it was read for nothing)."""
+        gone = [k for k in self._unread if k not in self._inflight and k not in self.chunks]
+        self._unread.difference_update(gone)
+        return len(self._unread)
 
     async def _start(self, md: RemoteLogSegmentMetadata, offset: int, deadline: float) -> int:
         """A batch start at or before the batch holding `offset`. A sequential reader needs no offset index (a
