@@ -29,7 +29,6 @@ from tierproxy.proxy.intercept.fetch.plan import (
     key_of,
     plan_fetch,
     sessionless,
-    sessionless_as_sent,
 )
 from tierproxy.proxy.intercept.fetch.sessions import (
     INVALID_SESSION_EPOCH,
@@ -70,14 +69,6 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
             plan.as_file = session.sends_files
             session.forward(ev, chunks, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
             return
-    # a sessionless request goes to the broker before its decode and plan, which then run inside the broker's round
-    # trip (kcat's catch-up is serial: this handler's time was on every fetch's path); its answer is handled in a
-    # later turn of the loop, after this handler gave the slot its plan. Not with the authorization window, which
-    # may answer without the broker
-    slot = None
-    if tier is not None and session.proxy.settings.remote_authorization_cache_ms <= 0 and sessionless_as_sent(ev):
-        slot = Slot(ev.header)
-        session.forward(ev, None, slot)
     data = decode_fetch_request(ev)
     asked = data["session_id"], data["session_epoch"]
     changed = asked != (0, FINAL_EPOCH)
@@ -116,11 +107,9 @@ def fetch_request(session: Session, ev: RequestEvent) -> None:
             answering = op.complete(no_broker_part(plan), list(plan.remote), [])
             session.complete_later(slot, complete(session, slot, op, answering))
             return
-    if slot is not None:  # forwarded above
-        slot.ctx, slot.on_drop = plan, lambda: release_memory(session, plan)
-    else:  # a full request goes as it came but for its epoch (`as_full_request`); only an incremental one re-encoded
-        upstream = (as_full_request(ev) or registry.encode_request(ev.header, data)) if changed else None
-        session.forward(ev, upstream, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
+    # a full request goes as it came but for its epoch (`as_full_request`); only an incremental one is re-encoded
+    upstream = (as_full_request(ev) or registry.encode_request(ev.header, data)) if changed else None
+    session.forward(ev, upstream, Slot(ev.header, ctx=plan, on_drop=lambda: release_memory(session, plan)))
     if op is not None:  # after the request has left: the reads overlap the broker's round trip, not delay it
         op.start_early()
 

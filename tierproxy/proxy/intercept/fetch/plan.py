@@ -138,12 +138,6 @@ def sessionless(data: FetchRequest) -> FetchRequest:
     return data
 
 
-def sessionless_as_sent(ev: RequestEvent) -> bool:
-    """The request asks for no session (before v7, or session 0 at the final epoch): forwarded as it came."""
-    found = fetch_request_session(ev.frame, ev.header.api_version, ev.header.body_offset)
-    return found is None or found[:2] == (0, FINAL_EPOCH)
-
-
 def as_full_request(ev: RequestEvent) -> list[Buffer] | None:
     """The request to forward without decoding it, when it asks for no session state: sessionless as it came, or
     a full request (epoch 0) made sessionless by rewriting its epoch (a full request's forgotten topics are
