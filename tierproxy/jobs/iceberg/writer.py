@@ -89,6 +89,18 @@ def require_at(tx: Any, snapshot_id: int | None) -> None:
     tx._apply((), (AssertRefSnapshotId.model_validate({"ref": "main", "snapshot-id": snapshot_id}),))
 
 
+def require_refs(tx: Any, refs: Any) -> None:
+    """Stage a compare-and-swap on every ref of `refs` (name → `SnapshotRef`, main's own staged by `require_at`):
+    the commit goes through only if no branch moved and no tag was moved or removed since. pyiceberg keeps one
+    requirement per type in a transaction (`Transaction._stage`), so these are appended past it."""
+    from pyiceberg.table.update import AssertRefSnapshotId
+
+    if not hasattr(tx, "_requirements"):  # pyiceberg's transaction changed (pinned <0.13): never commit unchecked
+        raise RuntimeError("pyiceberg's Transaction has no _requirements: tierproxy cannot guard a table's refs")
+    tx._requirements += tuple(AssertRefSnapshotId.model_validate({"ref": name, "snapshot-id": ref.snapshot_id})
+                              for name, ref in refs.items() if name != "main")
+
+
 def take(table: Any, lease: Lease, at: int | None, summary: dict[str, str]) -> tuple[Any, int]:
     """Take the table for `lease` if its main branch is still at snapshot `at`: one commit setting the lease and
     making an empty snapshot (with `summary`). → the refreshed table and the snapshot this pass now writes from.

@@ -1,0 +1,60 @@
+"""Maintenance against another engine's commits between its plan and its commit (pyiceberg's SQL catalog on SQLite,
+files on disk): a branch committed to or a tag moved meanwhile is never removed by a plan made before it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.exceptions import CommitFailedException
+
+from tests.iceberg.test_maintenance import _append, _reads_whole, _table
+from tierproxy.jobs.iceberg.maintenance import DAY_MS, Retention, expire, plan_expiry
+
+
+def _two_snapshots_and_a_branch(tmp: Path) -> tuple[Any, Any, Any]:
+    table = _table(tmp)
+    for i in range(3):
+        table = _append(table, i * 10, ledger=True)
+    first, _, head = table.metadata.snapshots
+    table.manage_snapshots().create_branch(first.snapshot_id, "audit").commit()
+    return table.refresh(), first, head
+
+
+def test_a_branch_committed_to_after_the_plan_is_not_removed_by_its_max_ref_age(tmp_path: Path) -> None:
+    table, _, head = _two_snapshots_and_a_branch(tmp_path)
+    now = head.timestamp_ms + 6 * DAY_MS
+    plan = plan_expiry(table.metadata, now, Retention.of({"history.expire.max-ref-age-ms": str(DAY_MS)}, "ns.t"),
+                       {head.snapshot_id})
+    assert plan.refs == ["audit"]
+    # another engine writes to the branch: it is young again, its new snapshot holds rows no other one has
+    other = table.catalog.load_table("ns.t")
+    other.append(pa.table({"n": pa.array([1000], pa.int64())}), branch="audit")
+    branch_head = other.refresh().metadata.refs["audit"].snapshot_id
+
+    with pytest.raises(CommitFailedException):  # the stale plan is refused, as a moved main is
+        expire(table, head.snapshot_id, plan)
+    table = table.refresh()
+    assert table.metadata.refs["audit"].snapshot_id == branch_head
+    assert 1000 in table.scan(snapshot_id=branch_head).to_arrow()["n"].to_pylist()
+    _reads_whole(table)
+
+
+def test_a_tag_moved_onto_an_expiring_snapshot_after_the_plan_keeps_it(tmp_path: Path) -> None:
+    table, first, head = _two_snapshots_and_a_branch(tmp_path)
+    table.manage_snapshots().remove_branch("audit").create_tag(head.snapshot_id, "audit").commit()
+    table = table.refresh()
+    plan = plan_expiry(table.metadata, head.timestamp_ms + 6 * DAY_MS, Retention(), {head.snapshot_id})
+    assert first.snapshot_id in plan.snapshots and plan.refs == []
+    # another engine points the tag at the oldest snapshot (the time travel someone keeps)
+    table.catalog.load_table("ns.t").manage_snapshots().remove_tag("audit").create_tag(
+        first.snapshot_id, "audit").commit()
+
+    with pytest.raises(CommitFailedException):
+        expire(table, head.snapshot_id, plan)
+    table = table.refresh()
+    assert table.metadata.refs["audit"].snapshot_id == first.snapshot_id
+    assert table.metadata.snapshot_by_id(first.snapshot_id) is not None
+    _reads_whole(table)
