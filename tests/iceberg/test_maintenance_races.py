@@ -12,6 +12,7 @@ from pyiceberg.exceptions import CommitFailedException
 
 from tests.iceberg.test_maintenance import _append, _reads_whole, _table
 from tierproxy.jobs.iceberg.maintenance import DAY_MS, Retention, expire, plan_expiry
+from tierproxy.jobs.iceberg.writer import require_at
 
 
 def _two_snapshots_and_a_branch(tmp: Path) -> tuple[Any, Any, Any]:
@@ -58,3 +59,22 @@ def test_a_tag_moved_onto_an_expiring_snapshot_after_the_plan_keeps_it(tmp_path:
     assert table.metadata.refs["audit"].snapshot_id == first.snapshot_id
     assert table.metadata.snapshot_by_id(first.snapshot_id) is not None
     _reads_whole(table)
+
+
+def test_pyicebergs_private_fields_maintenance_sets_are_there_and_their_absence_stops_it(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from tierproxy.jobs.iceberg.manifests import tune_merge
+    from tierproxy.jobs.iceberg.writer import PyicebergChanged
+
+    table = _table(tmp_path)
+    with table.transaction() as tx:  # the installed pyiceberg (pinned <0.13) has them: tuned as the table says
+        merge = tx.update_snapshot().merge_append()
+        tune_merge(merge, Retention(min_count_to_merge=7, manifest_target_bytes=1 << 20))
+        assert (merge._merge_enabled, merge._min_count_to_merge, merge._target_size_bytes) == (True, 7, 1 << 20)
+    # a pyiceberg whose merging append lost them: a clear error, not attributes set on nothing (merging silently
+    # off, an empty snapshot every pass) swallowed by maintenance's "a later pass does it"
+    with pytest.raises(PyicebergChanged, match="_merge_enabled, _min_count_to_merge, _target_size_bytes"):
+        tune_merge(SimpleNamespace(), Retention())
+    with pytest.raises(PyicebergChanged, match="_apply"):
+        require_at(SimpleNamespace(), None)

@@ -41,12 +41,20 @@ def rewrite_manifests(table: Any, at: int | None, r: Retention, props: dict[str,
     with table.transaction() as tx:
         require_at(tx, at)
         merge = tx.update_snapshot(snapshot_properties={**props, MAINTENANCE: pass_id}).merge_append()
-        # the table's own bound, with Java's defaults where pyiceberg's differ (it reads them in its constructor)
-        merge._merge_enabled, merge._min_count_to_merge = True, max(2, r.min_count_to_merge)
-        merge._target_size_bytes = r.manifest_target_bytes
+        tune_merge(merge, r)
         merge.commit()  # the merged manifests and the manifest list are written here
         before_commit()
     return count
+
+
+def tune_merge(merge: Any, r: Retention) -> None:
+    """The table's own bound on pyiceberg's merging append, with Java's defaults where pyiceberg's differ (it reads
+    them in its constructor, into private fields: PyicebergChanged when they are not there, never set on nothing)."""
+    from tierproxy.jobs.iceberg.writer import needs
+
+    needs(merge, "_merge_enabled", "_min_count_to_merge", "_target_size_bytes")
+    merge._merge_enabled, merge._min_count_to_merge = True, max(2, r.min_count_to_merge)
+    merge._target_size_bytes = r.manifest_target_bytes
 
 
 def figures(table: Any) -> dict[str, int]:
