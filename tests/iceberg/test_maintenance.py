@@ -112,7 +112,7 @@ def test_tags_are_kept_until_their_max_ref_age_and_bad_properties_are_named(tmp_
     assert "audit" not in t.table.metadata.refs and len(t.table.metadata.snapshots) == 1
 
     for key, value in (("history.expire.min-snapshots-to-keep", "0"), ("history.expire.max-snapshot-age-ms", "5d"),
-                       ("commit.manifest-merge.enabled", "yes")):
+                       ("commit.manifest-merge.enabled", "yes"), ("commit.manifest.min-count-to-merge", "²")):
         with pytest.raises(BadTableProperty, match=f"table ns.t: property {key}='{value}'"):
             Retention.of({key: value}, "ns.t")
 

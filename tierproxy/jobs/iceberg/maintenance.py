@@ -55,7 +55,7 @@ class Retention:
             raw = properties.get(key)
             if raw is None:
                 return default
-            if not raw.strip().isdigit() or int(raw) <= 0:
+            if not raw.strip().isdecimal() or int(raw) <= 0:  # (isdigit: "²" too, which int() refuses)
                 raise BadTableProperty(f"table {table}: property {key}={raw!r} is not a positive number")
             return int(raw)
 
