@@ -11,6 +11,7 @@ import pytest
 from pyiceberg.exceptions import CommitFailedException
 
 from tests.iceberg.test_maintenance import _append, _reads_whole, _table
+from tierproxy.jobs.iceberg.ledger import Ledger
 from tierproxy.jobs.iceberg.maintenance import DAY_MS, Retention, expire, plan_expiry
 from tierproxy.jobs.iceberg.writer import require_at
 
@@ -78,3 +79,30 @@ def test_pyicebergs_private_fields_maintenance_sets_are_there_and_their_absence_
         tune_merge(SimpleNamespace(), Retention())
     with pytest.raises(PyicebergChanged, match="_apply"):
         require_at(SimpleNamespace(), None)
+
+
+def test_the_ledger_reads_the_same_after_a_merge_and_an_expiry_of_a_table_without_its_property(
+        tmp_path: Path) -> None:
+    from tests.iceberg.test_maintenance import Target, _clock
+    from tierproxy.jobs.iceberg.cleanup import Cleanup
+    from tierproxy.jobs.iceberg.ledger import LEDGER, current_ledger, snapshot_at
+
+    table = _table(tmp_path)
+    for i in range(6):  # a table from before the ledger property: read from the summaries, walking back
+        ledger = Ledger({"a:0": 10 * (i + 1), "a:1": 5 * (i + 1)}, {"a:0": 0}, {"t": "a"}, ids={"old": "t"})
+        table.append(pa.table({"n": pa.array(range(i * 10, i * 10 + 10), pa.int64())}),
+                     snapshot_properties=ledger.summary(f"p{i}", [f"s{i}"]))
+    with table.transaction() as tx:
+        tx.set_properties({"commit.manifest.min-count-to-merge": "6", "history.expire.max-snapshot-age-ms": "1"})
+    table = table.refresh()
+    assert LEDGER not in table.properties
+    before = current_ledger(table)
+    t = Target(table)
+    done = Cleanup(30_000, 0, _clock(table.current_snapshot().timestamp_ms + 1000)).maintain(t, "m")
+    assert done.manifests_merged == 6 and done.snapshots_expired == 5  # the merge's parent stays: main's minimum
+    after = current_ledger(t.table)
+    assert (after.ends, after.starts, after.topics, after.ids) == (before.ends, before.starts, before.topics,
+                                                                   before.ids)
+    snap, tid = snapshot_at(t.table, "t", {0: 60, 1: 30})
+    assert tid == "a" and snap is not None and snap.snapshot_id in {s.snapshot_id for s in t.table.metadata.snapshots}
+    assert sorted(t.table.scan(snapshot_id=snap.snapshot_id).to_arrow()["n"].to_pylist()) == list(range(60))
