@@ -112,7 +112,7 @@ def test_tags_are_kept_until_their_max_ref_age_and_bad_properties_are_named(tmp_
     assert "audit" not in t.table.metadata.refs and len(t.table.metadata.snapshots) == 1
 
     for key, value in (("history.expire.min-snapshots-to-keep", "0"), ("history.expire.max-snapshot-age-ms", "5d"),
-                       ("commit.manifest-merge.enabled", "yes")):
+                       ("commit.manifest-merge.enabled", "yes"), ("commit.manifest.min-count-to-merge", "²")):
         with pytest.raises(BadTableProperty, match=f"table ns.t: property {key}='{value}'"):
             Retention.of({key: value}, "ns.t")
 
@@ -194,3 +194,20 @@ def test_a_bad_property_stops_the_pass_with_one_line_and_exit_2(capsys: pytest.C
     err = capsys.readouterr().err
     assert err == ("tierproxy: config error: table kafka.history: property history.expire.max-snapshot-age-ms='-1' "
                    "is not a positive number\n"), err
+
+
+def test_the_status_lists_a_tables_location_at_most_once_per_interval(tmp_path: Path) -> None:
+    from tierproxy.jobs.iceberg.catalog import catalog_config, open_catalog
+    from tierproxy.jobs.iceberg.status import DISK_EVERY_S, table_status
+
+    cfg = catalog_config(None, f"file://{tmp_path}", "")
+    open_catalog(cfg).create_namespace("ns")
+    table = _append(open_catalog(cfg).create_table("ns.t", pa.schema([pa.field("n", pa.int64())])), 0, ledger=True)
+    first = table_status(cfg, "ns.t", {}, clock=_clock(0))
+    assert first["disk_bytes"] >= first["live_bytes"] > 0
+    stray = Path(table.location().removeprefix("file://")) / "data" / "stray.parquet"
+    stray.write_bytes(b"x" * 1000)
+    # a request within the interval (GET /v1/iceberg, the metrics' refresh) does not list a big table again
+    assert table_status(cfg, "ns.t", {}, clock=_clock(int(DISK_EVERY_S * 500)))["disk_bytes"] == first["disk_bytes"]
+    later = table_status(cfg, "ns.t", {}, clock=_clock(int(DISK_EVERY_S * 1000)))
+    assert later["disk_bytes"] == first["disk_bytes"] + 1000 and later["live_bytes"] == first["live_bytes"]

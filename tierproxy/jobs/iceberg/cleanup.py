@@ -21,7 +21,7 @@ from tierproxy.jobs.iceberg.maintenance import Retention, expire, ledger_chain, 
 from tierproxy.jobs.iceberg.manifests import rewrite_manifests
 from tierproxy.jobs.iceberg.orphans import orphans
 from tierproxy.jobs.iceberg.pauses import pause_point
-from tierproxy.jobs.iceberg.writer import commit_empty, live_lease
+from tierproxy.jobs.iceberg.writer import PyicebergChanged, commit_empty, live_lease
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ class Cleanup:
             props = {k: v for k, v in current_ledger(table).summary(pass_id, []).items() if k != PASS}
             done.manifests_merged = rewrite_manifests(table, at, r, props, pass_id,
                                                       before_commit=lambda: pause_point("maintenance"))
+        except PyicebergChanged:  # no later pass would do better: said, not logged away
+            raise
         except Exception as exc:  # another commit came first, or the catalog did not answer: a later pass does it
             log.info("iceberg: table %s: maintenance left to a later pass (%s: %s)", target.name, type(exc).__name__,
                      str(exc).partition("\n")[0][:200])

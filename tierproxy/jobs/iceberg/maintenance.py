@@ -55,7 +55,7 @@ class Retention:
             raw = properties.get(key)
             if raw is None:
                 return default
-            if not raw.strip().isdigit() or int(raw) <= 0:
+            if not raw.strip().isdecimal() or int(raw) <= 0:  # (isdigit: "²" too, which int() refuses)
                 raise BadTableProperty(f"table {table}: property {key}={raw!r} is not a positive number")
             return int(raw)
 
@@ -131,16 +131,20 @@ def ledger_chain(table: Any) -> set[int]:
 
 
 def expire(table: Any, at: int | None, plan: Expiry) -> int:
-    """Commit `plan` if main is still at `at` (one metadata commit: refs removed, then snapshots); returns how many
-    snapshots it expired. Raises what the catalog raises (another commit came first: a later pass does it)."""
+    """Commit `plan` (made from `table`'s metadata) if main is still at `at` and every other ref where the plan saw
+    it (one metadata commit: refs removed, then snapshots); returns how many snapshots it expired. Raises what the
+    catalog raises (another commit came first, to main or to any ref: a later pass does it). Why every ref: the
+    catalog applies the removals to its current metadata, where a ref removed by age may have been committed to
+    since, and a snapshot removed takes every ref now pointing at it along (pyiceberg's and Java's rule)."""
     from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
 
-    from tierproxy.jobs.iceberg.writer import require_at
+    from tierproxy.jobs.iceberg.writer import require_at, require_refs
 
     if not plan.snapshots and not plan.refs:
         return 0
     with table.transaction() as tx:
         require_at(tx, at)
+        require_refs(tx, tx.table_metadata.refs)
         if plan.refs:
             manage = ManageSnapshots(tx)
             for name in plan.refs:

@@ -41,20 +41,26 @@ def rewrite_manifests(table: Any, at: int | None, r: Retention, props: dict[str,
     with table.transaction() as tx:
         require_at(tx, at)
         merge = tx.update_snapshot(snapshot_properties={**props, MAINTENANCE: pass_id}).merge_append()
-        # the table's own bound, with Java's defaults where pyiceberg's differ (it reads them in its constructor)
-        merge._merge_enabled, merge._min_count_to_merge = True, max(2, r.min_count_to_merge)
-        merge._target_size_bytes = r.manifest_target_bytes
+        tune_merge(merge, r)
         merge.commit()  # the merged manifests and the manifest list are written here
         before_commit()
     return count
 
 
-def figures(table: Any) -> dict[str, int]:
-    """live_bytes: the current snapshot's data files and the metadata reading it needs (its metadata file, manifest
-    list, manifests); disk_bytes: every file under the table's location; snapshots; manifests (the current
-    snapshot's)."""
-    from tierproxy.jobs.iceberg.orphans import list_files
+def tune_merge(merge: Any, r: Retention) -> None:
+    """The table's own bound on pyiceberg's merging append, with Java's defaults where pyiceberg's differ (it reads
+    them in its constructor, into private fields: PyicebergChanged when they are not there, never set on nothing)."""
+    from tierproxy.jobs.iceberg.writer import needs
 
+    needs(merge, "_merge_enabled", "_min_count_to_merge", "_target_size_bytes")
+    merge._merge_enabled, merge._min_count_to_merge = True, max(2, r.min_count_to_merge)
+    merge._target_size_bytes = r.manifest_target_bytes
+
+
+def figures(table: Any, disk_bytes: Callable[[Any], int] | None = None) -> dict[str, int]:
+    """live_bytes: the current snapshot's data files and the metadata reading it needs (its metadata file, manifest
+    list, manifests); disk_bytes: every file under the table's location (`disk_bytes(table)`, default
+    `listed_bytes`: a listing of it); snapshots; manifests (the current snapshot's)."""
     snap = table.current_snapshot()
     live = 0
     manifests = 0
@@ -64,8 +70,14 @@ def figures(table: Any) -> dict[str, int]:
         for m in snap.manifests(table.io):
             live += int(m.manifest_length)
             manifests += 1
-    sizes = {path: size for path, _, size in list_files(table, "")}
-    live += sizes.get(snap.manifest_list, 0) if snap is not None else 0
-    live += sizes.get(table.metadata_location, 0)
-    return {"live_bytes": live, "disk_bytes": sum(sizes.values()), "snapshots": len(table.metadata.snapshots),
-            "manifests": manifests}
+        live += len(table.io.new_input(snap.manifest_list))
+    live += len(table.io.new_input(table.metadata_location))
+    return {"live_bytes": live, "disk_bytes": (disk_bytes or listed_bytes)(table),
+            "snapshots": len(table.metadata.snapshots), "manifests": manifests}
+
+
+def listed_bytes(table: Any) -> int:
+    """The bytes of every file under the table's location: a listing of it (a request per thousand files on S3)."""
+    from tierproxy.jobs.iceberg.orphans import list_files
+
+    return sum(size for _, _, size in list_files(table, ""))

@@ -1,14 +1,37 @@
 """The table as an operator sees it: per partition, the tier's end against the table's end (the lag), the last
 commit, files and rows, and what maintenance bounds (`manifests.figures`: live bytes, bytes on disk, snapshots,
-manifests; bytes on disk lists the table's location). Read from the catalog (the ledger in the current snapshot)
+manifests; bytes on disk lists the table's location, at most every `DISK_EVERY_S` per table: a status request or a
+metrics refresh does not list a big table each time). Read from the catalog (the ledger in the current snapshot)
 and the tier's metadata, so every replica and the CLI show the same figures without asking the job."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tierproxy.jobs.iceberg.catalog import CatalogConfig, CatalogError, open_catalog, safe_uri
 from tierproxy.jobs.iceberg.ledger import current_ledger
+
+DISK_EVERY_S = 300.0
+_disk: dict[str, tuple[float, int]] = {}  # table location → (listed at, bytes): one entry per table shown
+_disk_lock = threading.Lock()  # (statuses are made in worker threads)
+
+
+def disk_bytes(table: Any, now_s: float) -> int:
+    """`manifests.listed_bytes` of the table, listed again only once the last listing is `DISK_EVERY_S` old."""
+    from tierproxy.jobs.iceberg.manifests import listed_bytes
+
+    location = table.location()
+    with _disk_lock:
+        seen = _disk.get(location)
+    if seen is not None and 0 <= now_s - seen[0] < DISK_EVERY_S:
+        return seen[1]
+    found = listed_bytes(table)
+    with _disk_lock:
+        _disk[location] = (now_s, found)
+    return found
 
 
 def serve_catalog(storage: str, uri: str | None, credential: str | None = None,
@@ -25,9 +48,11 @@ def serve_catalog(storage: str, uri: str | None, credential: str | None = None,
     return catalog_config(uri, storage, "", credential=credential, token=token)
 
 
-def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int], tuple[str, int]]) -> dict[str, Any]:
+def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int], tuple[str, int]],
+                 clock: Callable[[], float] = time.time) -> dict[str, Any]:
     """`tier_ends`: (topic id, partition) → (topic, the offset after the tier's last one). Partitions of the
-    tier that the table has not reached, and those it has, each with its lag in offsets."""
+    tier that the table has not reached, and those it has, each with its lag in offsets. `clock`: what decides
+    whether bytes on disk are listed again (`disk_bytes`)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
@@ -55,7 +80,7 @@ def table_status(cfg: CatalogConfig, name: str, tier_ends: dict[tuple[str, int],
             "last_commit_ms": snap.timestamp_ms if snap is not None else None,
             "files": int(props.get("total-data-files", 0) or 0), "rows": int(props.get("total-records", 0) or 0),
             "partitions": parts, "lag_offsets": sum(x["lag"] for x in parts),
-            **figures(table)}  # live bytes, bytes on disk, snapshots, manifests (what maintenance keeps bounded)
+            **figures(table, lambda t: disk_bytes(t, clock()))}  # what maintenance keeps bounded
 
 
 def typed_status(cfg: CatalogConfig, rules: str,

@@ -33,6 +33,21 @@ log = logging.getLogger(__name__)
 RETRIES_OFF = {"commit.retry.num-retries": "0"}  # a failed commit fails: never rebased past our requirement
 
 
+class PyicebergChanged(RuntimeError):
+    """The installed pyiceberg lacks a private field tierproxy uses (those of 0.12, pyproject's pin): a commit is
+    never made without the guard or the setting the field stands for."""
+
+
+def needs(obj: Any, *fields: str) -> None:
+    """PyicebergChanged naming the `fields` `obj` (a pyiceberg object) lacks."""
+    missing = [f for f in fields if not hasattr(obj, f)]
+    if missing:
+        from pyiceberg import __version__
+
+        raise PyicebergChanged(f"pyiceberg {__version__}: {type(obj).__name__} has no {', '.join(missing)}: "
+                               "tierproxy's Iceberg commits need pyiceberg 0.12 (pyproject.toml's pin)")
+
+
 @dataclass(frozen=True)
 class Lease:
     pass_id: str
@@ -86,7 +101,19 @@ def require_at(tx: Any, snapshot_id: int | None) -> None:
     table has no snapshot). Staged before any update, it is the transaction's one AssertRefSnapshotId."""
     from pyiceberg.table.update import AssertRefSnapshotId
 
+    needs(tx, "_apply")
     tx._apply((), (AssertRefSnapshotId.model_validate({"ref": "main", "snapshot-id": snapshot_id}),))
+
+
+def require_refs(tx: Any, refs: Any) -> None:
+    """Stage a compare-and-swap on every ref of `refs` (name → `SnapshotRef`, main's own staged by `require_at`):
+    the commit goes through only if no branch moved and no tag was moved or removed since. pyiceberg keeps one
+    requirement per type in a transaction (`Transaction._stage`), so these are appended past it."""
+    from pyiceberg.table.update import AssertRefSnapshotId
+
+    needs(tx, "_requirements")
+    tx._requirements += tuple(AssertRefSnapshotId.model_validate({"ref": name, "snapshot-id": ref.snapshot_id})
+                              for name, ref in refs.items() if name != "main")
 
 
 def take(table: Any, lease: Lease, at: int | None, summary: dict[str, str]) -> tuple[Any, int]:
