@@ -34,8 +34,10 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
     `map_bytes` bounds the key map (Kafka's log.cleaner.dedupe.buffer.size); when the map fills, the cleaning
     covers what the map covered — up to the last whole batch it mapped — and the rest waits for the next pass,
     as Kafka's cleaner does (groups past it are not yielded; the segment it stopped in is split, see
-    CleanedSegment). `read_segment` is called up to twice for a segment (the map pass, then the copy pass) and
-    once for each of `plan.later` (their producers); `read_aborted` (default: `read_segment(s).aborted`) gives a
+    CleanedSegment). A transaction the segments hold no marker for bounds the cleaning at the segment it begins
+    in, as the LSO bounds Kafka's. `read_segment` is called up to twice for a segment (the map pass, then the
+    copy pass; a third time when such a transaction makes the map be built again) and once for each of
+    `plan.later` (their producers); `read_aborted` (default: `read_segment(s).aborted`) gives a
     segment's txn index."""
     segs = plan.segments
     upper = plan.first_uncleanable_offset
@@ -53,6 +55,16 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
             _track(tracker, read_segment(s), end)
     for s in plan.later:
         _track(tracker, read_segment(s), 0)
+    undecided = tracker.first_undecided()
+    if undecided is not None and undecided < end:
+        # a transaction whose marker the tier does not hold yet (the broker's LSO is past it): Kafka's cleaner
+        # never maps an undecided transaction, so the map is built again up to the segment it begins in
+        upper = max((s.start_offset for s in segs if s.start_offset <= undecided), default=0)
+        if upper <= plan.first_dirty_offset:
+            return
+        offsets.clear()
+        end = _build_map([s for s in dirty if s.start_offset < upper], read_segment, offsets, ProducerTracker(),
+                         txn_indexes, plan.first_dirty_offset, upper)
     flt = RecordFilter(now_ms, config.delete_retention_ms, offsets, CleanedTransactions(),
                        tracker.active(now_ms, config.producer_id_expiration_ms), upper)
     for group in plan.groups:

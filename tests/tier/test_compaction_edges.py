@@ -1,0 +1,29 @@
+"""Edge cases of the tier's compaction engine where Kafka's cleaner keeps a record: a transaction whose marker
+the tier does not hold yet, a delete.retention.ms past the end of a long, a map whose batch repeats keys."""
+
+from __future__ import annotations
+
+from protocol.records import ABORT
+from tests.support.compaction import PLAIN, History, Tier, latest_values
+from tierproxy.tier.compaction import CleanerConfig
+
+NOW = 10_000
+TXN = 200
+
+
+def test_a_transaction_whose_marker_the_tier_does_not_hold_yet_shadows_nothing() -> None:
+    # The broker closes a segment inside a transaction that it later aborts: the tier copies the segment (the
+    # marker is in the broker's next, still active, segment) and cleans it before the marker arrives. Kafka's
+    # cleaner never maps an undecided transaction (it stops at the LSO); the tier must not either, or the aborted
+    # value evicts the key's committed one and the key is gone once the abort is known.
+    tier, h = Tier(CleanerConfig(delete_retention_ms=1_000, min_cleanable_dirty_ratio=0.0)), History()
+    tier.append([h.data(PLAIN, [(0, True), (1, True)], NOW - 100),
+                 h.data(TXN, [(0, True)], NOW - 100, txn=True),
+                 h.data(PLAIN, [(2, True)], NOW - 100)])
+    committed = latest_values(tier.batches()[:1])[b"k0"]
+    tier.clean(NOW)
+    tier.append([h.data(PLAIN, [(3, True)], NOW - 50), h.marker(TXN, ABORT, NOW - 50),
+                 h.data(PLAIN, [(4, True)], NOW - 50)])
+    tier.clean(NOW)
+    assert not any(b.txn and b.records and b.control is None for b in tier.batches())  # the abort is applied
+    assert latest_values(tier.batches()).get(b"k0") == committed
