@@ -27,3 +27,17 @@ def test_a_transaction_whose_marker_the_tier_does_not_hold_yet_shadows_nothing()
     tier.clean(NOW)
     assert not any(b.txn and b.records and b.control is None for b in tier.batches())  # the abort is applied
     assert latest_values(tier.batches()).get(b"k0") == committed
+
+
+def test_a_delete_retention_past_the_end_of_a_long_keeps_tombstones_as_kafka_does() -> None:
+    # delete.retention.ms may be Long.MAX_VALUE ("keep tombstones"): Kafka's now + retention wraps negative, so the
+    # batch gets no delete horizon and its tombstones stay; the engine must clean, not fail on every pass
+    config = CleanerConfig.from_topic_configs({"delete.retention.ms": str(2**63 - 1),
+                                               "min.cleanable.dirty.ratio": "0"})
+    tier, h = Tier(config), History()
+    tier.append([h.data(PLAIN, [(0, True), (1, True)], NOW - 100), h.data(PLAIN, [(0, False)], NOW - 100)])
+    tier.clean(NOW)
+    tier.append([h.data(PLAIN, [(2, True)], NOW - 50)])
+    tier.clean(NOW + 10**12)
+    assert latest_values(tier.batches())[b"k0"] == (2, None)
+    assert all(b.horizon is None for b in tier.batches())
