@@ -327,31 +327,50 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ProtocolError("varint longer than 10 bytes")
 
 
-def _svarint(buf: bytes, pos: int) -> tuple[int, int]:
-    v, pos = _uvarint(buf, pos)
-    return (v >> 1) ^ -(v & 1), pos
-
-
 def scan_records(batch: RecordBatch) -> tuple[bytes, list[RecordSpan]]:
     """The batch's records section (decompressed) and each record's span in it, for filtering and rebuilding."""
     h = batch.header()
     section = bytes(batch._records_section())
     spans: list[RecordSpan] = []
+    append = spans.append
     pos, size = 0, len(section)
     try:
         for _ in range(h.records_count):
-            length, pos = _svarint(section, pos)
+            # varints inlined for their one-byte form (the usual one for small deltas and keys): a call less each
+            v = section[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = _uvarint(section, pos)
+            length = (v >> 1) ^ -(v & 1)
             end = pos + length
             if length < 0 or end > size:
                 raise ProtocolError("record length runs past the batch")
-            ts_delta, p = _svarint(section, pos + 1)
-            off_delta, tail = _svarint(section, p)
-            key_len, p = _svarint(section, tail)
+            p = pos + 1  # attributes
+            v = section[p]
+            if v < 0x80:
+                p += 1
+            else:
+                v, p = _uvarint(section, p)
+            ts_delta = (v >> 1) ^ -(v & 1)
+            v = section[p]
+            if v < 0x80:
+                p += 1
+            else:
+                v, p = _uvarint(section, p)
+            off_delta = (v >> 1) ^ -(v & 1)
+            tail = p
+            v = section[p]
+            if v < 0x80:
+                p += 1
+            else:
+                v, p = _uvarint(section, p)
+            key_len = (v >> 1) ^ -(v & 1)
             key_start = p
             if key_len >= 0:
                 p += key_len
-            value_len, _ = _svarint(section, p)
-            spans.append((off_delta, ts_delta, key_start, key_len, value_len >= 0, tail, end))
+            # the value's length: -1 (zigzag 1) is the one-byte 0x01
+            append((off_delta, ts_delta, key_start, key_len, section[p] != 1, tail, end))
             pos = end
     except IndexError as exc:
         raise ProtocolError(f"batch at {h.base_offset}: truncated record") from exc

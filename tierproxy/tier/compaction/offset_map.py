@@ -51,18 +51,25 @@ class OffsetMap:
         probe = (probe + 2**31) % 2**32 - 2**31  # Java int arithmetic
         return (0 if probe == -2**31 else abs(probe)) % self.slots * BYTES_PER_ENTRY
 
+    def _first_position(self, digest: bytes) -> int:
+        # attempt 0: the hash's first four bytes as a Java int (never -2**31 after abs: 2**31 % slots as Java)
+        probe = int.from_bytes(digest[:4], "big", signed=True)
+        return (0 if probe == -2**31 else abs(probe)) % self.slots * BYTES_PER_ENTRY
+
     def put(self, key: bytes | memoryview, offset: int) -> None:
         digest = hashlib.md5(key).digest()
         table = self.table
         attempt = 0
-        pos = self._position(digest, 0)
-        while table[pos:pos + HASH_SIZE] != _EMPTY:
-            if table[pos:pos + HASH_SIZE] == digest:
+        pos = self._first_position(digest)
+        found = table[pos:pos + HASH_SIZE]
+        while found != _EMPTY:
+            if found == digest:
                 _LONG.pack_into(table, pos + HASH_SIZE, offset)
                 self.latest_offset = offset
                 return
             attempt += 1
             pos = self._position(digest, attempt)
+            found = table[pos:pos + HASH_SIZE]
         if self.entries >= self.slots:
             raise ValueError(f"the key map is full ({self.entries} keys)")
         table[pos:pos + HASH_SIZE] = digest
@@ -75,7 +82,7 @@ class OffsetMap:
         digest = hashlib.md5(key).digest()
         table = self.table
         for attempt in range(self.slots + HASH_SIZE - 4):
-            pos = self._position(digest, attempt)
+            pos = self._position(digest, attempt) if attempt else self._first_position(digest)
             found = table[pos:pos + HASH_SIZE]
             if found == _EMPTY:
                 return -1
