@@ -3,7 +3,7 @@ the tier does not hold yet, a delete.retention.ms past the end of a long, a map 
 
 from __future__ import annotations
 
-from protocol.records import ABORT
+from protocol.records import ABORT, build_control_batch
 from tests.support.compaction import PLAIN, History, Tier, latest_values
 from tierproxy.tier.compaction import CleanerConfig
 
@@ -41,3 +41,21 @@ def test_a_delete_retention_past_the_end_of_a_long_keeps_tombstones_as_kafka_doe
     tier.clean(NOW + 10**12)
     assert latest_values(tier.batches())[b"k0"] == (2, None)
     assert all(b.horizon is None for b in tier.batches())
+
+
+def test_a_marker_that_bumps_the_epoch_is_the_producers_last_batch_as_in_kafka() -> None:
+    # The coordinator aborts a timed-out (or fenced) transaction with a marker of a new epoch (and, with
+    # transaction.version 2, ends every transaction so). Kafka's producer state then holds no data batch for the
+    # producer (ProducerStateEntry.maybeUpdateProducerEpoch clears it): the marker is what the cleaner keeps for
+    # the producer's epoch, and the aborted data batch goes whole.
+    tier, h = Tier(CleanerConfig(delete_retention_ms=1_000, min_cleanable_dirty_ratio=0.0)), History()
+    plain, data = h.data(PLAIN, [(1, True)], NOW - 100), h.data(TXN, [(0, True)], NOW - 100, txn=True)
+    marker = build_control_batch(ABORT, offset=h.next, producer_id=TXN, producer_epoch=1, timestamp=NOW - 100)
+    h.next += 1
+    tier.append([plain, data, marker, h.data(PLAIN, [(2, True)], NOW - 100)])
+    tier.clean(NOW)
+    assert [(b.base, b.control) for b in tier.batches() if b.pid == TXN] == [(2, ABORT)]
+    for later in (2_000, 4_000):  # the marker gets its delete horizon, which then passes: it is kept, empty
+        tier.append([h.data(PLAIN, [(3, True)], NOW + later)])
+        tier.clean(NOW + later)
+    assert [(b.base, b.control, b.records) for b in tier.batches() if b.pid == TXN] == [(2, -1, ())]

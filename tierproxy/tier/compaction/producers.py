@@ -29,7 +29,8 @@ class ProducerTracker:
         st = self.states.get(h.producer_id)
         if st is None:
             st = self.states[h.producer_id] = ProducerState()
-        st.epoch = h.producer_epoch
+        if h.producer_epoch != st.epoch:  # Kafka's maybeUpdateProducerEpoch: a new epoch forgets the data batches
+            st.epoch, st.last_data_offset = h.producer_epoch, -1
         st.last_timestamp = h.max_timestamp
         if h.attributes & CONTROL_BIT:
             st.txn_open, st.txn_first = False, -1
