@@ -4,8 +4,8 @@ the tier does not hold yet, a delete.retention.ms past the end of a long, a map 
 from __future__ import annotations
 
 from protocol.records import ABORT, build_control_batch
-from tests.support.compaction import PLAIN, History, Tier, latest_values
-from tierproxy.tier.compaction import CleanerConfig
+from tests.support.compaction import PLAIN, History, Tier, decode, latest_values
+from tierproxy.tier.compaction import BYTES_PER_ENTRY, CleanerConfig
 
 NOW = 10_000
 TXN = 200
@@ -59,3 +59,24 @@ def test_a_marker_that_bumps_the_epoch_is_the_producers_last_batch_as_in_kafka()
         tier.append([h.data(PLAIN, [(3, True)], NOW + later)])
         tier.clean(NOW + later)
     assert [(b.base, b.control, b.records) for b in tier.batches() if b.pid == TXN] == [(2, -1, ())]
+
+
+def test_a_group_the_map_ends_inside_is_replaced_whole() -> None:
+    # The map fills in the first of a group's segments: the new segments still cover the group's whole range (the
+    # interface's contract: the tier job replaces the group or nothing), the covered piece cleaned and the rest —
+    # the segments wholly past the map as they were — left dirty for the next cleaning.
+    keys = [b"key-%03d" % i for i in range(40)]
+    tier, h = Tier(CleanerConfig(min_cleanable_dirty_ratio=0.0)), History(keys)
+    for seg in range(3):
+        tier.append([h.data(PLAIN, [(k, True)], NOW - 100) for k in range(seg * 10, seg * 10 + 20)])
+    before = [(s.start_offset, s.end_offset) for s, _ in tier.segments]
+    raw = {(s.start_offset, s.end_offset): bytes(i.log) for s, i in tier.segments}
+    out = tier.clean(NOW, map_bytes=BYTES_PER_ENTRY * 12)  # 10 keys: the map fills in the first segment
+    assert out and len(out) == 2
+    assert (out[0].start_offset, out[-1].end_offset) == (before[0][0], before[-1][1])
+    assert out[0].cleaned and not out[1].cleaned and out[1].start_offset == out[0].end_offset + 1
+    assert len(out[0].replaces) == 3
+    # the segments past the map's end are carried as they were, byte for byte
+    rest = tier.segments[-1][1].log
+    assert bytes(rest).endswith(raw[before[1]] + raw[before[2]])
+    assert latest_values(tier.batches()) == latest_values(decode(b"".join(raw.values())))
