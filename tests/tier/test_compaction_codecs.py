@@ -12,7 +12,16 @@ import crc32c
 import pytest
 
 from protocol import compression
-from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, Header, Record, RecordBatch, build_batch, iter_batches
+from protocol.records import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    DELETE_HORIZON_BIT,
+    Header,
+    Record,
+    RecordBatch,
+    build_batch,
+    iter_batches,
+)
 from tests.support.compaction import Tier
 from tests.tier.test_compaction_parity import dump_log_segments
 from tierproxy.dev.kafkadist import KafkaCluster
@@ -21,6 +30,7 @@ from tierproxy.tier.compaction import CleanerConfig
 pytestmark = pytest.mark.kafka
 CODECS = {compression.GZIP: "gzip", compression.SNAPPY: "snappy", compression.LZ4: "lz4", compression.ZSTD: "zstd"}
 APPEND_TIME = 5_000  # the broker's LogAppendTime: later than the records' own timestamps
+NOW, RETENTION = 10_000, 1_000
 MAX_TS_OFFSET = 35  # base_offset:8 length:4 epoch:4 magic:1 crc:4 attributes:2 last_offset_delta:4 base_ts:8
 
 
@@ -33,21 +43,24 @@ def _log_append_time(raw: bytes) -> bytes:
 
 
 def test_partly_kept_compressed_batches_are_valid_kafka_batches(kafka: KafkaCluster, tmp_path: Path) -> None:
-    tier = Tier(CleanerConfig(min_cleanable_dirty_ratio=0.0))
-    offset, expected = 0, []
+    tier = Tier(CleanerConfig(min_cleanable_dirty_ratio=0.0, delete_retention_ms=RETENTION))
+    offset, expected, whole = 0, [], {}
     for codec in CODECS:
         for append_time in (False, True):
             recs = [Record(offset, 1_000 + offset, b"a%d" % offset, b"x" * 50),
-                    Record(offset + 1, 1_003 + offset, b"gone", b"y"),
-                    Record(offset + 2, 999 + offset, b"c%d" % offset, b"z" * 30, [Header("h", b"v")])]
+                    Record(offset + 1, 1_003 + offset, b"gone%d" % offset, b"y"),
+                    Record(offset + 2, 999 + offset, b"c%d" % offset, None if append_time else b"z" * 30,
+                           [Header("h", b"v")])]  # a tombstone: the batch gets a delete horizon (KIP-534)
             raw = build_batch(recs, base_offset=offset, codec=codec, producer_id=7, producer_epoch=1,
                               base_sequence=offset, log_append_time=append_time)
-            tier.append([_log_append_time(raw) if append_time else raw,
-                         build_batch([Record(offset + 3, 1_100, b"gone", b"newer")], base_offset=offset + 3)])
+            newer = build_batch([Record(offset + 3, 1_100, b"gone%d" % offset, b"newer")], base_offset=offset + 3,
+                                codec=codec)
+            tier.append([_log_append_time(raw) if append_time else raw, newer])
+            whole[offset + 3] = newer
             stamps = [APPEND_TIME] * 2 if append_time else [recs[0].timestamp, recs[2].timestamp]
             expected.append((offset, codec, append_time, [recs[0], recs[2]], stamps))
             offset += 4
-    cleaned = tier.clean(10_000)
+    cleaned = tier.clean(NOW)
     assert cleaned
     batches = {b.base_offset: b for b in iter_batches(tier.log())}
     for base, codec, append_time, recs, stamps in expected:
@@ -58,8 +71,13 @@ def test_partly_kept_compressed_batches_are_valid_kafka_batches(kafka: KafkaClus
         got = list(b.records())
         assert [(r.offset, r.key, r.value, r.headers) for r in got] == \
             [(r.offset, r.key, r.value, r.headers) for r in recs]
-        assert [r.timestamp for r in got] == stamps
+        assert [r.timestamp for r in got] == stamps  # base timestamp + delta, also under a delete horizon
         assert b.max_timestamp == max(stamps)
+        assert (b.base_timestamp if b.attributes & DELETE_HORIZON_BIT else None) == \
+            (NOW + RETENTION if append_time else None)
+
+    for base, raw in whole.items():  # a batch kept whole is its exact bytes
+        assert bytes(batches[base].view()) == raw
 
     out = dump_log_segments(kafka, cleaned, tmp_path)
     lines = [line for line in out.splitlines() if "isvalid:" in line]
@@ -70,3 +88,4 @@ def test_partly_kept_compressed_batches_are_valid_kafka_batches(kafka: KafkaClus
         line = next(line for line in lines if line.startswith(f"baseOffset: {base} "))
         assert f"compresscodec: {CODECS[codec]}" in line, line
         assert ("LogAppendTime" in line) == append_time, line
+        assert (f"deleteHorizonMs: OptionalLong[{NOW + RETENTION}]" in line) == append_time, line
