@@ -7,8 +7,10 @@ Spark task per partition and records the result as KIP-405 metadata.
         (LogCleanerManager: what is cleanable; pass the partition's LSO when a transaction may be open)
     clean_partition(plan, read_segment, now_ms, config, map_bytes=...)  -> CleanedSegment...  (Cleaner.doClean)
         one CleanedSegment per group of the plan, in order; `files` None when every batch of the group went;
-        when the key map fills, the groups past it are not yielded and the segment it filled in is split in two
-        (the second piece `cleaned` False, `replaces` empty) — the next cleaning goes on from there.
+        when the key map fills (or a transaction the tier holds no marker for begins), the groups past it are not
+        yielded and the group it ended in is written in two: what the map covered, then the rest of the group
+        (`cleaned` False, `replaces` empty; the segments wholly past it byte for byte) — so a group is always
+        replaced whole, and the next cleaning goes on from there.
 
 Rules (Kafka's, read from LogCleaner/Cleaner/OffsetMap/MemoryRecords.filterTo): per key the record with the highest
 offset wins; a tombstone is kept until its delete horizon (KIP-534: stored in the batch); records of aborted

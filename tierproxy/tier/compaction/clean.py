@@ -33,10 +33,12 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
 
     `map_bytes` bounds the key map (Kafka's log.cleaner.dedupe.buffer.size); when the map fills, the cleaning
     covers what the map covered — up to the last whole batch it mapped — and the rest waits for the next pass,
-    as Kafka's cleaner does (groups past it are not yielded; the segment it stopped in is split, see
-    CleanedSegment). `read_segment` is called up to twice for a segment (the map pass, then the copy pass) and
-    once for each of `plan.later` (their producers); `read_aborted` (default: `read_segment(s).aborted`) gives a
-    segment's txn index."""
+    as Kafka's cleaner does (groups past it are not yielded; the group it stopped in is still replaced whole, in
+    two pieces, see CleanedSegment). A transaction the segments hold no marker for bounds the cleaning at the
+    segment it begins in, as the LSO bounds Kafka's. `read_segment` is called up to twice for a segment (the map
+    pass, then the copy pass; a third time when such a transaction makes the map be built again) and once for
+    each of `plan.later` (their producers); `read_aborted` (default: `read_segment(s).aborted`) gives a segment's
+    txn index."""
     segs = plan.segments
     upper = plan.first_uncleanable_offset
     aborted_of = read_aborted or (lambda s: read_segment(s).aborted)
@@ -53,13 +55,24 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
             _track(tracker, read_segment(s), end)
     for s in plan.later:
         _track(tracker, read_segment(s), 0)
+    undecided = tracker.first_undecided()
+    if undecided is not None and undecided < end:
+        # a transaction whose marker the tier does not hold yet (the broker's LSO is past it): Kafka's cleaner
+        # never maps an undecided transaction, so the map is built again up to the segment it begins in
+        upper = max((s.start_offset for s in segs if s.start_offset <= undecided), default=0)
+        if upper <= plan.first_dirty_offset:
+            return
+        offsets.clear()
+        end = _build_map([s for s in dirty if s.start_offset < upper], read_segment, offsets, ProducerTracker(),
+                         txn_indexes, plan.first_dirty_offset, upper)
     flt = RecordFilter(now_ms, config.delete_retention_ms, offsets, CleanedTransactions(),
                        tracker.active(now_ms, config.producer_id_expiration_ms), upper)
     for group in plan.groups:
-        group = tuple(s for s in group if s.start_offset < end)
-        if not group:
+        if group[0].start_offset >= end:
             return
         yield from _clean_group(group, read_segment, flt, txn_indexes, end)
+        if end <= group[-1].end_offset:
+            return  # the rest waits for the next cleaning
 
 
 def _track(tracker: ProducerTracker, inp: SegmentInput, start: int) -> None:
@@ -105,14 +118,26 @@ def _build_map(dirty: Sequence[TierSegment], read_segment: Callable[[TierSegment
 def _clean_group(group: tuple[TierSegment, ...], read_segment: Callable[[TierSegment], SegmentInput],
                  flt: RecordFilter, txn_indexes: list[tuple[int, list[AbortedTxn]]],
                  end: int) -> Iterator[CleanedSegment]:
-    """Kafka's cleanSegments: the group's segments through the filter into one new segment (two when the map
-    ended inside the group's last segment: what it covered, then the rest)."""
+    """Kafka's cleanSegments: the group's segments through the filter into one new segment — two when the map
+    (or an undecided transaction) ended inside the group, so that the group is still replaced whole: what the
+    map covered, then the rest (the segment it ended in filtered, as Kafka cleans it; the segments wholly past
+    it as they are, as Kafka leaves them)."""
     out = _Output(group, group[0].start_offset)
     flt.txns.index = out.txn_entries
+    entries = dict(txn_indexes)
     for i, seg in enumerate(group):
+        inp = read_segment(seg)
+        if seg.start_offset >= end:  # wholly past what the map covered: carried as it is
+            if out.replaces:
+                yield out.finish(end - 1, cleaned=True)
+                out = _Output((), end)
+            for batch in iter_batches(inp.log):
+                out.add(batch, batch.view())
+            out.txn_entries += entries.get(seg.start_offset, [])
+            out.producers = dict(inp.producers)
+            continue
         nxt = group[i + 1].start_offset if i + 1 < len(group) else seg.end_offset + 1
         flt.txns.add_aborted(collect_aborted(txn_indexes, seg.start_offset, nxt))
-        inp = read_segment(seg)
         for batch in iter_batches(inp.log):
             if out.replaces and batch.base_offset >= end:  # the map stopped in this segment: split it here
                 out.producers = {}  # a piece ending inside a source segment: the state its own batches give

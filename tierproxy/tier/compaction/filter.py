@@ -16,6 +16,7 @@ from protocol.records import (
     rebuild_batch,
     scan_records,
 )
+from tierproxy.tier.compaction.model import MAX_LONG
 from tierproxy.tier.compaction.offset_map import OffsetMap
 from tierproxy.tier.compaction.producers import ProducerState, is_last_of_producer
 from tierproxy.tier.compaction.txn import CleanedTransactions
@@ -68,6 +69,8 @@ class RecordFilter:
                 return batch.view()
             horizon = self.now_ms + self.delete_retention_ms if need_horizon else \
                 (h.base_timestamp if has_horizon else -1)
+            if horizon > MAX_LONG:  # Kafka's sum wraps negative: no horizon, the tombstones stay
+                horizon = -1
             return rebuild_batch(h, section, kept, delete_horizon_ms=horizon)
         if retain_empty:
             return _empty(h)

@@ -111,9 +111,11 @@ class CleaningPlan:
 @dataclass
 class CleanedSegment:
     """One new segment. It replaces `replaces` and covers exactly their offset range (offsets never move) —
-    except when the key map filled inside a segment: that segment is then written as two, the part the map
-    covered (ending this segment, `cleaned` True) and the rest (`cleaned` False, `replaces` empty: the segment
-    before names the source), whose records this cleaning kept unless aborted."""
+    except when the key map filled (or an undecided transaction began) inside a group: the group is then written
+    as two, the part the map covered (ending this segment, `cleaned` True, `replaces` the whole group) and the
+    rest of the group (`cleaned` False, `replaces` empty: the segment before names the sources) — the rest of the
+    segment the map ended in with the records this cleaning kept unless aborted, the segments wholly past it as
+    they were. Together they cover the group's range exactly."""
 
     replaces: tuple[TierSegment, ...]
     start_offset: int

@@ -34,6 +34,14 @@ class OffsetMap:
         self.latest_offset = -1
         self.max_entries = int(self.slots * LOAD_FACTOR)  # Kafka's maxDesiredMapSize
 
+    def clear(self) -> None:
+        """Empty the map (Kafka's `clear`), never holding two tables at once."""
+        size = len(self.table)
+        self.table = bytearray()  # the old table goes before the new one is made: never twice map_bytes
+        self.table = bytearray(size)
+        self.entries = 0
+        self.latest_offset = -1
+
     @property
     def full(self) -> bool:
         return self.entries >= self.max_entries

@@ -14,6 +14,7 @@ class ProducerState:
     epoch: int = -1
     last_timestamp: int = -1
     txn_open: bool = False
+    txn_first: int = -1  # the first offset of its open transaction, -1: none
 
 
 class ProducerTracker:
@@ -28,14 +29,20 @@ class ProducerTracker:
         st = self.states.get(h.producer_id)
         if st is None:
             st = self.states[h.producer_id] = ProducerState()
-        st.epoch = h.producer_epoch
+        if h.producer_epoch != st.epoch:  # Kafka's maybeUpdateProducerEpoch: a new epoch forgets the data batches
+            st.epoch, st.last_data_offset = h.producer_epoch, -1
         st.last_timestamp = h.max_timestamp
         if h.attributes & CONTROL_BIT:
-            st.txn_open = False
+            st.txn_open, st.txn_first = False, -1
         else:
             st.last_data_offset = h.base_offset + h.last_offset_delta
-            if h.attributes & TRANSACTIONAL_BIT:
-                st.txn_open = True
+            if h.attributes & TRANSACTIONAL_BIT and not st.txn_open:
+                st.txn_open, st.txn_first = True, h.base_offset
+
+    def first_undecided(self) -> int | None:
+        """The first offset of the earliest transaction still open at the end of what was fed (no marker yet),
+        or None: the tier's own last stable offset."""
+        return min((st.txn_first for st in self.states.values() if st.txn_open), default=None)
 
     def active(self, now_ms: int, expiration_ms: int) -> dict[int, ProducerState]:
         """The producers Kafka would still hold: not idle for producer.id.expiration.ms, or in a transaction."""
