@@ -202,8 +202,17 @@ class CompactionStep:
                 continue
             olds = {md.segment_id.id: md for md in served}
             groups = [[olds[ts.segment_id] for ts in group] for group in plan.groups]
-            started = [self._run(replacing.start(self.rlmm, group)) for group in groups]
-            spare = self._run(replacing.start(self.rlmm, groups[-1]))
+            started: list[RemoteLogSegmentMetadata] = []
+            try:
+                for group in [*groups, groups[-1]]:  # (the last: the spare)
+                    started.append(self._run(replacing.start(self.rlmm, group)))
+            except ValueError as exc:  # a group no replacement may take: this partition waits, the pass goes on
+                for md in started:
+                    self._run(delete_segment(self.rlmm, self.rsm, md))
+                log.error("%s-%d not compacted: %s", p.topic, p.partition, exc)
+                summary.errors.append(f"{p.topic}-{p.partition} not compacted: {exc}")
+                continue
+            spare = started.pop()
             tasks.append(CompactionTask(self.storage, plan, config, now, self.map_bytes, olds, started, spare))
         if not tasks:
             return summary
@@ -230,11 +239,15 @@ class CompactionStep:
         for c in [] if result.error else result.cleaned:
             news.setdefault(c.group, []).append(c)
         used = {c.started.segment_id.id for group in news.values() for c in group}
+        replaced = False
         for started in [*task.started, task.spare]:  # not cleaned this time (the key map filled, the task failed)
             if started.segment_id.id not in used:
                 self._run(delete_segment(self.rlmm, self.rsm, started))
         for i, made in sorted(news.items()):
-            group = [task.olds[ts.segment_id] for ts in task.plan.groups[i]]
+            # the key map filled inside the group: the new segments replace the segments they reach, the rest
+            # of the group stays as it is (`clean_partition` yields nothing past where the map stopped)
+            reach = max(c.end_offset for c in made)
+            group = [md for ts in task.plan.groups[i] if (md := task.olds[ts.segment_id]).start_offset <= reach]
             done = self._run(replacing.finish(self.rlmm, self.rsm, group, [
                 replacing.NewSegment(c.started, c.start_offset, c.end_offset, c.max_timestamp_ms, c.size,
                                      c.txn_index_empty, c.was_cleaned) for c in made]))
@@ -243,5 +256,6 @@ class CompactionStep:
                 summary.segments_after += len(done)
                 summary.bytes_before += sum(g.segment_size_in_bytes for g in group)
                 summary.bytes_after += sum(c.size for c in made)
-        if news:
+                replaced = True
+        if replaced:
             summary.partitions += 1
