@@ -21,8 +21,9 @@ Rec = tuple[int, bytes | None, bytes | None]  # offset, key, value
 COMPACTED = {"min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0", "retention.ms": "3600000"}
 
 
-def create_compacted(bootstrap: str, topic: str, policy: str = "compact,delete", partitions: int = 1) -> None:
-    create_topic(bootstrap, topic, partitions=partitions,
+def create_compacted(bootstrap: str, topic: str, policy: str = "compact,delete", partitions: int = 1,
+                     replication: int = 1) -> None:
+    create_topic(bootstrap, topic, partitions=partitions, replication=replication,
                  config={**small_segments(16 * 1024), **COMPACTED, "cleanup.policy": policy})
 
 

@@ -85,16 +85,16 @@ class Tier:
                           files.end_offset if end is None else end, files.max_timestamp_ms, files.log_size, cleaned)
         self.segments.append((seg, SegmentInput(files.log, files.aborted, files.producers)))
 
-    def clean(self, now_ms: int, map_bytes: int = 1 << 20) -> list[CleanedSegment] | None:
+    def clean(self, now_ms: int, map_bytes: int = 1 << 20,
+              last_stable_offset: int | None = None) -> list[CleanedSegment] | None:
         """One cleaning (if due); the tier then holds the new segments in place of those they replace."""
-        plan = plan_cleaning([s for s, _ in self.segments], now_ms, self.config)
+        plan = plan_cleaning([s for s, _ in self.segments], now_ms, self.config,
+                             last_stable_offset=last_stable_offset)
         if plan is None:
             return None
         inputs = {s.segment_id: i for s, i in self.segments}
         out = list(clean_partition(plan, lambda s: inputs[s.segment_id], now_ms, self.config, map_bytes=map_bytes))
-        gone = {s.segment_id for c in out for s in c.replaces}
-        if out and not out[-1].cleaned:  # a split: its source is named by the piece before it
-            gone |= {s.segment_id for s in out[-2].replaces}
+        gone = {s.segment_id for c in out for s in c.replaces}  # a split's second piece names none
         kept = [(s, i) for s, i in self.segments if s.segment_id not in gone]
         for c in out:
             if c.files is not None:

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.support.cli import run_cli
+from tests.support.compacted import Rec, consume, create_compacted, produce_updates, wait_cleaned
 from tests.support.iceberg import iceberg_cli
 from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
 from tests.support.tiering import tier_once
@@ -38,6 +39,7 @@ AUDIT_RECORDS = 3000
 THIRD, THIRD_RECORDS = "payments", 400  # restored only by the staged test's third stage: no other module touches it
 STAGED_GROUP, STAGED_OFFSETS = "staged", {TOPIC: (300, -1), OTHER: (1500, -1), THIRD: (250, -1)}
 PARTITIONS = 2
+CHANGELOG = "changelog"  # compacted by A's cleaner before the pass (tests/restore/test_compacted_restore.py)
 Rows = dict[tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]
 
 
@@ -55,10 +57,13 @@ class Disaster:
     restore_out: str
     ledger: Rows  # every record of LEDGER, read from A (restored by test_restored_topic.py)
     ledger_t0: int  # ledger record i has timestamp ledger_t0 + i
+    changelog: list[Rec]  # CHANGELOG as A served it (read_committed) once its cleaner had compacted it, before the pass
+    changelog_end: int  # CHANGELOG's high watermark at the pass
 
 
 def tier_settings(bootstrap: str, tier: Path, work: Path, **kw: Any) -> TierSettings:
-    return TierSettings(bootstrap_servers=bootstrap, tier_topics=f"{TOPIC}|{OTHER}|{EXTRA}|{LEDGER}|{TXNS}|{THIRD}",
+    return TierSettings(bootstrap_servers=bootstrap,
+                        tier_topics=f"{TOPIC}|{OTHER}|{EXTRA}|{LEDGER}|{TXNS}|{THIRD}|{CHANGELOG}",
                         storage=f"file://{tier}",
                         metadata="topic:", tier_segment_bytes=16 * 1024, spark_master="local[2]",
                         tier_state_dir=work, **kw)
@@ -206,6 +211,10 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         create_topic(a.bootstrap, LEDGER, 1, 3, small_segments())
         create_topic(a.bootstrap, TXNS, 1, 3, small_segments())
         create_topic(a.bootstrap, THIRD, 1, 3, small_segments())
+        create_compacted(a.bootstrap, CHANGELOG, replication=3)
+        changelog_end = produce_updates(a.bootstrap, CHANGELOG)
+        wait_cleaned(a.bootstrap, CHANGELOG, changelog_end)
+        changelog = consume(a.bootstrap, CHANGELOG, changelog_end)
         third = small_segment_producer(a.bootstrap)
         for i in range(THIRD_RECORDS):
             third.produce(THIRD, f"payment-{i}".encode(), partition=0)
@@ -262,6 +271,6 @@ def disaster_clusters(root: Path) -> Iterator[Disaster]:
         out = run_cli("restore", "--bootstrap-server", b.bootstrap, "--storage", f"file://{tier}",
                       "--metadata", "topic:", "--topics", TOPIC, check=True)
         yield Disaster(tier, before, b, a_cluster_id, epochs, history, ends, ends[1] + 150, groups, out.stdout,
-                       ledger, ledger_t0)
+                       ledger, ledger_t0, changelog, changelog_end)
     finally:
         b.stop()

@@ -42,6 +42,9 @@ def test_a_small_map_cleans_what_it_covered_and_the_next_cleaning_finishes() -> 
     assert OffsetMap(map_bytes).max_entries == 100
     first = small.clean(NOW, map_bytes=map_bytes)
     assert first
+    # the map filled inside a segment: it is written in two, what the map covered and the rest (still dirty)
+    assert not first[-1].cleaned and not first[-1].replaces and first[-2].cleaned
+    assert first[-1].start_offset == first[-2].end_offset + 1
     ends = {s.end_offset for s, _ in small.segments if s.cleaned}
     assert max(ends) < small.segments[-1][0].end_offset  # a dirty part is left
     covered = max(ends)

@@ -4,7 +4,10 @@ the raw batches of the same log gives the same batches — offsets, records, sur
 batches, delete horizons — and every segment the engine writes passes Kafka's DumpLogSegments.
 
 The broker's cleaning time is read back from the delete horizon it stored in a batch (KIP-534: horizon =
-cleaning time + delete.retention.ms), so the engine cleans "at the same moment"."""
+cleaning time + delete.retention.ms), so the engine cleans "at the same moment". Two cleanings: the second after
+the first one's horizon passed, with more data, removes tombstones on both sides. The broker's cleaner runs only
+when the test lets it (min.cleanable.dirty.ratio 1.0 otherwise; the session broker's log.cleaner.backoff.ms is
+500 ms) and the test waits on its cleaner-offset-checkpoint."""
 
 from __future__ import annotations
 
@@ -16,13 +19,13 @@ import pytest
 from confluent_kafka import Producer
 
 from protocol.records import iter_batches
-from tests.support.compaction import Tier, decode, latest_values
+from tests.support.compaction import Batch, Tier, decode, latest_values
 from tests.support.fetchraw import fetch_raw
 from tests.support.jvm import java_command
 from tests.support.kafka import create_topic, set_topic_config, small_segments
 from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
-from tierproxy.tier.compaction import CleanedSegment, CleanerConfig, SegmentInput, clean_partition, plan_cleaning
+from tierproxy.tier.compaction import CleanedSegment, CleanerConfig
 
 pytestmark = pytest.mark.kafka
 RETENTION = 1_500
@@ -106,33 +109,52 @@ def dump_log_segments(kafka: KafkaCluster, cleaned: list[CleanedSegment], tmp: P
     return out.stdout
 
 
+def _produce_more(bootstrap: str, topic: str) -> None:
+    """Tombstones, updates and new keys after the first cleaning; then fillers to roll the segment."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(0, 40, 4):
+        p.produce(topic, None if i % 8 == 0 else b"again-%d" % i, f"key-{i}".encode())
+        p.produce(topic, b"new", f"new-{i}".encode())
+    p.flush(10)
+    for i in range(80):
+        p.produce(topic, b"g" * 300, b"filler2-%d" % i)
+        if i % 10 == 9:
+            p.flush(10)
+
+
+def _cleaned_by_broker(kafka: KafkaCluster, topic: str, after: int) -> tuple[int, list[Batch], int]:
+    """Let the broker's cleaner run (ratio 0.01) and wait for its checkpoint past `after`: (the first offset it
+    did not clean, the log's batches, the cleaning's time read back from the newest delete horizon)."""
+    set_topic_config(kafka.bootstrap, topic, "min.cleanable.dirty.ratio", "0.01")
+    end = wait_until(lambda: (c := _checkpoint(kafka, topic)) is not None and c > after and c,
+                     "the broker's cleaner checkpoint", 60)
+    # no cleaning until the test asks again (a ratio is never above 1)
+    set_topic_config(kafka.bootstrap, topic, "min.cleanable.dirty.ratio", "1.0")
+    batches = decode(fetch_raw(kafka.bootstrap, topic)[0])
+    horizons = [b.horizon for b in batches if b.horizon is not None]
+    assert horizons, "no batch with a delete horizon: the history needs tombstones"
+    return end, batches, max(horizons) - RETENTION
+
+
 def test_the_engine_cleans_as_the_brokers_log_cleaner(kafka: KafkaCluster, topic_name: str, tmp_path: Path) -> None:
     started = time.monotonic()
     create_topic(kafka.bootstrap, topic_name, config=small_segments(16 * 1024))
     _produce(kafka.bootstrap, topic_name)
     raw, _ = fetch_raw(kafka.bootstrap, topic_name)
     assert len(list(iter_batches(raw))) > 50
-
-    for key, value in (("delete.retention.ms", str(RETENTION)), ("min.cleanable.dirty.ratio", "0.01"),
+    for key, value in (("delete.retention.ms", str(RETENTION)), ("min.cleanable.dirty.ratio", "1.0"),
                        ("cleanup.policy", "compact")):
         set_topic_config(kafka.bootstrap, topic_name, key, value)
-    active_base = wait_until(lambda: _checkpoint(kafka, topic_name), "the broker's cleaner checkpoint", 60)
-    broker, _ = fetch_raw(kafka.bootstrap, topic_name)
-    broker_batches = decode(broker)
-    horizons = {b.horizon for b in broker_batches if b.horizon is not None}
-    assert len(horizons) == 1, horizons  # one cleaning, one moment
-    now = horizons.pop() - RETENTION
+    active_base, broker_batches, now = _cleaned_by_broker(kafka, topic_name, 0)
 
     config = CleanerConfig(delete_retention_ms=RETENTION, min_cleanable_dirty_ratio=0.01)
     tier = Tier(config)
     for seg in _segments(raw, active_base):
         tier.append([bytes(b.view()) for b in iter_batches(seg)])
-    segs = [s for s, _ in tier.segments]
-    plan = plan_cleaning(segs, now, config, last_stable_offset=active_base)  # the broker's cleaner stops there
-    assert plan is not None and plan.first_uncleanable_offset == segs[-1].start_offset == active_base
-    inputs: dict[bytes, SegmentInput] = {s.segment_id: i for s, i in tier.segments}
-    cleaned = list(clean_partition(plan, lambda s: inputs[s.segment_id], now, config, map_bytes=1 << 20))
-    ours = [b for c in cleaned if c.files for b in decode(c.files.log)] + decode(inputs[segs[-1].segment_id].log)
+    # the broker's cleaner stops at its active segment: the same bound for the engine
+    cleaned = tier.clean(now, last_stable_offset=active_base)
+    assert cleaned and max(c.end_offset for c in cleaned) == active_base - 1
+    ours = tier.batches()
 
     assert ours == broker_batches
     assert latest_values(ours) == latest_values(broker_batches)
@@ -140,11 +162,27 @@ def test_the_engine_cleans_as_the_brokers_log_cleaner(kafka: KafkaCluster, topic
     assert markers == [(b.base, b.control) for b in broker_batches if b.control is not None]
     assert any(not b.records for b in ours)  # kept-empty batches on both sides (producers' last batches)
     assert any(b.control is not None and b.records for b in ours)
+    tombstones = {off for b in ours for off, _, v in b.records if v is None}
+    assert tombstones
 
     # every segment the engine wrote passes Kafka's own reader, CRCs valid
     out = dump_log_segments(kafka, cleaned, tmp_path)
     batches = [line for line in out.splitlines() if "isvalid:" in line]
     assert len(batches) == sum(len(list(iter_batches(c.files.log))) for c in cleaned if c.files)
     assert all("isvalid: true" in line for line in batches)
-    print(f"parity: {len(list(iter_batches(raw)))} raw batches, {len(ours)} after, "
-          f"{time.monotonic() - started:.1f}s")
+
+    # a second cleaning once the first horizon has passed: tombstones go, as the broker's go
+    wait_until(lambda: time.time() * 1000 > now + RETENTION + 50, "the first cleaning's delete horizon", 10)
+    tier_end = tier.segments[-1][0].end_offset
+    _produce_more(kafka.bootstrap, topic_name)
+    more, _ = fetch_raw(kafka.bootstrap, topic_name, start=tier_end + 1)
+    active_base2, broker_batches2, now2 = _cleaned_by_broker(kafka, topic_name, active_base)
+    assert now2 >= now + RETENTION and active_base2 > tier_end
+    for seg in _segments(more, active_base2):
+        tier.append([bytes(b.view()) for b in iter_batches(seg)])
+    assert tier.clean(now2, last_stable_offset=active_base2)
+    ours2 = tier.batches()
+    assert ours2 == broker_batches2
+    assert not tombstones & {off for b in ours2 for off, _, v in b.records if v is None}
+    print(f"parity: {len(list(iter_batches(raw)))} raw batches, {len(ours)} after, {len(ours2)} after the second "
+          f"cleaning, {time.monotonic() - started:.1f}s")

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,8 +28,9 @@ from tests.support.compacted import (
     records_of,
     wait_cleaned,
 )
+from tests.support.iceberg import Step, pyiceberg_rows
 from tests.support.jvm import java_command
-from tests.support.kafka import broker_forgets
+from tests.support.kafka import broker_forgets, set_topic_config
 from tests.support.proxy import ProxyProcess
 from tests.support.spark import read
 from tests.support.tiering import settings, tier_once, tiered
@@ -66,9 +68,11 @@ def compacted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     wait_cleaned(kafka.bootstrap, topic, written)
     served = consume(kafka.bootstrap, topic, written)
     # the tier as copied from the broker's cleaned log (the tier's own compaction: test_compaction_step)
-    s = settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=8 * 1024, tier_cleaner_enable=False)
+    s = settings(kafka.bootstrap, tmp, topic, tier_segment_bytes=1024, tier_cleaner_enable=False)  # ranges the
+    # cleaner emptied
     summary = tier_once(s)
     assert summary.failed == 0 and summary.segments > 2, summary.line()
+    assert summary.tombstone_risks == []  # its oldest record is a minute old, delete.retention.ms a day
     segs, raw, txns = tiered(s, topic)
     aborted = [(a.producer_id, a.first_offset) for a in txns]
     broker_forgets(kafka.bootstrap, topic, above=segs[-1].end_offset, key=b"tick")
@@ -89,6 +93,7 @@ def test_a_cleaned_topic_is_tiered_contiguous_with_its_offset_gaps_inside_segmen
     assert all(b.start_offset == a.end_offset + 1 for a, b in itertools.pairwise(segs)), \
         [(m.start_offset, m.end_offset) for m in segs]
     assert holes_between(segs) == []
+    assert any(md.segment_size_in_bytes == 0 for md in segs)  # a range whose every record the cleaner removed
     offsets = [o for o, _, _ in c.tier_uncommitted]
     assert len(offsets) < (c.tier_end + 1) // 3  # most offsets were compacted away
     served = {o: (k, v) for o, k, v in c.served}
@@ -167,3 +172,25 @@ def test_the_spark_reader_reads_the_compacted_history(compacted: Compacted, spar
     rows = read(spark, "tierproxy", {"kafka.bootstrap.servers": s.bootstrap_servers, "storage": s.storage,
                                      "metadata": s.metadata, "subscribe": compacted.topic})
     assert [(r[4], r[0], r[1]) for r in rows] == compacted.tier_uncommitted
+
+
+def test_the_iceberg_raw_table_holds_the_rows_the_tier_holds(compacted: Compacted) -> None:
+    """The raw table (append mode) of a compacted topic: the committed records the tier holds, offsets with gaps."""
+    s = compacted.settings
+    step = Step(s.bootstrap_servers, Path(str(s.tier_state_dir)).parent, compacted.topic)
+    step.run()
+    assert [(r[4], r[0], r[1]) for r in pyiceberg_rows(step.table())] == compacted.tier
+
+
+def test_a_pass_reports_tombstones_at_risk_past_delete_retention_ms(kafka: KafkaCluster, tmp_path: Path,
+                                                                   topic_name: str) -> None:
+    """A compacted topic first tiered when its oldest record is older than its delete.retention.ms (1 s here): the
+    cleaner may have removed tombstones the tier never saw; the pass says so (`TOMBSTONES`), once per partition."""
+    create_compacted(kafka.bootstrap, topic_name)
+    set_topic_config(kafka.bootstrap, topic_name, "delete.retention.ms", "1000")
+    written = produce_updates(kafka.bootstrap, topic_name, n=600, keys=5)
+    wait_cleaned(kafka.bootstrap, topic_name, written)
+    summary = tier_once(settings(kafka.bootstrap, tmp_path, topic_name, tier_segment_bytes=1024))
+    assert summary.failed == 0 and len(summary.tombstone_risks) == 1, summary.tombstone_risks
+    assert summary.tombstone_risks[0].startswith(f"{topic_name}-0: ") and "delete.retention.ms=1000" in \
+        summary.tombstone_risks[0]

@@ -103,7 +103,7 @@ def test_compact_only_topics_are_tiered_as_the_broker_holds_them(kafka: KafkaClu
         p.produce(topic_name, f"v{i}".encode(), f"k{i % 7}".encode())
     p.flush(10)
     served, _ = fetch_raw(kafka.bootstrap, topic_name)
-    s = settings(kafka.bootstrap, tmp_path, topic_name)
+    s = settings(kafka.bootstrap, tmp_path, topic_name, tier_cleaner_enable=False)  # (the tier's own: compaction_step)
     assert tier_once(s).segments == 1
     segs, raw, _ = tiered(s, topic_name)
     assert raw == served and (segs[0].start_offset, segs[0].end_offset) == (0, 99)

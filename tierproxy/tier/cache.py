@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from protocol.errors import ProtocolError
+from tierproxy.tier.epoch_index import EpochIndex
 from tierproxy.tier.model import (
     IllegalStateTransition,
     PartitionDeleteState,
@@ -51,39 +52,13 @@ Skipped = Callable[[bytes, bytes, int, int, Exception], None]
 DEFERRED = 4  # a deferred record's slots in `PartitionCache._pending`: key, value, source, offset
 
 
-class _EpochIndex:
-    """start offset (of this epoch inside a segment) → segment id, sorted."""
-
-    __slots__ = ("ids", "starts")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ids: dict[int, bytes] = {}
-
-    def put(self, start: int, seg_id: bytes) -> bytes | None:
-        old = self.ids.get(start)
-        if old is None:
-            bisect.insort(self.starts, start)
-        self.ids[start] = seg_id
-        return old
-
-    def remove(self, start: int, seg_id: bytes) -> None:
-        if self.ids.get(start) == seg_id:
-            del self.ids[start]
-            self.starts.pop(bisect.bisect_left(self.starts, start))
-
-    def floor(self, offset: int) -> bytes | None:
-        i = bisect.bisect_right(self.starts, offset)
-        return self.ids[self.starts[i - 1]] if i else None
-
-
 class PartitionCache:
     """Segments of one topic-id partition."""
 
     def __init__(self, tp: TopicIdPartition, owner: MetadataCache | None = None) -> None:
         self.tp = tp
         self._segments = SegmentTable()  # kept as their records where they came as records (`tier.segment_table`)
-        self._epochs: dict[int, _EpochIndex] = {}
+        self._epochs: dict[int, EpochIndex] = {}
         self._unreferenced: set[bytes] = set()
         self._owner = owner
         self._pending: list[bytes | int] | None = None  # deferred records, `DEFERRED` slots each
@@ -114,7 +89,7 @@ class PartitionCache:
         return self._segments
 
     @property
-    def epochs(self) -> dict[int, _EpochIndex]:
+    def epochs(self) -> dict[int, EpochIndex]:
         """leader epoch → the served segments' starts in it."""
         if self._pending is not None:
             self._index()
@@ -229,7 +204,7 @@ class PartitionCache:
         for epoch, start, _ in md.epoch_ranges():
             idx = self.epochs.get(epoch)
             if idx is None:
-                idx = self.epochs[epoch] = _EpochIndex()
+                idx = self.epochs[epoch] = EpochIndex()
             old = idx.ids.get(start)
             if old is not None and old != seg_id:
                 rival = self.segments[old]

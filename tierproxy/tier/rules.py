@@ -158,13 +158,13 @@ def compacted(configs: Mapping[str, str]) -> bool:
     return "compact" in {p.strip() for p in configs.get("cleanup.policy", "delete").split(",")}
 
 
-def tombstones_at_risk(tiered_until_ms: int, now_ms: int, delete_retention_ms: int) -> bool:
+def tombstones_at_risk(since_ms: int, now_ms: int, delete_retention_ms: int) -> bool:
     """Whether a pass copying a compacted partition's records removed by the cleaner may have missed a tombstone:
-    the broker keeps one `delete.retention.ms` after it cleaned it, so records written after `tiered_until_ms`
-    (the newest timestamp the tier held before the pass; -1: nothing tiered yet) are safe only while that is
-    less than `delete.retention.ms` ago. The rule it checks: tier a compacted topic more often than its
-    `delete.retention.ms`."""
-    return tiered_until_ms < 0 or now_ms - tiered_until_ms >= delete_retention_ms
+    the broker removes one only `delete.retention.ms` after it cleaned it, so what was written after `since_ms` is
+    safe while that is less than `delete.retention.ms` ago. `since_ms`: the newest timestamp the tier held before
+    the pass, or for a partition tiered for the first time its oldest record copied (-1: unknown, not reported).
+    The rule it checks: tier a compacted topic more often than its `delete.retention.ms`."""
+    return since_ms >= 0 and now_ms - since_ms >= delete_retention_ms
 
 
 def never_tiered(topic: str, is_internal: bool = False) -> bool:

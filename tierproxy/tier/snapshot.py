@@ -47,7 +47,7 @@ KEPT = 5
 RESTORED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes", "compression.type", "max.message.bytes",
                     "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
                     "min.insync.replicas", "segment.bytes", "segment.ms", "min.compaction.lag.ms",
-                    "max.compaction.lag.ms", "delete.retention.ms")
+                    "max.compaction.lag.ms", "delete.retention.ms", "min.cleanable.dirty.ratio")
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,15 @@ PRODUCER_FIELDS = struct.Struct(">qhi")  # producer_id:int64 producer_epoch:int1
 PRODUCER_OFFSET = 43
 
 
+def fill_configs(configs: dict[str, str]) -> dict[str, str]:
+    """The configs a topic is created with for its fill: its own, but `cleanup.policy=delete` for a compacted one —
+    a compacted topic refuses the filler's records (they have no key) and, under `compact` alone, DeleteRecords
+    (POLICY_VIOLATION). Its own policy is set once the fill is verified (`restore.run`)."""
+    if "compact" in configs.get("cleanup.policy", "delete"):
+        return {**configs, "cleanup.policy": "delete"}
+    return dict(configs)
+
+
 class FillFailed(RuntimeError):
     """A partition could not be filled to S (the broker kept refusing, or its end passed S)."""
 

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from tierproxy.config import TierSettings
 from tierproxy.jobs.restore.drill import DrillFindings, drill
 from tierproxy.jobs.restore.epochs import partition_state, raise_epochs
-from tierproxy.jobs.restore.fill import FillFailed, FillResult, ForeignRecords, fill_partition
+from tierproxy.jobs.restore.fill import FillFailed, FillResult, ForeignRecords, fill_configs, fill_partition
 from tierproxy.jobs.restore.groups import GroupsResult, Key, commit_groups, key_name
 from tierproxy.jobs.restore.plan import (
     ChosenFacts,
@@ -304,6 +304,7 @@ class Restore:
         _run(self._save(target, state))
         _step("verify")
         self._verify(plans)
+        self._own_policies(plans)
         _step("metadata")
         report.aborted_by_rule = _run(self._metadata(snap, history, plans, ids, target))
         now = int(time.time() * 1000)
@@ -376,8 +377,8 @@ class Restore:
             await admin.start()
             try:
                 rf = len(view.brokers)
-                topics = [NewTopic(f.name, f.partitions, max(2, min(f.replication_factor, rf)), topic_configs=f.configs)
-                          for f in missing]
+                topics = [NewTopic(f.name, f.partitions, max(2, min(f.replication_factor, rf)),
+                                   topic_configs=fill_configs(f.configs)) for f in missing]
                 resp = await admin.create_topics(topics)
                 for name, code, *rest in getattr(resp, "topic_errors", []):
                     if code not in (0, 36):  # 36 TOPIC_ALREADY_EXISTS: a rerun
@@ -394,6 +395,34 @@ class Restore:
                 return
             time.sleep(0.2)
         raise RestoreRefused(f"the new topics {names} have no leaders after 30s")
+
+    def _own_policies(self, plans: list[TopicPlan]) -> None:
+        """The compacted topics, filled under `cleanup.policy=delete` (`fill.fill_configs`), get their recorded
+        configs back, the policy with them (AlterConfigs with the whole set the topic was created with; a rerun
+        sets the same again)."""
+        compacted = [plan.facts for plan in plans if fill_configs(plan.facts.configs) != plan.facts.configs]
+        if not compacted:
+            return
+
+        async def alter() -> None:
+            from aiokafka.admin import AIOKafkaAdminClient
+            from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+            from tierproxy.config.identity.clients import aiokafka_options
+
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.s.own_bootstrap, **aiokafka_options(self.s.identity))
+            await admin.start()
+            try:
+                for resp in await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, f.name, f.configs)
+                                                       for f in compacted]):
+                    for code, message, _, name in resp.resources:
+                        if code:
+                            raise RestoreRefused(f"setting the recorded configs of {name} (cleanup.policy): "
+                                                 f"error {code} {message}")
+            finally:
+                await admin.close()
+
+        _run(alter())
 
     def _fill(self, plans: list[TopicPlan]) -> list[FillResult]:
         jobs = [(pp.topic, pp.partition, pp.start) for plan in plans for pp in plan.partitions]

@@ -186,6 +186,7 @@ class CopyResult:
     seconds: float = 0.0
     outcomes: list[TransactionOutcome] = field(default_factory=list)  # of transactions open at the segment's end
     removed: int = 0  # offsets of the segment's range holding no record (a compacted log's)
+    oldest_ms: int = -1  # the oldest batch's max timestamp copied (-1: none)
     gone: bool = False  # the broker no longer holds the range (a gap, reported by the next pass)
     leader_moved: bool = False  # refused, reset or timed out: retried at the partition's next leader
     behind: bool = False  # the leader's stable end is below the plan: retried once it has caught up
@@ -244,6 +245,7 @@ def copy_task(task: CopyTask, identity: ClientIdentity | None = None) -> CopyRes
                           leader_epochs=files.leader_epochs or {0: files.start_offset}, size=files.log_size,
                           txn_index_empty=files.txn_index_empty, seconds=time.monotonic() - started,
                           removed=max(0, removed),
+                          oldest_ms=min((b.max_timestamp for b in batches if b.max_timestamp >= 0), default=-1),
                           outcomes=copied_outcomes(tp, open_at_end, aborted, int(time.time() * 1000)), storage=sent)
     except Exception as exc:  # the driver decides: retry with a new segment id
         moved = isinstance(exc, (LeaderMoved, OSError))  # refused, reset or timed out: the leader may be gone

@@ -371,7 +371,7 @@ class TieringJob:
                         summary.segments += 1
                         summary.bytes += result.size
                         if result.removed:
-                            self._tombstone_risk(r, summary)
+                            self._tombstone_risk(r, result, summary)
                 else:
                     summary.failed += 1
                     summary.errors.append(result.error)
@@ -390,10 +390,11 @@ class TieringJob:
             log.warning("%s-%d [%d, %d) not copied after %d attempts: left as a hole for the next pass",
                         r.part.topic, r.part.partition, r.start, r.end, self.settings.tier_task_max_attempts)
 
-    def _tombstone_risk(self, r: Range, summary: RunSummary) -> None:
+    def _tombstone_risk(self, r: Range, result: CopyResult, summary: RunSummary) -> None:
         """A copy of a compacted partition met records the cleaner removed: checked once per partition and pass."""
         known = self._compacted.pop((r.part.topic_id, r.part.partition), None)
-        if known is not None and (msg := tombstone_risk(r.part, *known, int(time.time() * 1000))) is not None:
+        if known is not None and (msg := tombstone_risk(r.part, *known, int(time.time() * 1000),
+                                                        result.oldest_ms)) is not None:
             log.warning("TOMBSTONES %s", msg)
             summary.tombstone_risks.append(msg)
 

@@ -98,13 +98,16 @@ def plan_partition(view: ClusterView, p: PartitionInfo, offsets: PartitionOffset
     return ranges, gaps
 
 
-def tombstone_risk(p: PartitionInfo, tiered_until_ms: int, delete_retention_ms: int, now_ms: int) -> str | None:
+def tombstone_risk(p: PartitionInfo, tiered_until_ms: int, delete_retention_ms: int, now_ms: int,
+                   oldest_copied_ms: int = -1) -> str | None:
     """What a pass reports when a copy of compacted partition `p` met records the cleaner removed and the tier's
-    newest record before the pass (`tiered_until_ms`, -1: none) is `delete.retention.ms` old or more: a tombstone
-    removed meanwhile left the tier an older value of its key (`rules.tombstones_at_risk`). None: no risk."""
-    if not tombstones_at_risk(tiered_until_ms, now_ms, delete_retention_ms):
+    newest record before the pass (`tiered_until_ms`; -1: nothing tiered, then the oldest record the copy found,
+    `oldest_copied_ms`) is `delete.retention.ms` old or more: a tombstone removed meanwhile left the tier an older
+    value of its key (`rules.tombstones_at_risk`). None: no risk seen."""
+    since = tiered_until_ms if tiered_until_ms >= 0 else oldest_copied_ms
+    if not tombstones_at_risk(since, now_ms, delete_retention_ms):
         return None
-    since = "nothing was tiered before" if tiered_until_ms < 0 else f"the tier's newest is from {tiered_until_ms}"
-    return (f"{p.topic}-{p.partition}: copied records the broker's cleaner removed, and {since}: "
+    what = f"the tier's newest is from {since}" if tiered_until_ms >= 0 else f"its oldest record is from {since}"
+    return (f"{p.topic}-{p.partition}: copied records the broker's cleaner removed, and {what}: "
             f"delete.retention.ms={delete_retention_ms} may have passed since, so a tombstone removed meanwhile is not "
             "in the tier (tier compacted topics more often than delete.retention.ms)")

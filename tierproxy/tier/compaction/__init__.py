@@ -3,8 +3,12 @@
 Pure: bytes in, bytes out, the time passed in. No Spark, no storage, no asyncio — the `tier` job calls it from a
 Spark task per partition and records the result as KIP-405 metadata.
 
-    plan_cleaning(segments, now_ms, config)      -> CleaningPlan | None   (LogCleanerManager: what is cleanable)
+    plan_cleaning(segments, now_ms, config, last_stable_offset=None) -> CleaningPlan | None
+        (LogCleanerManager: what is cleanable; pass the partition's LSO when a transaction may be open)
     clean_partition(plan, read_segment, now_ms, config, map_bytes=...)  -> CleanedSegment...  (Cleaner.doClean)
+        one CleanedSegment per group of the plan, in order; `files` None when every batch of the group went;
+        when the key map fills, the groups past it are not yielded and the segment it filled in is split in two
+        (the second piece `cleaned` False, `replaces` empty) — the next cleaning goes on from there.
 
 Rules (Kafka's, read from LogCleaner/Cleaner/OffsetMap/MemoryRecords.filterTo): per key the record with the highest
 offset wins; a tombstone is kept until its delete horizon (KIP-534: stored in the batch); records of aborted
