@@ -32,6 +32,7 @@ from tierproxy.tier.compaction import (
     plan_cleaning,
 )
 from tierproxy.tier.indexes import (
+    AbortedTxn,
     SegmentFiles,
     decode_producer_snapshot,
     decode_txn_index,
@@ -140,9 +141,14 @@ def compact_task(task: CompactionTask) -> CompactionResult:
         snap = loop.run_until_complete(rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT))
         return SegmentInput(log_bytes, decode_txn_index(txn), decode_producer_snapshot(snap))
 
+    def read_aborted(ts: TierSegment) -> list[AbortedTxn]:  # (the txn index alone: not the whole log once more)
+        return decode_txn_index(loop.run_until_complete(rsm.fetch_index(task.olds[ts.segment_id],
+                                                                        IndexType.TRANSACTION)))
+
     try:
         group = -1
-        for seg in clean_partition(task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes):
+        for seg in clean_partition(task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes,
+                                   read_aborted=read_aborted):
             if seg.replaces:
                 group = ids[seg.replaces[0].segment_id]
                 started = task.started[group]
