@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def compact(metadata: str, storage: str, topic: str, partition: int, configs: dict[str, str], *,
-            map_bytes: int = 16 << 20) -> CompactionSummary:
+            map_bytes: int = 16 << 20, log_start: int | None = None) -> CompactionSummary:
     """The tier job's compaction step over one partition, its tasks run in this process (no Spark: a process
     that starts fast, to be killed), with the engine; then what was retired deleted at once (a delay of 0)."""
     import threading
@@ -47,7 +47,8 @@ def compact(metadata: str, storage: str, topic: str, partition: int, configs: di
     assert pc is not None
     part = PartitionInfo(topic, pc.tp.topic_id, partition, -1, 0)
     try:
-        summary = CompactionStep(rlmm, rsm, storage, map_bytes, run, None).run([part], {topic: configs}, {})
+        starts = {} if log_start is None else {(topic, partition): log_start}  # the broker's, when given
+        summary = CompactionStep(rlmm, rsm, storage, map_bytes, run, None).run([part], {topic: configs}, {}, starts)
         run(delete_retired(rlmm, rsm, 0))
     finally:
         run(rsm.close())

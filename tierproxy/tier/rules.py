@@ -202,6 +202,20 @@ def lost_range(first: int, until: int, broker_log_start: int) -> tuple[int, int]
     return (first, last) if first <= last else None
 
 
+def cleaning_bound(holes: Iterable[tuple[int, int]], broker_log_start: int | None,
+                   last_stable: int | None) -> int | None:
+    """Where a tier compaction of a partition stops (None: nowhere in particular): its last stable offset, or the
+    first hole between its tier segments (`holes_between`) that the broker still holds some of (None: not known,
+    every hole counts), whichever is lower. A later pass copies such a hole: a tombstone the tier removed past it
+    meanwhile would leave the older value that copy brings back, a deleted key served again. A hole wholly below
+    the broker's log start is a gap for good: nothing comes back into it, the cleaning goes on across it."""
+    bound = last_stable
+    for first, after in holes:
+        if broker_log_start is None or after > broker_log_start:
+            return first if bound is None else min(first, bound)
+    return bound
+
+
 def holes_between(segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int]]:
     """[first missing, next start) between served segments (in offset order), oldest first."""
     ordered = sorted(segments, key=lambda m: m.start_offset)

@@ -45,7 +45,7 @@ from tierproxy.tier.replacement import cleaned, epochs_within
 from tierproxy.tier.requests import added
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tier.rules import compacted, served_segments
+from tierproxy.tier.rules import cleaning_bound, compacted, served_segments
 
 log = logging.getLogger("tierproxy.tier")
 
@@ -182,8 +182,11 @@ class CompactionStep:
         self._run, self._spark = run, spark
 
     def run(self, parts: list[PartitionInfo], configs: dict[str, dict[str, str]],
-            stable: dict[tuple[str, int], int]) -> CompactionSummary:
-        """Clean the partitions `parts` that need it; `stable`: (topic, partition) → its last stable offset."""
+            stable: dict[tuple[str, int], int],
+            log_starts: dict[tuple[str, int], int] | None = None) -> CompactionSummary:
+        """Clean the partitions `parts` that need it; `stable`: (topic, partition) → its last stable offset;
+        `log_starts`: → the broker's log start (unknown: every hole between tier segments bounds the cleaning,
+        `rules.cleaning_bound`)."""
         summary = CompactionSummary()
         began = time.monotonic()
         now = int(time.time() * 1000)
@@ -198,8 +201,9 @@ class CompactionStep:
                 if self.segment_bytes is not None:
                     config = dataclasses.replace(config, segment_bytes=min(config.segment_bytes,
                                                                            self.segment_bytes(p.topic)))
-                plan = plan_cleaning(tier_segments(served), now, config,
-                                     last_stable_offset=stable.get((p.topic, p.partition)))
+                key = (p.topic, p.partition)
+                bound = cleaning_bound(pc.holes(), (log_starts or {}).get(key), stable.get(key))
+                plan = plan_cleaning(tier_segments(served), now, config, last_stable_offset=bound)
             except Exception as exc:  # this partition waits (served as it is); the pass goes on
                 log.error("%s-%d not compacted: %s", p.topic, p.partition, exc)
                 summary.errors.append(f"{p.topic}-{p.partition} not compacted: {type(exc).__name__}: {exc}")
