@@ -33,7 +33,8 @@ value tiered earlier stands there. `tombstones_at_risk` says when a pass may hav
 What a gap is, also once, here: offsets neither the tier serves nor the broker holds (the broker deleted them
 before they were tiered). A **hole** between tiered segments (a copy that failed) is not a gap while the broker
 still holds any of it: the next tiering pass fills it. A reader never skips what either holds
-(`resume_offset`), and the Iceberg ledger never moves past a hole that may still be filled (`first_open_hole`).
+(`resume_offset`), and neither the Iceberg ledger nor the tier's compaction moves past a hole that may still be
+filled (`first_open_hole`, `cleaning_bound`).
 """
 
 from __future__ import annotations
@@ -202,18 +203,14 @@ def lost_range(first: int, until: int, broker_log_start: int) -> tuple[int, int]
     return (first, last) if first <= last else None
 
 
-def cleaning_bound(holes: Iterable[tuple[int, int]], broker_log_start: int | None,
+def cleaning_bound(holes: list[tuple[int, int]], broker_log_start: int | None,
                    last_stable: int | None) -> int | None:
     """Where a tier compaction of a partition stops (None: nowhere in particular): its last stable offset, or the
-    first hole between its tier segments (`holes_between`) that the broker still holds some of (None: not known,
-    every hole counts), whichever is lower. A later pass copies such a hole: a tombstone the tier removed past it
-    meanwhile would leave the older value that copy brings back, a deleted key served again. A hole wholly below
-    the broker's log start is a gap for good: nothing comes back into it, the cleaning goes on across it."""
-    bound = last_stable
-    for first, after in holes:
-        if broker_log_start is None or after > broker_log_start:
-            return first if bound is None else min(first, bound)
-    return bound
+    first hole between its tier segments that a later pass may still fill (`first_open_hole`), whichever is
+    lower. A tombstone removed past such a hole would leave the older value its copy brings back, a deleted key
+    served again; a hole wholly below the broker's log start is a gap for good, and the cleaning goes across it."""
+    bounds = [b for b in (first_open_hole(holes, broker_log_start), last_stable) if b is not None]
+    return min(bounds) if bounds else None
 
 
 def holes_between(segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int]]:
