@@ -17,7 +17,7 @@ from typing import Any
 
 from tierproxy.config import TierSettings
 from tierproxy.jobs.tiering.cluster import PartitionInfo
-from tierproxy.jobs.tiering.compact import CompactionStep
+from tierproxy.jobs.tiering.compact import CompactionStep, CompactionSummary
 from tierproxy.jobs.tiering.pauses import TIER_PAUSE_AT
 from tierproxy.jobs.tiering.replace import delete_retired, joined, replace_group
 from tierproxy.tier.model import RemoteLogSegmentMetadata, SegmentState
@@ -28,7 +28,8 @@ from tierproxy.tier.rsm import LOG_EXT, IndexType, RemoteStorageManager
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def compact(metadata: str, storage: str, topic: str, partition: int, configs: dict[str, str]) -> None:
+def compact(metadata: str, storage: str, topic: str, partition: int, configs: dict[str, str], *,
+            map_bytes: int = 16 << 20, log_start: int | None = None) -> CompactionSummary:
     """The tier job's compaction step over one partition, its tasks run in this process (no Spark: a process
     that starts fast, to be killed), with the engine; then what was retired deleted at once (a delay of 0)."""
     import threading
@@ -45,10 +46,14 @@ def compact(metadata: str, storage: str, topic: str, partition: int, configs: di
     pc = rlmm.cache.find(topic, partition)
     assert pc is not None
     part = PartitionInfo(topic, pc.tp.topic_id, partition, -1, 0)
-    CompactionStep(rlmm, rsm, storage, 16 << 20, run, None).run([part], {topic: configs}, {})
-    run(delete_retired(rlmm, rsm, 0))
-    run(rsm.close())
-    run(rlmm.close())
+    try:
+        starts = {} if log_start is None else {(topic, partition): log_start}  # the broker's, when given
+        summary = CompactionStep(rlmm, rsm, storage, map_bytes, run, None).run([part], {topic: configs}, {}, starts)
+        run(delete_retired(rlmm, rsm, 0))
+    finally:
+        run(rsm.close())
+        run(rlmm.close())
+    return summary
 
 
 async def replace_first(metadata: str, storage: str, topic: str, partition: int, count: int) -> None:

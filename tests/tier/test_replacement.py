@@ -15,7 +15,7 @@ import pytest
 from tests.support.segments import seg, tp
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import RemoteLogSegmentMetadata, SegmentState, TopicIdPartition
-from tierproxy.tier.replacement import check_group, cleaned, generation, replacement_of
+from tierproxy.tier.replacement import check_group, cleaned, generation, generation_metadata, replacement_of
 from tierproxy.tier.rlmm import ReplayedMetadata, transition
 from tierproxy.tier.rlmm_file import FileRLMM
 from tierproxy.tier.serde import encode_value
@@ -158,3 +158,21 @@ def test_the_metadata_keys_keep_every_segment_and_a_replay_sees_the_same(tmp_pat
         await r.close()
 
     asyncio.run(run())
+
+
+def test_a_partition_of_thousands_of_replacements_is_applied_in_linear_time() -> None:
+    """A compacted partition's cleaned history is thousands of served replacements (16 MiB each: 4,000 are
+    64 GB), and a view applies each segment against them: found by bisection, 4,000 take well under 3 s (each
+    checked against every other before: 25 s, 86 s for 8,000, as a proxy, the tier job or a restore started)."""
+    import time
+
+    t = tp()
+    mds = [_finished(dataclasses.replace(seg(t, i * 100, i * 100 + 99), custom_metadata=generation_metadata(1)))
+           for i in range(4000)]
+    cache = MetadataCache()
+    began = time.perf_counter()
+    for md in mds:
+        cache.apply_record(md, encode_value(md))
+    pc = cache.get(t.topic_id, 0)
+    assert pc is not None and len(list(pc.finished())) == 4000 and pc.shadowed() == []
+    assert time.perf_counter() - began < 3.0

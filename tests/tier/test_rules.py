@@ -8,6 +8,7 @@ from tests.support.segments import seg, tp
 from tierproxy.tier.model import RemoteLogSegmentMetadata
 from tierproxy.tier.rules import (
     DeleteRecordsOutcome,
+    cleaning_bound,
     delete_records_outcome,
     expired_segments,
     first_open_hole,
@@ -161,3 +162,14 @@ def test_a_topic_setting_is_the_topics_override_else_the_global_value() -> None:
     assert topic_setting(overrides, "audit", "retention.ms", -1) == 86_400_000
     assert topic_setting(overrides, "audit", "retention.bytes", -1) == -1  # not overridden: the global value
     assert topic_setting(overrides, "orders", "segment.bytes", 128 << 20) == 128 << 20
+
+
+def test_cleaning_bound_stops_at_the_first_hole_the_broker_still_holds() -> None:
+    holes = [(100, 150), (300, 320)]  # [first missing, next start)
+    assert cleaning_bound(holes, 0, 1000) == 100  # the broker holds both: the first stops it
+    assert cleaning_bound(holes, 150, 1000) == 300  # the first is a gap for good (wholly below the log start)
+    assert cleaning_bound(holes, 149, 1000) == 100  # the broker still holds offset 149 of it
+    assert cleaning_bound(holes, None, 1000) == 100  # the log start unknown: every hole counts
+    assert cleaning_bound(holes, 0, 50) == 50  # the last stable offset below it
+    assert cleaning_bound([], 0, None) is None and cleaning_bound([], None, 7) == 7
+    assert cleaning_bound(holes, 320, None) is None

@@ -45,6 +45,7 @@ from tierproxy.tier.rules import holes_between, served_segments, tier_start
 from tierproxy.tier.segment_record import partition_named
 from tierproxy.tier.segment_table import MATERIALIZED, SegmentTable
 from tierproxy.tier.serde import decode_value, shared_tip
+from tierproxy.tier.winners import Winners
 
 PartitionKey = tuple[bytes, int]  # (topic id, partition): names can be reused after a delete, ids cannot
 # a deferred record that failed when applied: (key, value, source, offset, why)
@@ -75,7 +76,7 @@ class PartitionCache:
         self._lineage: list[tuple[int, int, int]] | None = None
         # the served segments of a generation above 0 (replacements: `tier.replacement`), once there is one: what a
         # finished segment is checked against (a partition that never had one pays nothing)
-        self._winners: dict[bytes, RemoteLogSegmentMetadata] | None = None
+        self._winners: Winners | None = None
 
     def _index(self) -> None:
         if self._pending is not None and self._owner is not None:
@@ -141,7 +142,7 @@ class PartitionCache:
             del self.segments[seg_id]
             self.unreferenced.discard(seg_id)
             if self._winners is not None:
-                self._winners.pop(seg_id, None)
+                self._winners.pop(seg_id)
             return md
         self._put(md, record if facts is not None else None)
         if up.state == SegmentState.COPY_SEGMENT_FINISHED:
@@ -149,7 +150,7 @@ class PartitionCache:
         elif up.state == SegmentState.DELETE_SEGMENT_STARTED:
             self._unindex(md)
             self.unreferenced.add(seg_id)
-            if self._winners is not None and self._winners.pop(seg_id, None) is not None:
+            if self._winners is not None and self._winners.pop(seg_id) is not None:
                 self._unshadow(md)
         return md
 
@@ -169,9 +170,8 @@ class PartitionCache:
                 self._reference(md)
 
     def _shadowed_by_winner(self, md: RemoteLogSegmentMetadata) -> bool:
-        # (linear in the partition's served replacements: a cleaning groups segments up to segment.bytes, so few)
         winners = self._winners
-        return winners is not None and covered(md, winners.values())
+        return winners is not None and covered(md, winners.over(md.start_offset, md.end_offset))
 
     def _shadow_below(self, md: RemoteLogSegmentMetadata) -> None:
         """Unreference the served segments that `md` (a replacement) and the served replacements cover."""
@@ -182,13 +182,14 @@ class PartitionCache:
             hi = bisect.bisect_right(idx.starts, md.end_offset)
             for start in idx.starts[lo:hi]:
                 other = idx.ids[start]
-                if other != md.segment_id.id and covered(self.segments[other], self._winners.values()):
+                found = self.segments[other]
+                if other != md.segment_id.id and covered(found, self._winners.over(found.start_offset,
+                                                                                   found.end_offset)):
                     losers.add(other)
         for other in losers:
             self._unindex(self.segments[other])
             self.unreferenced.add(other)
-            if self._winners is not None:
-                self._winners.pop(other, None)
+            self._winners.pop(other)
 
     def _reference(self, md: RemoteLogSegmentMetadata) -> None:
         seg_id = md.segment_id.id
@@ -197,8 +198,8 @@ class PartitionCache:
             return
         if generation(md):
             if self._winners is None:
-                self._winners = {}
-            self._winners[seg_id] = md
+                self._winners = Winners()
+            self._winners.add(md)
             self._shadow_below(md)
         self.unreferenced.discard(seg_id)
         for epoch, start, _ in md.epoch_ranges():
@@ -253,7 +254,7 @@ class PartitionCache:
         if not winners:
             return []
         out = [md for i in unreferenced if (md := self.segments[i]).state == SegmentState.COPY_SEGMENT_FINISHED
-               and covered(md, winners.values())]
+               and covered(md, winners.over(md.start_offset, md.end_offset))]
         return sorted(out, key=lambda m: m.start_offset)
 
     def all_segments(self) -> list[RemoteLogSegmentMetadata]:

@@ -33,7 +33,8 @@ value tiered earlier stands there. `tombstones_at_risk` says when a pass may hav
 What a gap is, also once, here: offsets neither the tier serves nor the broker holds (the broker deleted them
 before they were tiered). A **hole** between tiered segments (a copy that failed) is not a gap while the broker
 still holds any of it: the next tiering pass fills it. A reader never skips what either holds
-(`resume_offset`), and the Iceberg ledger never moves past a hole that may still be filled (`first_open_hole`).
+(`resume_offset`), and neither the Iceberg ledger nor the tier's compaction moves past a hole that may still be
+filled (`first_open_hole`, `cleaning_bound`).
 """
 
 from __future__ import annotations
@@ -200,6 +201,16 @@ def lost_range(first: int, until: int, broker_log_start: int) -> tuple[int, int]
     (first missing, last missing), or None. What the tier job reports as a gap and the admin API shows."""
     last = min(until, broker_log_start) - 1
     return (first, last) if first <= last else None
+
+
+def cleaning_bound(holes: list[tuple[int, int]], broker_log_start: int | None,
+                   last_stable: int | None) -> int | None:
+    """Where a tier compaction of a partition stops (None: nowhere in particular): its last stable offset, or the
+    first hole between its tier segments that a later pass may still fill (`first_open_hole`), whichever is
+    lower. A tombstone removed past such a hole would leave the older value its copy brings back, a deleted key
+    served again; a hole wholly below the broker's log start is a gap for good, and the cleaning goes across it."""
+    bounds = [b for b in (first_open_hole(holes, broker_log_start), last_stable) if b is not None]
+    return min(bounds) if bounds else None
 
 
 def holes_between(segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int]]:

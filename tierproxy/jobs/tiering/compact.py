@@ -32,6 +32,7 @@ from tierproxy.tier.compaction import (
     plan_cleaning,
 )
 from tierproxy.tier.indexes import (
+    AbortedTxn,
     SegmentFiles,
     decode_producer_snapshot,
     decode_txn_index,
@@ -44,7 +45,7 @@ from tierproxy.tier.replacement import cleaned, epochs_within
 from tierproxy.tier.requests import added
 from tierproxy.tier.rlmm import RemoteLogMetadataManager
 from tierproxy.tier.rsm import IndexType, RemoteStorageManager
-from tierproxy.tier.rules import compacted, served_segments
+from tierproxy.tier.rules import cleaning_bound, compacted, served_segments
 
 log = logging.getLogger("tierproxy.tier")
 
@@ -140,9 +141,14 @@ def compact_task(task: CompactionTask) -> CompactionResult:
         snap = loop.run_until_complete(rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT))
         return SegmentInput(log_bytes, decode_txn_index(txn), decode_producer_snapshot(snap))
 
+    def read_aborted(ts: TierSegment) -> list[AbortedTxn]:  # (the txn index alone: not the whole log once more)
+        return decode_txn_index(loop.run_until_complete(rsm.fetch_index(task.olds[ts.segment_id],
+                                                                        IndexType.TRANSACTION)))
+
     try:
         group = -1
-        for seg in clean_partition(task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes):
+        for seg in clean_partition(task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes,
+                                   read_aborted=read_aborted):
             if seg.replaces:
                 group = ids[seg.replaces[0].segment_id]
                 started = task.started[group]
@@ -176,8 +182,11 @@ class CompactionStep:
         self._run, self._spark = run, spark
 
     def run(self, parts: list[PartitionInfo], configs: dict[str, dict[str, str]],
-            stable: dict[tuple[str, int], int]) -> CompactionSummary:
-        """Clean the partitions `parts` that need it; `stable`: (topic, partition) → its last stable offset."""
+            stable: dict[tuple[str, int], int],
+            log_starts: dict[tuple[str, int], int] | None = None) -> CompactionSummary:
+        """Clean the partitions `parts` that need it; `stable`: (topic, partition) → its last stable offset;
+        `log_starts`: → the broker's log start (unknown: every hole between tier segments bounds the cleaning,
+        `rules.cleaning_bound`)."""
         summary = CompactionSummary()
         began = time.monotonic()
         now = int(time.time() * 1000)
@@ -192,8 +201,9 @@ class CompactionStep:
                 if self.segment_bytes is not None:
                     config = dataclasses.replace(config, segment_bytes=min(config.segment_bytes,
                                                                            self.segment_bytes(p.topic)))
-                plan = plan_cleaning(tier_segments(served), now, config,
-                                     last_stable_offset=stable.get((p.topic, p.partition)))
+                key = (p.topic, p.partition)
+                bound = cleaning_bound(pc.holes(), (log_starts or {}).get(key), stable.get(key))
+                plan = plan_cleaning(tier_segments(served), now, config, last_stable_offset=bound)
             except Exception as exc:  # this partition waits (served as it is); the pass goes on
                 log.error("%s-%d not compacted: %s", p.topic, p.partition, exc)
                 summary.errors.append(f"{p.topic}-{p.partition} not compacted: {type(exc).__name__}: {exc}")
@@ -202,8 +212,17 @@ class CompactionStep:
                 continue
             olds = {md.segment_id.id: md for md in served}
             groups = [[olds[ts.segment_id] for ts in group] for group in plan.groups]
-            started = [self._run(replacing.start(self.rlmm, group)) for group in groups]
-            spare = self._run(replacing.start(self.rlmm, groups[-1]))
+            started: list[RemoteLogSegmentMetadata] = []
+            try:
+                for group in [*groups, groups[-1]]:  # (the last: the spare)
+                    started.append(self._run(replacing.start(self.rlmm, group)))
+            except ValueError as exc:  # a group no replacement may take: this partition waits, the pass goes on
+                for md in started:
+                    self._run(delete_segment(self.rlmm, self.rsm, md))
+                log.error("%s-%d not compacted: %s", p.topic, p.partition, exc)
+                summary.errors.append(f"{p.topic}-{p.partition} not compacted: {exc}")
+                continue
+            spare = started.pop()
             tasks.append(CompactionTask(self.storage, plan, config, now, self.map_bytes, olds, started, spare))
         if not tasks:
             return summary
@@ -230,11 +249,15 @@ class CompactionStep:
         for c in [] if result.error else result.cleaned:
             news.setdefault(c.group, []).append(c)
         used = {c.started.segment_id.id for group in news.values() for c in group}
+        replaced = False
         for started in [*task.started, task.spare]:  # not cleaned this time (the key map filled, the task failed)
             if started.segment_id.id not in used:
                 self._run(delete_segment(self.rlmm, self.rsm, started))
         for i, made in sorted(news.items()):
-            group = [task.olds[ts.segment_id] for ts in task.plan.groups[i]]
+            # the key map filled inside the group: the new segments replace the segments they reach, the rest
+            # of the group stays as it is (`clean_partition` yields nothing past where the map stopped)
+            reach = max(c.end_offset for c in made)
+            group = [md for ts in task.plan.groups[i] if (md := task.olds[ts.segment_id]).start_offset <= reach]
             done = self._run(replacing.finish(self.rlmm, self.rsm, group, [
                 replacing.NewSegment(c.started, c.start_offset, c.end_offset, c.max_timestamp_ms, c.size,
                                      c.txn_index_empty, c.was_cleaned) for c in made]))
@@ -243,5 +266,6 @@ class CompactionStep:
                 summary.segments_after += len(done)
                 summary.bytes_before += sum(g.segment_size_in_bytes for g in group)
                 summary.bytes_after += sum(c.size for c in made)
-        if news:
+                replaced = True
+        if replaced:
             summary.partitions += 1

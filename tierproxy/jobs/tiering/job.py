@@ -251,7 +251,8 @@ class TieringJob:
         step = CompactionStep(self.rlmm, self.rsm, s.storage, s.tier_cleaner_dedupe_buffer_size, self.run, self.spark,
                               lambda t: topic_setting(s.tier_topic_overrides, t, "segment.bytes", s.tier_segment_bytes))
         compaction = step.run(compacted_partitions(parts, configs) if s.tier_cleaner_enable else [], configs,
-                              {k: o.last_stable for k, o in offsets.items()})
+                              {k: o.last_stable for k, o in offsets.items()},
+                              {k: o.log_start for k, o in offsets.items()})
         summary.compaction = asdict(compaction)
         summary.errors += compaction.errors
         summary.storage = added(summary.storage, compaction.storage)

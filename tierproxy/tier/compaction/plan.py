@@ -58,14 +58,16 @@ def _max_lag_due(dirty: Sequence[TierSegment], now_ms: int, config: CleanerConfi
 def group_by_size(segs: Sequence[TierSegment], max_size: int,
                   first_uncleanable: int) -> tuple[tuple[TierSegment, ...], ...]:
     """Kafka's groupSegmentsBySize: consecutive segments while their sizes add up to at most segment.bytes and
-    the offsets of a group stay within an int of its first (the index formats' relative offsets)."""
+    the offsets of a group stay within an int of its first (the index formats' relative offsets). A hole between
+    two segments (offsets the tier does not hold: a lost copy) ends a group: a new segment covers exactly its
+    group's range, and never claims offsets the tier does not hold (`tier.replacement.check_group`)."""
     groups: list[tuple[TierSegment, ...]] = []
     i = 0
     while i < len(segs):
         group = [segs[i]]
         size = segs[i].size
         i += 1
-        while i < len(segs) and size + segs[i].size <= max_size:
+        while i < len(segs) and size + segs[i].size <= max_size and segs[i].start_offset == group[-1].end_offset + 1:
             last = segs[i + 1].start_offset - 1 if i + 1 < len(segs) else first_uncleanable - 1
             if segs[i].size and last - group[0].start_offset > INT_MAX:
                 break
