@@ -17,7 +17,7 @@ from typing import Any
 
 from tierproxy.config import TierSettings
 from tierproxy.jobs.tiering.cluster import PartitionInfo
-from tierproxy.jobs.tiering.compact import CompactionStep
+from tierproxy.jobs.tiering.compact import CompactionStep, CompactionSummary
 from tierproxy.jobs.tiering.pauses import TIER_PAUSE_AT
 from tierproxy.jobs.tiering.replace import delete_retired, joined, replace_group
 from tierproxy.tier.model import RemoteLogSegmentMetadata, SegmentState
@@ -28,13 +28,14 @@ from tierproxy.tier.rsm import LOG_EXT, IndexType, RemoteStorageManager
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def compact(metadata: str, storage: str, topic: str, partition: int, configs: dict[str, str]) -> None:
+def compact(metadata: str, storage: str, topic: str, partition: int, configs: dict[str, str]) -> CompactionSummary:
     """The tier job's compaction step over one partition, its tasks run in this process (no Spark: a process
     that starts fast, to be killed), with the engine; then what was retired deleted at once (a delay of 0)."""
     import threading
 
     loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
 
     def run(coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
@@ -45,10 +46,14 @@ def compact(metadata: str, storage: str, topic: str, partition: int, configs: di
     pc = rlmm.cache.find(topic, partition)
     assert pc is not None
     part = PartitionInfo(topic, pc.tp.topic_id, partition, -1, 0)
-    CompactionStep(rlmm, rsm, storage, 16 << 20, run, None).run([part], {topic: configs}, {})
+    summary = CompactionStep(rlmm, rsm, storage, 16 << 20, run, None).run([part], {topic: configs}, {})
     run(delete_retired(rlmm, rsm, 0))
     run(rsm.close())
     run(rlmm.close())
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(30)
+    loop.close()
+    return summary
 
 
 async def replace_first(metadata: str, storage: str, topic: str, partition: int, count: int) -> None:
