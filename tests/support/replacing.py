@@ -35,7 +35,8 @@ def compact(metadata: str, storage: str, topic: str, partition: int, configs: di
     import threading
 
     loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
 
     def run(coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
@@ -53,6 +54,9 @@ def compact(metadata: str, storage: str, topic: str, partition: int, configs: di
     finally:
         run(rsm.close())
         run(rlmm.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
     return summary
 
 

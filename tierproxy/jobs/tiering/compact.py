@@ -5,8 +5,9 @@ After the copies, for each tiered partition of a topic whose `cleanup.policy` ho
 (`plan_cleaning` over the served segments), records COPY_SEGMENT_STARTED for each group's new segment, and runs one
 Spark task per partition that needs it (partitions in parallel): the task reads the segments through the RSM, calls
 `clean_partition` with its key map bounded by `tier.cleaner.dedupe.buffer.size`, uploads the new segments and
-answers their facts. The driver then records each one finished and marks the segments it replaced for deletion; a
-group the task did not clean (the key map filled, or the task failed) is rolled back and waits for the next pass.
+answers their facts. The driver then records each one finished, in offset order, and marks the segments it replaced
+for deletion; a group the task did not clean (the key map filled, or the task failed) or whose segments are no longer
+all served is rolled back with every group after it, and they wait for the next pass.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class CompactionSummary:
     bytes_before: int = 0
     bytes_after: int = 0
     failed: int = 0  # partitions whose task failed (their groups rolled back, cleaned at a later pass)
+    stopped: int = 0  # groups cleaned but rolled back behind an earlier group not replaced (`CompactionStep._record`)
     seconds: float = 0.0
     storage: dict[str, Any] = field(default_factory=dict)  # the tasks' object-store requests (`tier.requests`)
     errors: list[str] = field(default_factory=list)
@@ -67,7 +69,8 @@ class CompactionSummary:
     def line(self) -> str:
         return (f"compacted {self.partitions} partitions: {self.segments_before} -> {self.segments_after} segments, "
                 f"{self.bytes_before / 1e6:.1f} -> {self.bytes_after / 1e6:.1f} MB in {self.seconds:.1f}s"
-                + (f", {self.failed} failed" if self.failed else ""))
+                + (f", {self.failed} failed" if self.failed else "")
+                + (f", {self.stopped} groups stopped behind one not replaced" if self.stopped else ""))
 
 
 @dataclass
@@ -253,19 +256,41 @@ class CompactionStep:
         for started in [*task.started, task.spare]:  # not cleaned this time (the key map filled, the task failed)
             if started.segment_id.id not in used:
                 self._run(delete_segment(self.rlmm, self.rsm, started))
-        for i, made in sorted(news.items()):
+        # Groups are replaced in offset order, and the first one not replaced (not cleaned, or its finish rolled
+        # back) stops the later ones, as Kafka's Cleaner.clean stops at its first failure: a later group's cleaning
+        # may have removed what only an earlier group's cleaning made safe to remove (a tombstone past its delete
+        # horizon whose key's older value the earlier group still holds, a transaction marker whose records it
+        # still holds); replaced alone, it would bring a deleted key back or leave records without their marker.
+        stop: list[RemoteLogSegmentMetadata] | None = None  # the first group not replaced
+        stopped = 0
+        for i, ts_group in enumerate(task.plan.groups):
+            made = news.get(i, [])
+            group = [task.olds[ts.segment_id] for ts in ts_group]
+            segs = [replacing.NewSegment(c.started, c.start_offset, c.end_offset, c.max_timestamp_ms, c.size,
+                                         c.txn_index_empty, c.was_cleaned) for c in made]
+            if stop is not None or not segs:
+                stop = stop or group
+                if segs:
+                    self._run(replacing.roll_back(self.rlmm, self.rsm, segs))
+                    stopped += 1
+                continue
             # the key map filled inside the group: the new segments replace the segments they reach, the rest
-            # of the group stays as it is (`clean_partition` yields nothing past where the map stopped)
+            # of the group stays as it is
             reach = max(c.end_offset for c in made)
-            group = [md for ts in task.plan.groups[i] if (md := task.olds[ts.segment_id]).start_offset <= reach]
-            done = self._run(replacing.finish(self.rlmm, self.rsm, group, [
-                replacing.NewSegment(c.started, c.start_offset, c.end_offset, c.max_timestamp_ms, c.size,
-                                     c.txn_index_empty, c.was_cleaned) for c in made]))
-            if done is not None:
-                summary.segments_before += len(group)
-                summary.segments_after += len(done)
-                summary.bytes_before += sum(g.segment_size_in_bytes for g in group)
-                summary.bytes_after += sum(c.size for c in made)
-                replaced = True
+            group = [md for md in group if md.start_offset <= reach]
+            done = self._run(replacing.finish(self.rlmm, self.rsm, group, segs))
+            if done is None:
+                stop = group
+                continue
+            summary.segments_before += len(group)
+            summary.segments_after += len(done)
+            summary.bytes_before += sum(g.segment_size_in_bytes for g in group)
+            summary.bytes_after += sum(n.size for n in segs)
+            replaced = True
+        if stop is not None and stopped:
+            summary.stopped += stopped
+            log.warning("%s: the %d cleaned groups after %d..%d rolled back, as it was not replaced (groups are "
+                        "replaced in order); the next pass cleans them again", task.started[0].tp, stopped,
+                        stop[0].start_offset, stop[-1].end_offset)
         if replaced:
             summary.partitions += 1

@@ -79,8 +79,7 @@ async def finish(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, grou
         log.warning("%s..%d: %s; the new segments rolled back", group[0].segment_id, group[-1].end_offset,
                     "the segments to replace are no longer all served" if exact else
                     f"the new segments {spans} do not cover them exactly")
-        for n in news:
-            await delete_segment(rlmm, rsm, _current(rlmm, n.started))
+        await roll_back(rlmm, rsm, news)
         return None
     now = now_ms()
     facts = [replace(replacement_of(group, n.started.segment_id.id, now, max_timestamp_ms=n.max_timestamp_ms,
@@ -90,6 +89,13 @@ async def finish(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, grou
     done = await rlmm.finish_copies(facts)
     pause_point("finished")
     return done
+
+
+async def roll_back(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, news: Sequence[NewSegment]) -> None:
+    """New segments that will not replace their group (never finished, so never served): deleted with their
+    objects, whatever start offset names them."""
+    for n in news:
+        await delete_segment(rlmm, rsm, _current(rlmm, n.started))
 
 
 async def retire_shadowed(rlmm: RemoteLogMetadataManager) -> int:
