@@ -43,7 +43,7 @@ from tierproxy.jobs.restore.plan import (
     plan_topics,
     replay,
 )
-from tierproxy.jobs.tiering.cluster import ClusterView, describe_cluster, list_offsets
+from tierproxy.jobs.tiering.cluster import ClusterView, admin_client, describe_cluster, list_offsets
 from tierproxy.tier import snapshot as snapshots
 from tierproxy.tier.cache import MetadataCache
 from tierproxy.tier.model import NO_ALIAS, TopicMount, uuid_bytes, uuid_str
@@ -369,13 +369,9 @@ class Restore:
             return
 
         async def create() -> None:
-            from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+            from aiokafka.admin import NewTopic
 
-            from tierproxy.config.identity.clients import aiokafka_options
-
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.s.own_bootstrap, **aiokafka_options(self.s.identity))
-            await admin.start()
-            try:
+            async with admin_client(self.s.own_bootstrap, self.s.identity) as admin:
                 rf = len(view.brokers)
                 topics = [NewTopic(f.name, f.partitions, max(2, min(f.replication_factor, rf)),
                                    topic_configs=fill_configs(f.configs)) for f in missing]
@@ -383,8 +379,6 @@ class Restore:
                 for name, code, *rest in getattr(resp, "topic_errors", []):
                     if code not in (0, 36):  # 36 TOPIC_ALREADY_EXISTS: a rerun
                         raise RestoreRefused(f"creating topic {name} in the new cluster: error {code} {rest[:1]}")
-            finally:
-                await admin.close()
 
         _run(create())
         names = [f.name for f in missing]
@@ -405,22 +399,15 @@ class Restore:
             return
 
         async def alter() -> None:
-            from aiokafka.admin import AIOKafkaAdminClient
             from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-            from tierproxy.config.identity.clients import aiokafka_options
-
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.s.own_bootstrap, **aiokafka_options(self.s.identity))
-            await admin.start()
-            try:
+            async with admin_client(self.s.own_bootstrap, self.s.identity) as admin:
                 for resp in await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, f.name, f.configs)
                                                        for f in compacted]):
                     for code, message, _, name in resp.resources:
                         if code:
                             raise RestoreRefused(f"setting the recorded configs of {name} (cleanup.policy): "
                                                  f"error {code} {message}")
-            finally:
-                await admin.close()
 
         _run(alter())
 

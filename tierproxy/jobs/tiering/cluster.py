@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -122,16 +124,26 @@ def list_offsets(view: ClusterView, parts: list[PartitionInfo]) -> dict[tuple[st
     return out
 
 
+@contextlib.asynccontextmanager
+async def admin_client(bootstrap: str, identity: ClientIdentity | None = None) -> AsyncIterator[Any]:
+    """An aiokafka admin client under tierproxy's own identity, started, and closed on leaving."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **aiokafka_options(identity))
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
 def topic_configs(bootstrap: str, topics: list[str], identity: ClientIdentity | None = None
                   ) -> dict[str, dict[str, str]]:
     """Each topic's effective configs (cleanup.policy, retention.ms, retention.bytes...)."""
     async def run() -> dict[str, dict[str, str]]:
-        from aiokafka.admin import AIOKafkaAdminClient
         from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **aiokafka_options(identity))
-        await admin.start()
-        try:
+        async with admin_client(bootstrap, identity) as admin:
             out: dict[str, dict[str, str]] = {}
             for i in range(0, len(topics), 100):
                 resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics[i:i + 100]]
@@ -139,8 +151,6 @@ def topic_configs(bootstrap: str, topics: list[str], identity: ClientIdentity | 
                     for res in _resources(resp):
                         out[res[0]] = {c[0]: c[1] for c in res[1] if c[1] is not None}
             return out
-        finally:
-            await admin.close()
 
     return asyncio.run(run())
 
