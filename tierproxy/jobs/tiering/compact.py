@@ -94,13 +94,7 @@ class Cleaned:
     """A new segment uploaded: which group (its index in the plan), under which STARTED record, its facts."""
 
     group: int
-    started: RemoteLogSegmentMetadata
-    start_offset: int
-    end_offset: int
-    max_timestamp_ms: int
-    size: int
-    txn_index_empty: bool
-    was_cleaned: bool
+    segment: replacing.NewSegment
 
 
 @dataclass
@@ -160,8 +154,9 @@ def compact_task(task: CompactionTask) -> CompactionResult:
             olds = [task.olds[ts.segment_id] for ts in task.plan.groups[group]]
             files = seg.files or empty_files(seg.start_offset, epochs_within(olds, seg.start_offset, seg.end_offset))
             loop.run_until_complete(rsm.copy_segment(replace(started, start_offset=seg.start_offset), files))
-            out.cleaned.append(Cleaned(group, started, seg.start_offset, seg.end_offset, seg.max_timestamp_ms,
-                                       seg.size, files.txn_index_empty, seg.cleaned))
+            out.cleaned.append(Cleaned(group, replacing.NewSegment(started, seg.start_offset, seg.end_offset,
+                                                                   seg.max_timestamp_ms, seg.size,
+                                                                   files.txn_index_empty, seg.cleaned)))
     except Exception as exc:  # the driver rolls the partition's groups back and reports it
         out.error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -251,7 +246,7 @@ class CompactionStep:
         news: dict[int, list[Cleaned]] = {}
         for c in [] if result.error else result.cleaned:
             news.setdefault(c.group, []).append(c)
-        used = {c.started.segment_id.id for group in news.values() for c in group}
+        used = {c.segment.started.segment_id.id for group in news.values() for c in group}
         replaced = False
         for started in [*task.started, task.spare]:  # not cleaned this time (the key map filled, the task failed)
             if started.segment_id.id not in used:
@@ -264,10 +259,8 @@ class CompactionStep:
         stop: list[RemoteLogSegmentMetadata] | None = None  # the first group not replaced
         stopped = 0
         for i, ts_group in enumerate(task.plan.groups):
-            made = news.get(i, [])
             group = [task.olds[ts.segment_id] for ts in ts_group]
-            segs = [replacing.NewSegment(c.started, c.start_offset, c.end_offset, c.max_timestamp_ms, c.size,
-                                         c.txn_index_empty, c.was_cleaned) for c in made]
+            segs = [c.segment for c in news.get(i, [])]
             if stop is not None or not segs:
                 stop = stop or group
                 if segs:
@@ -276,7 +269,7 @@ class CompactionStep:
                 continue
             # the key map filled inside the group: the new segments replace the segments they reach, the rest
             # of the group stays as it is
-            reach = max(c.end_offset for c in made)
+            reach = max(n.end_offset for n in segs)
             group = [md for md in group if md.start_offset <= reach]
             done = self._run(replacing.finish(self.rlmm, self.rsm, group, segs))
             if done is None:
