@@ -394,7 +394,7 @@ def test_a_large_metadata_topic_is_read_however_long_it_takes_while_it_moves(kaf
 
     from tierproxy.tier.serde import segment_id_key
 
-    topic, n = f"__rlmm-{uuid.uuid4().hex[:8]}", 40_000
+    topic, n = f"__rlmm-{uuid.uuid4().hex[:8]}", 100_000
 
     async def create() -> None:
         async with opened(TopicRLMM(kafka.bootstrap, topic=topic, partitions=1, replication=1)):
