@@ -3,7 +3,7 @@ and its batches decoded back into plain tuples."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from protocol.records import (
@@ -85,15 +85,22 @@ class Tier:
                           files.end_offset if end is None else end, files.max_timestamp_ms, files.log_size, cleaned)
         self.segments.append((seg, SegmentInput(files.log, files.aborted, files.producers)))
 
-    def clean(self, now_ms: int, map_bytes: int = 1 << 20,
-              last_stable_offset: int | None = None) -> list[CleanedSegment] | None:
-        """One cleaning (if due); the tier then holds the new segments in place of those they replace."""
+    def clean(self, now_ms: int, map_bytes: int = 1 << 20, last_stable_offset: int | None = None,
+              on_read: Callable[[TierSegment], None] | None = None) -> list[CleanedSegment] | None:
+        """One cleaning (if due); the tier then holds the new segments in place of those they replace.
+        `on_read` is called before the engine reads each segment (a benchmark's clock: map pass, then copy)."""
         plan = plan_cleaning([s for s, _ in self.segments], now_ms, self.config,
                              last_stable_offset=last_stable_offset)
         if plan is None:
             return None
         inputs = {s.segment_id: i for s, i in self.segments}
-        out = list(clean_partition(plan, lambda s: inputs[s.segment_id], now_ms, self.config, map_bytes=map_bytes))
+
+        def read(s: TierSegment) -> SegmentInput:
+            if on_read is not None:
+                on_read(s)
+            return inputs[s.segment_id]
+
+        out = list(clean_partition(plan, read, now_ms, self.config, map_bytes=map_bytes))
         gone = {s.segment_id for c in out for s in c.replaces}  # a split's second piece names none
         kept = [(s, i) for s, i in self.segments if s.segment_id not in gone]
         for c in out:
