@@ -17,7 +17,8 @@ record per live key (its latest value) produced by the same producer.
 
     pytest -m bench tests/bench/test_compaction_bench.py -s -p no:randomly
     (TIERPROXY_BENCH_COMPACTION_RECORDS, default 1,000,000, keys are a tenth; TIERPROXY_BENCH_COMPACTION_CODEC,
-    the producer's compression.type, default none; TIERPROXY_BENCH_COMPACTION_KEYS, default 10,000,000, for the
+    the producer's compression.type, default none; TIERPROXY_BENCH_COMPACTION_SEGMENT_MIB, default 16: 2 with lz4,
+    whose log of these values is about ten times smaller; TIERPROXY_BENCH_COMPACTION_KEYS, default 10,000,000, for the
     memory one)
 """
 
@@ -30,6 +31,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,13 +52,13 @@ pytestmark = [pytest.mark.bench, pytest.mark.kafka]
 
 RECORDS = int(os.environ.get("TIERPROXY_BENCH_COMPACTION_RECORDS", "1000000"))
 CODEC = os.environ.get("TIERPROXY_BENCH_COMPACTION_CODEC", "none")  # the producer's compression.type
-SEGMENT = 16 << 20
+SEGMENT = int(os.environ.get("TIERPROXY_BENCH_COMPACTION_SEGMENT_MIB", "16")) << 20  # (lz4: 2 for a few segments)
 RETENTION = 5_000  # delete.retention.ms: the tombstones' horizon passes within the run
 MIB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> KafkaCluster:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     cluster = KafkaCluster(workdir=tmp_path_factory.mktemp("cbench-kafka"), heap="1g", broker_config={
         "log.cleaner.threads": "1", "log.cleaner.dedupe.buffer.size": str(cd.DEDUPE_BUFFER),
         "log.cleaner.backoff.ms": "500"})
@@ -144,8 +146,9 @@ def test_compaction_against_kafkas_cleaner(broker: KafkaCluster, s3: S3Server, t
     task_mib = spark_task["bytes_in"] / MIB
     report("compaction vs Kafka's cleaner", (
         f"{RECORDS:,} updates over {RECORDS // 10:,} keys (100 B values, 5 % tombstones, compression {CODEC}, "
-        f"produced in {produced_s:.1f} s), {len(segments)} closed segments of 16 MiB, {mib:.1f} MiB, one cleaning at "
-        f"the same time and settings; Kafka 4.1's cleaner (1 thread, full JIT, warm): {kafka.seconds:.1f} s wall, "
+        f"produced in {produced_s:.1f} s), {len(segments)} closed segments of {SEGMENT // MIB} MiB, {mib:.1f} MiB, "
+        f"one cleaning at the same time and settings; Kafka 4.1's cleaner (1 thread, full JIT, warm): "
+        f"{kafka.seconds:.1f} s wall, "
         f"{kafka_rate:.1f} MiB/s, its thread {kafka_cpu:.2f} CPU-s: {mib / kafka_cpu:.1f} MiB/s per CPU-second "
         f"(map {kafka.index_seconds:.1f} s, {kafka_map:.1f} MiB/s; copy {kafka.clean_seconds:.1f} s); the tier's "
         f"engine in one thread: {wall:.2f} s wall, {cpu:.2f} s CPU, {mib / cpu:.1f} MiB/s per CPU-second (map "
