@@ -1,0 +1,200 @@
+"""Catch-up of a compacted partition (issue 66): the same compacted log read from offset 0 through the proxy, from
+the tier's compacted segments, and directly from the broker's own log, cleaned by its cleaner; interleaved rounds.
+
+Every topic has a twin with the same records in the same order (one idempotent producer writes each update to both,
+no transactions: offset i is update i in both). `cleanup.policy=compact,delete`, 16 MiB segments,
+updates over a key space of a fifth of their count (~1/5 of them live in the end, 5 % tombstones), timestamped an
+hour ago. `cdirect-*` (min.compaction.lag.ms 0) is cleaned by the broker's cleaner, waited for until its
+cleaner-offset-checkpoint passes the last update. `ctiered-*` (a compaction lag of two hours: the broker cleans
+nothing) is tiered raw by one pass, then its lag goes to 0 and the next pass compacts the tier (the tier's own
+compaction step); then the broker deletes everything the tier holds (retention.ms half an hour: the updates are an
+hour old). Both reads must give the same records, offsets, keys and values, which are what Kafka's rules give for
+the updates (each key's last update, tombstones kept: delete.retention.ms is a day); a difference is reported
+before the test fails on it.
+
+Each round starts a fresh proxy and reads with kcat, then kafka-consumer-perf-test, each tool the proxy and the
+direct twin in turn (which goes first alternates by round); the ratio proxy/direct is taken within a round.
+
+    flock /tmp/bench.lock pytest -m bench tests/bench/test_compacted_catch_up_bench.py -s -p no:randomly
+    (TIERPROXY_BENCH_COMPACTED_MIB produced per topic, default 128; TIERPROXY_BENCH_COMPACTED_ROUNDS, default 3)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import subprocess
+import time
+from functools import partial
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.bench.clients import kcat_args, perf_test_mbps
+from tests.bench.report import cpu_seconds, report
+from tests.support.compacted import COMPACTED, Rec, cleaned_to, consume, roll
+from tests.support.kafka import create_topic, set_topic_config, watermarks
+from tests.support.proxy import ProxyProcess
+from tests.support.tiering import settings, tier_once
+from tests.support.waiting import proxy_serves_tier, wait_until
+from tierproxy.dev.kafkadist import KafkaCluster
+
+pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark]
+MIB = int(os.environ.get("TIERPROXY_BENCH_COMPACTED_MIB", "128"))
+ROUNDS = int(os.environ.get("TIERPROXY_BENCH_COMPACTED_ROUNDS", "3"))
+SIZES = (1024, 200)
+HOUR_MS = 3_600_000
+
+
+def _updates(size: int, seed: int) -> list[Rec]:
+    """(offset, key, value) of `MIB` MiB of `size`-byte values over `count / 5` keys, every 20th a tombstone."""
+    count = (MIB << 20) // size
+    rng, pad = random.Random(seed), b"x" * (size - 10)
+    return [(i, b"k%07d" % rng.randrange(count // 5), None if i % 20 == 7 else b"%09d|" % i + pad)
+            for i in range(count)]
+
+
+def _compacted(updates: list[Rec]) -> list[Rec]:
+    """What Kafka's cleaner leaves of `updates` (a day before tombstones go): each key's last update."""
+    last = {k: (o, k, v) for o, k, v in updates}
+    return sorted(last.values())
+
+
+def _produce(bootstrap: str, topics: tuple[str, str], updates: list[Rec], ts: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 262144, "compression.type": "none",
+                  "queue.buffering.max.messages": 2_000_000, "enable.idempotence": True})
+    for _, k, v in updates:
+        for topic in topics:
+            while True:
+                try:
+                    p.produce(topic, v, k, partition=0, timestamp=ts)
+                    break
+                except BufferError:  # the local queue is full: let it drain
+                    p.poll(0.1)
+    assert p.flush(120) == 0
+
+
+def _differences(a: list[Rec], b: list[Rec]) -> str:
+    """'' when equal, else how they differ (records only one holds, by offset, a few of each)."""
+    sa, sb = set(a), set(b)
+    only_a, only_b = sorted(sa - sb), sorted(sb - sa)
+    if not only_a and not only_b:
+        return ""
+    return (f"{len(only_a)} records only direct (e.g. {[(o, k) for o, k, _ in only_a[:3]]}), {len(only_b)} only "
+            f"through the proxy (e.g. {[(o, k) for o, k, _ in only_b[:3]]})")
+
+
+def _deleted_below(bootstrap: str, topic: str, end: int) -> bool:
+    return watermarks(bootstrap, topic)[0] >= end
+
+
+def _kcat_seconds(kcat: str, bootstrap: str, topic: str, count: int) -> float:
+    start = time.perf_counter()
+    out = subprocess.run(kcat_args(kcat, bootstrap, topic, count), stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, timeout=600, check=True)
+    took = time.perf_counter() - start
+    assert out.stdout.count(b"\n") == count, (topic, out.stdout.count(b"\n"), count)
+    return took
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f}x ({min(xs):.2f}-{max(xs):.2f})"
+
+
+@pytest.mark.timeout(1200)
+def test_compacted_catch_up_through_the_proxy_vs_the_brokers_cleaned_log(kafka: KafkaCluster, kcat: str,
+                                                                        tmp_path: Path) -> None:
+    began, boot = time.perf_counter(), kafka.bootstrap
+    ts = int(time.time() * 1000) - HOUR_MS
+    expected: dict[int, list[Rec]] = {}
+    for size in SIZES:
+        for kind, lag in (("cdirect", 0), ("ctiered", 2 * HOUR_MS)):
+            create_topic(boot, f"{kind}-{size}", config={
+                **COMPACTED, "cleanup.policy": "compact,delete", "segment.bytes": str(16 << 20),
+                "retention.ms": str(3 * HOUR_MS), "min.compaction.lag.ms": str(lag)})
+        updates = _updates(size, seed=size)
+        _produce(boot, (f"cdirect-{size}", f"ctiered-{size}"), updates, ts)
+        end = len(updates)
+        assert watermarks(boot, f"cdirect-{size}")[1] == watermarks(boot, f"ctiered-{size}")[1] == end
+        for kind in ("cdirect", "ctiered"):
+            roll(kafka, f"{kind}-{size}", end)
+        expected[size] = _compacted(updates)
+        del updates
+    produced_s = time.perf_counter() - began
+
+    began = time.perf_counter()
+    wait_until(lambda: all(cleaned_to(kafka, f"cdirect-{size}") >= (MIB << 20) // size for size in SIZES),
+               "the broker's cleaner cleans the direct twins", timeout=300, interval=0.5)
+    broker_clean_s = time.perf_counter() - began
+
+    s = settings(boot, tmp_path, "ctiered-", tier_topics="ctiered-.*", tier_segment_bytes=16 << 20)
+    began = time.perf_counter()
+    copied = tier_once(s.model_copy(update={"tier_cleaner_enable": False}))
+    copy_s = time.perf_counter() - began
+    assert copied.failed == 0 and not copied.gaps and copied.segments >= len(SIZES), copied.line()
+    for size in SIZES:
+        set_topic_config(boot, f"ctiered-{size}", "min.compaction.lag.ms", "0")
+    began = time.perf_counter()
+    compacted = tier_once(s)
+    compact_s, done = time.perf_counter() - began, compacted.compaction
+    assert compacted.failed == 0 and done.get("partitions") == len(SIZES) and done["failed"] == 0, done
+    for size in SIZES:  # the broker deletes what the tier holds: the updates are an hour old, the ticks new
+        set_topic_config(boot, f"ctiered-{size}", "retention.ms", str(HOUR_MS // 2))
+    for size in SIZES:
+        end = (MIB << 20) // size
+        wait_until(partial(_deleted_below, boot, f"ctiered-{size}", end), f"the broker deletes ctiered-{size} "
+                   f"below {end}", timeout=120, interval=0.5)
+
+    figures, findings = [], []
+    for size in SIZES:
+        want, end = expected[size], (MIB << 20) // size
+        count, payload = len(want), sum(len(k or b"") + len(v or b"") for _, k, v in want)
+        kcat_r, java_r, kcat_d, kcat_p, java_d, java_p, cpu = [], [], [], [], [], [], []
+        for r in range(ROUNDS):
+            proxy = ProxyProcess(boot, tmp_path, extra={"TIERPROXY_STORAGE": f"file://{tmp_path}/tier",
+                                                        "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
+            try:
+                wait_until(partial(proxy_serves_tier, proxy.bootstrap, f"ctiered-{size}"), "the proxy's tier",
+                           timeout=60)
+                if r == 0:  # the same compacted content both ways, and Kafka's rules' for the updates
+                    direct = consume(boot, f"cdirect-{size}", end, timeout=300)
+                    through = consume(proxy.bootstrap, f"ctiered-{size}", end, timeout=300)
+                    for name, got in (("direct", direct), ("proxy", through)):
+                        if diff := _differences(want, got):
+                            findings.append(f"{size} B: {name} vs Kafka's rules: {diff}")
+                    if diff := _differences(direct, through):
+                        findings.append(f"{size} B: direct vs proxy: {diff}")
+                    del direct, through
+                sides = [("proxy", proxy.bootstrap, f"ctiered-{size}"), ("direct", boot, f"cdirect-{size}")]
+                order = sides if r % 2 == 0 else sides[::-1]
+                took, mbps = {}, {}
+                c0 = cpu_seconds(proxy.proc.pid)
+                for name, bootstrap, topic in order:
+                    took[name] = _kcat_seconds(kcat, bootstrap, topic, count)
+                cpu.append((cpu_seconds(proxy.proc.pid) - c0) / (payload / 1e9))
+                for name, bootstrap, topic in order:
+                    mbps[name] = perf_test_mbps(kafka.libs, bootstrap, topic, count)
+            finally:
+                proxy.stop()
+            kcat_r.append(took["direct"] / took["proxy"])
+            java_r.append(mbps["proxy"] / mbps["direct"])
+            kcat_d.append(took["direct"])
+            kcat_p.append(took["proxy"])
+            java_d.append(mbps["direct"])
+            java_p.append(mbps["proxy"])
+        med_p, med_d = statistics.median(kcat_p), statistics.median(kcat_d)
+        figures.append(
+            f"{size} B records ({end:,} updates, {MIB} MiB produced; {count:,} left, {payload / 1e6:.1f} MB): kcat "
+            f"{_spread(kcat_r)} ({count / med_p / 1e3:,.0f}k records/s, {payload / 1e6 / med_p:.0f} MB/s through the "
+            f"proxy vs {count / med_d / 1e3:,.0f}k, {payload / 1e6 / med_d:.0f} MB/s direct, medians); "
+            f"kafka-consumer-perf-test {_spread(java_r)} ({statistics.median(java_p):.0f} vs "
+            f"{statistics.median(java_d):.0f} MB/s fetch); proxy CPU {statistics.median(cpu):.2f} core-s/GB (kcat)")
+        print(figures[-1], flush=True)
+    report("compacted catch-up through the proxy vs the broker's cleaned log (ratios per round: median (min-max))",
+           f"produced {produced_s:.0f} s; broker's cleaner {broker_clean_s:.0f} s; tier copy pass {copy_s:.0f} s, "
+           f"compaction pass {compact_s:.0f} s ({done['bytes_before'] / 1e6:.0f} -> {done['bytes_after'] / 1e6:.0f} "
+           f"MB); " + "; ".join(figures) + "; content: " + ("; ".join(findings) or "the same records both ways, "
+                                                             "as Kafka's rules give"))
+    assert not findings, findings
