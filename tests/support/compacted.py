@@ -10,8 +10,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from protocol.constants import IsolationLevel
 from protocol.records import RecordBatch, iter_batches
-from tests.support.kafka import create_topic, small_segment_producer, small_segments, watermarks
+from tests.support.kafka import create_topic, set_topic_config, small_segment_producer, small_segments, watermarks
 from tests.support.waiting import wait_until
+from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.spark.rows import visible_batches
 from tierproxy.jobs.tiering.copy import iter_fetch
 
@@ -112,3 +113,32 @@ def latest(records: list[Rec]) -> dict[bytes | None, bytes]:
         else:
             out[k] = v
     return out
+
+
+def roll(kafka: KafkaCluster, topic: str, end: int, partition: int = 0, timeout: float = 60) -> None:
+    """Close the active segment holding offsets below `end`: `segment.ms` short meanwhile and ticks (key b"tick")
+    appended until the broker's log dir has a segment starting at or past `end` (the tick that rolled it is its first
+    record). Everything below `end` is then in closed segments: the cleaner may clean it, a tier pass copy it."""
+    dirs = [node.workdir / "data" / f"{topic}-{partition}" for node in kafka.nodes]
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    set_topic_config(kafka.bootstrap, topic, "segment.ms", "1000")
+
+    def rolled() -> bool:
+        p.produce(topic, b"tick", b"tick", partition=partition)
+        p.flush(10)
+        return any(int(f.stem) >= end for d in dirs if d.is_dir() for f in d.glob("*.log"))
+
+    try:
+        wait_until(rolled, f"{topic}-{partition}'s active segment rolled past {end}", timeout=timeout, interval=0.3)
+    finally:
+        set_topic_config(kafka.bootstrap, topic, "segment.ms", None)
+
+
+def cleaned_to(kafka: KafkaCluster, topic: str, partition: int = 0) -> int:
+    """How far the broker's cleaner has cleaned the partition (its cleaner-offset-checkpoint; 0: never)."""
+    got = 0
+    for node in kafka.nodes:
+        checkpoint = node.workdir / "data" / "cleaner-offset-checkpoint"
+        lines = checkpoint.read_text().splitlines()[2:] if checkpoint.exists() else []
+        got = max([got, *(int(o) for t, p, o in (line.split() for line in lines) if (t, int(p)) == (topic, partition))])
+    return got
