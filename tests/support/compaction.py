@@ -19,6 +19,7 @@ from protocol.records import (
     build_control_batch,
     iter_batches,
 )
+from tierproxy.jobs.tiering.compact import best_kernel
 from tierproxy.tier.compaction import (
     CleanedSegment,
     CleanerConfig,
@@ -27,6 +28,7 @@ from tierproxy.tier.compaction import (
     clean_partition,
     plan_cleaning,
 )
+from tierproxy.tier.compaction.kernel import RecordKernel
 from tierproxy.tier.indexes import ProducerEntry, SegmentBuilder, SegmentFiles
 
 KEYS = [b"k%d" % i for i in range(6)]
@@ -64,8 +66,9 @@ def decode(log: bytes | memoryview) -> list[Batch]:
 class Tier:
     """A partition's tier in memory: segments in offset order with their files, cleaned by the engine."""
 
-    def __init__(self, config: CleanerConfig) -> None:
+    def __init__(self, config: CleanerConfig, kernel: RecordKernel | None = None) -> None:
         self.config = config
+        self.kernel = kernel or best_kernel(True)  # the tier job's default: the compiled loops
         self.segments: list[tuple[TierSegment, SegmentInput]] = []
         self.producers: dict[int, ProducerEntry] = {}  # carried across appended segments (open transactions)
         self._ids = 0
@@ -85,15 +88,16 @@ class Tier:
                           files.end_offset if end is None else end, files.max_timestamp_ms, files.log_size, cleaned)
         self.segments.append((seg, SegmentInput(files.log, files.aborted, files.producers)))
 
-    def clean(self, now_ms: int, map_bytes: int = 1 << 20,
-              last_stable_offset: int | None = None) -> list[CleanedSegment] | None:
+    def clean(self, now_ms: int, map_bytes: int = 1 << 20, last_stable_offset: int | None = None,
+              kernel: RecordKernel | None = None) -> list[CleanedSegment] | None:
         """One cleaning (if due); the tier then holds the new segments in place of those they replace."""
         plan = plan_cleaning([s for s, _ in self.segments], now_ms, self.config,
                              last_stable_offset=last_stable_offset)
         if plan is None:
             return None
         inputs = {s.segment_id: i for s, i in self.segments}
-        out = list(clean_partition(plan, lambda s: inputs[s.segment_id], now_ms, self.config, map_bytes=map_bytes))
+        out = list(clean_partition(plan, lambda s: inputs[s.segment_id], now_ms, self.config, map_bytes=map_bytes,
+                                   kernel=kernel or self.kernel))
         gone = {s.segment_id for c in out for s in c.replaces}  # a split's second piece names none
         kept = [(s, i) for s, i in self.segments if s.segment_id not in gone]
         for c in out:
