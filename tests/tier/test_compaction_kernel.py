@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ from protocol import compression
 from protocol.errors import ProtocolError
 from protocol.records import BATCH_HEADER, HEADER_SIZE, LENGTH_OVERHEAD, RecordBatch
 from tests.support.compaction import PLAIN, History, Tier
+from tierproxy.jobs.tiering.compact import best_kernel
 from tierproxy.jobs.tiering.compaction_kernel import CompiledKernel
 from tierproxy.jobs.tiering.md5 import md5
 from tierproxy.tier.compaction import BYTES_PER_ENTRY, CleanedSegment, CleanerConfig, MapTooSmall, OffsetMap
@@ -92,7 +94,8 @@ CORRUPT = {
     "varint too long": (b"\xff" * 11 + GOOD[1:], 1),
     "varint past 64 bits": (b"\x14\x00" + b"\xff" * 9 + b"\x7f" + GOOD[3:], 1),
     "key length past the section": (b"\x14\x00\x00\x00\x7e" + GOOD[5:], 1),
-    "key length past its record": (b"\x08\x00\x00\x00\x08k\x06abc\x00" + GOOD, 2),
+    # a record of 4 bytes whose 2-byte key would be the next record's first bytes
+    "key length past its record": (b"\x08\x00\x00\x00\x04" + GOOD, 2),
     "negative record length": (b"\x03" + GOOD[1:], 1),
 }
 
@@ -128,3 +131,14 @@ def test_compiled_md5_is_rfc_1321() -> None:
         for data in (os.urandom(n), bytes(n), b"\xff" * n):
             assert md5(data) == hashlib.md5(data).digest(), n
     assert struct.unpack(">4I", md5(b"abc")) == struct.unpack(">4I", bytes.fromhex("900150983cd24fb0d6963f7d28e17f72"))
+
+
+def test_the_job_falls_back_to_the_python_reference_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(best_kernel(), CompiledKernel) and best_kernel(False) is PYTHON
+    for name in ("compaction_kernel", "compaction_loops", "md5"):  # imported again, as in a process without numba
+        monkeypatch.delitem(sys.modules, f"tierproxy.jobs.tiering.{name}")
+        monkeypatch.delattr(sys.modules["tierproxy.jobs.tiering"], name)
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    assert best_kernel() is PYTHON
+    with pytest.raises(ImportError):
+        best_kernel(True)
