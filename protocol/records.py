@@ -319,6 +319,8 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     while True:
         pos += 1
         b = buf[pos]
+        if shift == 63 and b & 0x7F > 1:
+            raise ProtocolError("varint past 64 bits")
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return result, pos + 1
@@ -369,6 +371,8 @@ def scan_records(batch: RecordBatch) -> tuple[bytes, list[RecordSpan]]:
             key_start = p
             if key_len >= 0:
                 p += key_len
+                if p > end:
+                    raise ProtocolError(f"batch at {h.base_offset}: a key runs past its record")
             # the value's length: -1 (zigzag 1) is the one-byte 0x01
             append((off_delta, ts_delta, key_start, key_len, section[p] != 1, tail, end))
             pos = end
@@ -383,6 +387,14 @@ def rebuild_batch(h: BatchHeader, section: bytes, spans: list[RecordSpan], *, de
     producer id/epoch, base sequence, leader epoch, codec and flags; the base timestamp is the delete horizon when
     `delete_horizon_ms` ≥ 0 (the delete horizon bit then set), else the first kept record's timestamp; record
     timestamps are unchanged; a new CRC."""
+    body, base_ts, max_ts = rebuilt_body(h, section, spans, delete_horizon_ms)
+    return finish_rebuilt(h, body, len(spans), base_ts, max_ts, delete_horizon_ms)
+
+
+def rebuilt_body(h: BatchHeader, section: bytes, spans: list[RecordSpan],
+                 delete_horizon_ms: int) -> tuple[bytes, int, int]:
+    """The uncompressed records section of `rebuild_batch`, its base and its max timestamp (the record heads
+    re-encoded against the new base, the tails copied); the compaction's compiled kernel writes the same."""
     log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
     # a record's timestamp is base + delta whether or not the base holds a delete horizon
     stamps = [h.max_timestamp if log_append else h.base_timestamp + s[1] for s in spans]
@@ -396,13 +408,20 @@ def rebuild_batch(h: BatchHeader, section: bytes, spans: list[RecordSpan], *, de
         body += encode_unsigned_varint(zigzag(len(head) + len(rest)) & 0xFFFFFFFF)
         body += head
         body += rest
+    return bytes(body), base_ts, max_ts
+
+
+def finish_rebuilt(h: BatchHeader, body: bytes | memoryview, count: int, base_ts: int, max_ts: int,
+                   delete_horizon_ms: int) -> bytes:
+    """`rebuild_batch`'s batch around an uncompressed records section of `count` records: compressed with the
+    batch's codec, its header, a new CRC."""
     codec = h.attributes & 0x07
-    records = bytes(body) if codec == compression.NONE else compression.compress(codec, bytes(body))
+    records = body if codec == compression.NONE else compression.compress(codec, bytes(body))
     attributes = (h.attributes & ~DELETE_HORIZON_BIT) | (DELETE_HORIZON_BIT if delete_horizon_ms >= 0 else 0)
     out = bytearray(HEADER_SIZE + len(records))
     BATCH_HEADER.pack_into(out, 0, h.base_offset, len(out) - LENGTH_OVERHEAD, h.partition_leader_epoch, 2, 0,
                            attributes, h.last_offset_delta, base_ts, max_ts, h.producer_id, h.producer_epoch,
-                           h.base_sequence, len(spans))
+                           h.base_sequence, count)
     out[HEADER_SIZE:] = records
     struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)

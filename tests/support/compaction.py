@@ -19,6 +19,7 @@ from protocol.records import (
     build_control_batch,
     iter_batches,
 )
+from tierproxy.jobs.tiering.compact import best_kernel
 from tierproxy.tier.compaction import (
     CleanedSegment,
     CleanerConfig,
@@ -27,6 +28,7 @@ from tierproxy.tier.compaction import (
     clean_partition,
     plan_cleaning,
 )
+from tierproxy.tier.compaction.kernel import RecordKernel
 from tierproxy.tier.indexes import ProducerEntry, SegmentBuilder, SegmentFiles
 
 KEYS = [b"k%d" % i for i in range(6)]
@@ -64,8 +66,9 @@ def decode(log: bytes | memoryview) -> list[Batch]:
 class Tier:
     """A partition's tier in memory: segments in offset order with their files, cleaned by the engine."""
 
-    def __init__(self, config: CleanerConfig) -> None:
+    def __init__(self, config: CleanerConfig, kernel: RecordKernel | None = None) -> None:
         self.config = config
+        self.kernel = kernel or best_kernel(True)  # the tier job's default: the compiled loops
         self.segments: list[tuple[TierSegment, SegmentInput]] = []
         self.producers: dict[int, ProducerEntry] = {}  # carried across appended segments (open transactions)
         self._ids = 0
@@ -86,7 +89,8 @@ class Tier:
         self.segments.append((seg, SegmentInput(files.log, files.aborted, files.producers)))
 
     def clean(self, now_ms: int, map_bytes: int = 1 << 20, last_stable_offset: int | None = None,
-              on_read: Callable[[TierSegment], None] | None = None) -> list[CleanedSegment] | None:
+              on_read: Callable[[TierSegment], None] | None = None,
+              kernel: RecordKernel | None = None) -> list[CleanedSegment] | None:
         """One cleaning (if due); the tier then holds the new segments in place of those they replace.
         `on_read` is called before the engine reads each segment (a benchmark's clock: map pass, then copy)."""
         plan = plan_cleaning([s for s, _ in self.segments], now_ms, self.config,
@@ -100,7 +104,8 @@ class Tier:
                 on_read(s)
             return inputs[s.segment_id]
 
-        out = list(clean_partition(plan, read, now_ms, self.config, map_bytes=map_bytes))
+        out = list(clean_partition(plan, read, now_ms, self.config, map_bytes=map_bytes,
+                                   kernel=kernel or self.kernel))
         gone = {s.segment_id for c in out for s in c.replaces}  # a split's second piece names none
         kept = [(s, i) for s, i in self.segments if s.segment_id not in gone]
         for c in out:

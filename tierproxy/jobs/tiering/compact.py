@@ -32,6 +32,7 @@ from tierproxy.tier.compaction import (
     clean_partition,
     plan_cleaning,
 )
+from tierproxy.tier.compaction.kernel import PYTHON, RecordKernel
 from tierproxy.tier.indexes import (
     AbortedTxn,
     SegmentFiles,
@@ -87,6 +88,22 @@ class CompactionTask:
     olds: dict[bytes, RemoteLogSegmentMetadata]
     started: list[RemoteLogSegmentMetadata]
     spare: RemoteLogSegmentMetadata
+    compiled: bool | None = None  # the engine's per-record loops: compiled when numba imports (None), or forced
+
+
+def best_kernel(compiled: bool | None = None) -> RecordKernel:
+    """The engine's per-record loops: `compiled` None, the compiled ones when numba imports (the `tier` extra),
+    else the Python reference; True, the compiled ones or ImportError; False, the reference."""
+    if compiled is False:
+        return PYTHON
+    try:
+        from tierproxy.jobs.tiering.compaction_kernel import CompiledKernel
+    except ImportError:
+        if compiled:
+            raise
+        log.info("numba cannot be imported: the compaction runs the Python reference loops")
+        return PYTHON
+    return CompiledKernel()
 
 
 @dataclass
@@ -145,7 +162,7 @@ def compact_task(task: CompactionTask) -> CompactionResult:
     try:
         group = -1
         for seg in clean_partition(task.plan, read, task.now_ms, task.config, map_bytes=task.map_bytes,
-                                   read_aborted=read_aborted):
+                                   read_aborted=read_aborted, kernel=best_kernel(task.compiled)):
             if seg.replaces:
                 group = ids[seg.replaces[0].segment_id]
                 started = task.started[group]

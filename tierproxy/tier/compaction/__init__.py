@@ -5,7 +5,9 @@ Spark task per partition and records the result as KIP-405 metadata.
 
     plan_cleaning(segments, now_ms, config, last_stable_offset=None) -> CleaningPlan | None
         (LogCleanerManager: what is cleanable; pass the partition's LSO when a transaction may be open)
-    clean_partition(plan, read_segment, now_ms, config, map_bytes=...)  -> CleanedSegment...  (Cleaner.doClean)
+    clean_partition(plan, read_segment, now_ms, config, map_bytes=..., kernel=PYTHON)
+        -> CleanedSegment...  (Cleaner.doClean; `kernel`: the per-record loops, `kernel.PYTHON` or the tier job's
+        compiled one, which decide alike)
         one CleanedSegment per group of the plan, in order; `files` None when every batch of the group went;
         when the key map fills (or a transaction the tier holds no marker for begins), the groups past it are not
         yielded and the group it ended in is written in two: what the map covered, then the rest of the group

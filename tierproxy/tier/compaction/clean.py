@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from protocol.records import CONTROL_BIT, TRANSACTIONAL_BIT, RecordBatch, iter_batches, scan_records
 from tierproxy.tier.compaction.filter import RecordFilter
+from tierproxy.tier.compaction.kernel import PYTHON, RecordKernel
 from tierproxy.tier.compaction.model import CleanedSegment, CleanerConfig, CleaningPlan, SegmentInput, TierSegment
 from tierproxy.tier.compaction.offset_map import OffsetMap
 from tierproxy.tier.compaction.producers import ProducerTracker
@@ -28,7 +29,7 @@ class MapTooSmall(ValueError):
 def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], SegmentInput], now_ms: int,
                     config: CleanerConfig, *, map_bytes: int,
                     read_aborted: Callable[[TierSegment], Sequence[AbortedTxn]] | None = None,
-                    ) -> Iterator[CleanedSegment]:
+                    kernel: RecordKernel = PYTHON) -> Iterator[CleanedSegment]:
     """Run one cleaning: the new segments, in offset order, each replacing one group of the plan.
 
     `map_bytes` bounds the key map (Kafka's log.cleaner.dedupe.buffer.size); when the map fills, the cleaning
@@ -38,7 +39,8 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
     segment it begins in, as the LSO bounds Kafka's. `read_segment` is called up to twice for a segment (the map
     pass, then the copy pass; a third time when such a transaction makes the map be built again) and once for
     each of `plan.later` (their producers); `read_aborted` (default: `read_segment(s).aborted`) gives a segment's
-    txn index."""
+    txn index. `kernel`: the per-record loops (`kernel.PYTHON`, the reference, or the tier job's compiled one:
+    both give the same bytes)."""
     segs = plan.segments
     upper = plan.first_uncleanable_offset
     aborted_of = read_aborted or (lambda s: read_segment(s).aborted)
@@ -49,7 +51,7 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
     for s in segs:
         if s.start_offset < plan.first_dirty_offset:
             _track(tracker, read_segment(s), 0)
-    end = _build_map(dirty, read_segment, offsets, tracker, txn_indexes, plan.first_dirty_offset, upper)
+    end = _build_map(dirty, read_segment, offsets, tracker, txn_indexes, plan.first_dirty_offset, upper, kernel)
     for s in dirty:  # batches past where the map stopped: their producers count too
         if s.end_offset >= end:
             _track(tracker, read_segment(s), end)
@@ -64,9 +66,9 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
             return
         offsets.clear()
         end = _build_map([s for s in dirty if s.start_offset < upper], read_segment, offsets, ProducerTracker(),
-                         txn_indexes, plan.first_dirty_offset, upper)
+                         txn_indexes, plan.first_dirty_offset, upper, kernel)
     flt = RecordFilter(now_ms, config.delete_retention_ms, offsets, CleanedTransactions(),
-                       tracker.active(now_ms, config.producer_id_expiration_ms), upper)
+                       tracker.active(now_ms, config.producer_id_expiration_ms), upper, kernel=kernel)
     for group in plan.groups:
         if group[0].start_offset >= end:
             return
@@ -84,7 +86,7 @@ def _track(tracker: ProducerTracker, inp: SegmentInput, start: int) -> None:
 
 def _build_map(dirty: Sequence[TierSegment], read_segment: Callable[[TierSegment], SegmentInput],
                offsets: OffsetMap, tracker: ProducerTracker, txn_indexes: list[tuple[int, list[AbortedTxn]]],
-               start: int, upper: int) -> int:
+               start: int, upper: int, kernel: RecordKernel) -> int:
     """Kafka's buildOffsetMap over [start, upper); the first offset the map does not cover (upper when all)."""
     txns = CleanedTransactions()
     txns.add_aborted(collect_aborted(txn_indexes, start, upper))
@@ -99,15 +101,12 @@ def _build_map(dirty: Sequence[TierSegment], read_segment: Callable[[TierSegment
                     if spans and spans[0][3] >= 4 else None
                 txns.on_control_batch(batch, ctype)
             elif not txns.on_data_batch(bool(h.attributes & TRANSACTIONAL_BIT), h.producer_id, last):
-                section, spans = scan_records(batch)
-                keyed = [s for s in spans if s[3] >= 0 and h.base_offset + s[0] >= start]
-                if keyed and offsets.entries + len(keyed) > offsets.max_entries:
+                keyed = kernel.map_batch(batch, h, start, offsets)
+                if keyed < 0:  # the batch's keys would take the map past its size: none were put
                     if offsets.latest_offset < start:
                         raise MapTooSmall(f"the key map holds {offsets.max_entries} keys, fewer than the "
-                                          f"{len(keyed)} of the batch at offset {h.base_offset}: raise its bytes")
+                                          f"{-keyed - 1} of the batch at offset {h.base_offset}: raise its bytes")
                     return offsets.latest_offset + 1  # Kafka's map is full: the cleaning ends here
-                for s in keyed:
-                    offsets.put(section[s[2]:s[2] + s[3]], h.base_offset + s[0])
             tracker.add(h)
             if last >= start:
                 offsets.latest_offset = last

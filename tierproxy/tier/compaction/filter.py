@@ -16,6 +16,7 @@ from protocol.records import (
     rebuild_batch,
     scan_records,
 )
+from tierproxy.tier.compaction.kernel import PYTHON, RecordKernel
 from tierproxy.tier.compaction.model import MAX_LONG
 from tierproxy.tier.compaction.offset_map import OffsetMap
 from tierproxy.tier.compaction.producers import ProducerState, is_last_of_producer
@@ -33,6 +34,7 @@ class RecordFilter:
     producers: dict[int, ProducerState]
     upper: int  # the first uncleanable offset: the batch ending just before it is kept, even empty
     records_read: int = 0
+    kernel: RecordKernel = PYTHON  # the per-record loops (compiled when the job has numba)
 
     def apply(self, batch: RecordBatch) -> bytes | memoryview | None:
         """The batch as the cleaned log holds it: the source view (kept whole), new bytes, or None (gone)."""
@@ -42,13 +44,15 @@ class RecordFilter:
         last = h.base_offset + h.last_offset_delta
         control = bool(h.attributes & CONTROL_BIT)
         has_horizon = bool(h.attributes & DELETE_HORIZON_BIT)
-        section, spans = scan_records(batch)
-        self.records_read += len(spans)
         if control:
+            section, spans = scan_records(batch)
+            self.records_read += len(spans)
             ctype = CONTROL_KEY.unpack_from(section, spans[0][2])[1] if spans and spans[0][3] >= 4 else None
             can_discard = self.txns.on_control_batch(batch, ctype)
             discard_records = can_discard and has_horizon and h.base_timestamp <= self.now_ms
         else:
+            retained = self.kernel.retain(batch, h, self.offsets, self.now_ms)  # a corrupt batch raises, kept or not
+            self.records_read += retained.total
             can_discard = self.txns.on_data_batch(bool(h.attributes & TRANSACTIONAL_BIT), h.producer_id, last)
             discard_records = can_discard
         # kept even empty: a producer's last batch (its state), the round's last batch (the log's last offset)
@@ -57,36 +61,26 @@ class RecordFilter:
             return None
         marker_for_empty_txn = can_discard and control
         if discard_records:
-            kept = []
+            kept, total = 0, 0
         elif control:
-            kept = spans
+            kept = total = len(spans)
         else:
-            kept = [s for s in spans if self._retain(h, section, s, has_horizon)]
+            kept, total = retained.kept, retained.total
         if kept:
-            tombstones = any(not s[4] for s in kept) if not control else False
+            tombstones = retained.tombstones if not control else False
             need_horizon = (tombstones or marker_for_empty_txn) and not has_horizon
-            if len(kept) == len(spans) and not need_horizon:
+            if kept == total and not need_horizon:
                 return batch.view()
             horizon = self.now_ms + self.delete_retention_ms if need_horizon else \
                 (h.base_timestamp if has_horizon else -1)
             if horizon > MAX_LONG:  # Kafka's sum wraps negative: no horizon, the tombstones stay
                 horizon = -1
-            return rebuild_batch(h, section, kept, delete_horizon_ms=horizon)
+            if control:
+                return rebuild_batch(h, section, spans, delete_horizon_ms=horizon)
+            return self.kernel.rebuild(h, retained, horizon)
         if retain_empty:
             return _empty(h)
         return None
-
-    def _retain(self, h: BatchHeader, section: bytes, s: tuple[int, int, int, int, bool, int, int],
-                has_horizon: bool) -> bool:
-        # Kafka's Cleaner.shouldRetainRecord for a v2 record
-        offset = h.base_offset + s[0]
-        if offset > self.offsets.latest_offset:
-            return True
-        if s[3] < 0:
-            return False  # a record without a key in a compacted log: invalid, dropped
-        if offset < self.offsets.get(section[s[2]:s[2] + s[3]]):
-            return False
-        return s[4] or not has_horizon or self.now_ms < h.base_timestamp
 
 
 def _empty(h: BatchHeader) -> bytes:
