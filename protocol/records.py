@@ -361,6 +361,8 @@ def scan_records(batch: RecordBatch) -> tuple[bytes, list[RecordSpan]]:
             else:
                 v, p = _uvarint(section, p)
             off_delta = (v >> 1) ^ -(v & 1)
+            if not -2**31 <= off_delta < 2**31:  # Kafka's offsetDelta is an int (its offset base + delta)
+                raise ProtocolError(f"batch at {h.base_offset}: an offset delta past a 32-bit int")
             tail = p
             v = section[p]
             if v < 0x80:

@@ -86,6 +86,7 @@ def _batch(section: bytes, count: int, codec: int = compression.NONE) -> RecordB
 
 
 GOOD = b"\x14\x00\x00\x00\x02k\x06abc\x00"  # one record: length 10, key b"k", value b"abc", no headers
+HUGE = b"\xfe" + b"\xff" * 8 + b"\x01"  # a 10-byte varint: zigzag 2**63 - 1 (a position plus it wraps in int64)
 CORRUPT = {
     "truncated record": (GOOD[:-3], 1),
     "more records than bytes": (GOOD, 50),
@@ -97,6 +98,12 @@ CORRUPT = {
     # a record of 4 bytes whose 2-byte key would be the next record's first bytes
     "key length past its record": (b"\x08\x00\x00\x00\x04" + GOOD, 2),
     "negative record length": (b"\x03" + GOOD[1:], 1),
+    # a null key, so no key check stops it: the compiled scan read on past the wrapped end
+    "record length near 2**63": (HUGE + b"\x00\x00\x00\x01\x01\x00" + bytes(8), 1),
+    # the compiled scan read the value's length 2**63 bytes back (a segfault)
+    "key length near 2**63": (b"\x14\x00\x00\x00" + HUGE + b"abcdefghijkl", 1),
+    # base + delta wrapped negative in the compiled loop: the reference kept the record, the kernel dropped it
+    "offset delta past an int": (b"\x26\x00\x00" + HUGE + b"\x02k\x06abc\x00", 1),
 }
 
 

@@ -29,7 +29,8 @@ def _raise(code: int, base_offset: int) -> None:
     raise ProtocolError({loops.TRUNCATED: f"batch at {base_offset}: truncated record",
                          loops.PAST_BATCH: "record length runs past the batch",
                          loops.LONG_VARINT: "varint longer than 10 bytes or past 64 bits",
-                         loops.KEY_PAST: f"batch at {base_offset}: a key runs past its record"}[code])
+                         loops.KEY_PAST: f"batch at {base_offset}: a key runs past its record",
+                         loops.DELTA_PAST_INT: f"batch at {base_offset}: an offset delta past a 32-bit int"}[code])
 
 
 class _Retained:
