@@ -149,3 +149,15 @@ def test_the_job_falls_back_to_the_python_reference_without_numba(monkeypatch: p
     assert best_kernel() is PYTHON
     with pytest.raises(ImportError):
         best_kernel(True)
+
+
+def test_the_kernel_compiles_uncached_where_numba_can_write_no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a read-only install run by a user without a writable home (a Spark executor may be one): numba finds no
+    # place for its cache, which it says by a RuntimeError when the function is decorated, at import
+    import numba.core.config
+
+    for name in ("compaction_kernel", "compaction_loops", "md5"):
+        monkeypatch.delitem(sys.modules, f"tierproxy.jobs.tiering.{name}")
+        monkeypatch.delattr(sys.modules["tierproxy.jobs.tiering"], name)
+    monkeypatch.setattr(numba.core.config, "CACHE_LOCATOR_CLASSES", "ZipCacheLocator")  # none outside a zip
+    assert type(best_kernel()).__name__ == "CompiledKernel"  # (not compiled here: seconds, no new risk)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
-from tierproxy.jobs.tiering.md5 import md5_into
+from tierproxy.jobs.tiering.md5 import jit, md5_into
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-_inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+_jit = jit()
+_inline = jit(inline="always")
 
 OK, TRUNCATED, PAST_BATCH, LONG_VARINT, KEY_PAST, MAP_FULL, DELTA_PAST_INT = 0, -1, -2, -3, -4, -5, -6
 # a record's span, as scan_records' tuple: offset delta, timestamp delta, key start, key length (-1 null),
