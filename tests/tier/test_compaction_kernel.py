@@ -36,8 +36,11 @@ step = st.one_of(
               st.sampled_from(CODECS)),
     st.tuples(st.just("txn"), st.sampled_from([200, 201]), st.integers(0, 3), st.booleans()),
 )
-rounds = st.lists(st.tuples(st.lists(step, min_size=1, max_size=6), st.integers(0, 3 * RETENTION // 2),
-                            st.integers(1, 3)), min_size=1, max_size=4)
+# a round's clock advance; RETENTION ± 1 lands a cleaning on, just before and just after the horizons the last one
+# set (a kernel comparing `now <= horizon` passed 150 examples without them)
+advance = st.one_of(st.sampled_from([RETENTION - 1, RETENTION, RETENTION + 1]), st.integers(0, 3 * RETENTION // 2))
+rounds = st.lists(st.tuples(st.lists(step, min_size=1, max_size=6), advance, st.integers(1, 3)), min_size=1,
+                  max_size=4)
 
 
 def _facts(out: list[CleanedSegment] | None) -> object:
