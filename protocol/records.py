@@ -398,19 +398,25 @@ def rebuilt_body(h: BatchHeader, section: bytes, spans: list[RecordSpan],
     """The uncompressed records section of `rebuild_batch`, its base and its max timestamp (the record heads
     re-encoded against the new base, the tails copied); the compaction's compiled kernel writes the same."""
     log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
-    # a record's timestamp is base + delta whether or not the base holds a delete horizon
-    stamps = [h.max_timestamp if log_append else h.base_timestamp + s[1] for s in spans]
+    # a record's timestamp is base + delta whether or not the base holds a delete horizon; sums as Java longs (they
+    # wrap past 2**63, as Kafka's do and the compaction's compiled kernel's)
+    stamps = [h.max_timestamp if log_append else _long(h.base_timestamp + s[1]) for s in spans]
     base_ts = delete_horizon_ms if delete_horizon_ms >= 0 else stamps[0]
     max_ts = h.max_timestamp if log_append else max(stamps)
     body = bytearray()
     for span, ts in zip(spans, stamps, strict=True):
-        head = b"\x00" + encode_unsigned_varint(zigzag(ts - base_ts) & 0xFFFFFFFFFFFFFFFF) + \
+        head = b"\x00" + encode_unsigned_varint(zigzag(_long(ts - base_ts)) & 0xFFFFFFFFFFFFFFFF) + \
             encode_unsigned_varint(zigzag(span[0]) & 0xFFFFFFFF)
         rest = section[span[5]:span[6]]
         body += encode_unsigned_varint(zigzag(len(head) + len(rest)) & 0xFFFFFFFF)
         body += head
         body += rest
     return bytes(body), base_ts, max_ts
+
+
+def _long(v: int) -> int:
+    """`v` as a Java long holds it (wrapped to 64 bits)."""
+    return (v + 2**63) % 2**64 - 2**63
 
 
 def finish_rebuilt(h: BatchHeader, body: bytes | memoryview, count: int, base_ts: int, max_ts: int,

@@ -164,3 +164,31 @@ def test_the_kernel_compiles_uncached_where_numba_can_write_no_cache(monkeypatch
         monkeypatch.delattr(sys.modules["tierproxy.jobs.tiering"], name)
     monkeypatch.setattr(numba.core.config, "CACHE_LOCATOR_CLASSES", "ZipCacheLocator")  # none outside a zip
     assert type(best_kernel()).__name__ == "CompiledKernel"  # (not compiled here: seconds, no new risk)
+
+
+@pytest.mark.parametrize("horizon", [-1, 5_000])
+def test_timestamps_past_int64_wrap_alike_as_in_java(horizon: int) -> None:
+    # base + delta past 2**63 (a record at Long.MAX - 2 + 4): Kafka's long sum wraps; the compiled loop wrapped,
+    # the reference's Python ints did not (a struct.error packing the header, or a delta Java reads otherwise)
+    keep, drop = b"\x14\x00\x08\x00\x02k\x06abc\x00", b"\x14\x00\x00\x02\x02j\x06abc\x00"
+    section = drop + keep  # the first record (key j, ts delta 0) superseded: the batch is rebuilt
+    out = bytearray(HEADER_SIZE + len(section))
+    BATCH_HEADER.pack_into(out, 0, 10, len(out) - LENGTH_OVERHEAD, 0, 2, 0, 0, 1, 2**63 - 3, 2**63 - 1, -1, -1, -1,
+                           2)
+    out[HEADER_SIZE:] = section
+    batch = RecordBatch(memoryview(bytes(out)))
+    rebuilt = []
+    for kernel in (PYTHON, CompiledKernel()):
+        offsets = OffsetMap(1 << 12)
+        assert kernel.map_batch(batch, batch.header(), 0, offsets) == 2
+        offsets.put(b"j", 20)
+        retained = kernel.retain(batch, batch.header(), offsets, 0)
+        assert retained.kept == 1
+        rebuilt.append(kernel.rebuild(batch.header(), retained, horizon))
+    assert rebuilt[0] == rebuilt[1]
+    [record] = RecordBatch(memoryview(rebuilt[0])).records()
+    assert record.key == b"k" and _long(record.timestamp) == _long(2**63 - 3 + 4)  # the Java long the source held
+
+
+def _long(v: int) -> int:
+    return (v + 2**63) % 2**64 - 2**63
