@@ -373,8 +373,8 @@ def scan_records(batch: RecordBatch) -> tuple[bytes, list[RecordSpan]]:
             key_start = p
             if key_len >= 0:
                 p += key_len
-                if p > end:
-                    raise ProtocolError(f"batch at {h.base_offset}: a key runs past its record")
+            if p >= end:  # the value's length and the headers' count are the record's too: a byte each at least
+                raise ProtocolError(f"batch at {h.base_offset}: a key runs past its record")
             # the value's length: -1 (zigzag 1) is the one-byte 0x01
             append((off_delta, ts_delta, key_start, key_len, section[p] != 1, tail, end))
             pos = end

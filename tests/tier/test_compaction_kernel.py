@@ -106,6 +106,9 @@ CORRUPT = {
     # the compiled scan read the value's length 2**63 bytes back (a segfault)
     "key length near 2**63": (b"\x14\x00\x00\x00" + HUGE + b"abcdefghijkl", 1),
     # base + delta wrapped negative in the compiled loop: the reference kept the record, the kernel dropped it
+    # a record of length 0 (a null key: no key check): its fields are the next bytes; rebuilt, it lost them
+    "record length 0": (b"\x00\x00\x00\x00\x01\x01\x00", 1),
+    "value length past its record": (b"\x0a\x00\x00\x00\x02k" + GOOD, 2),
     "offset delta past an int": (b"\x26\x00\x00" + HUGE + b"\x02k\x06abc\x00", 1),
 }
 

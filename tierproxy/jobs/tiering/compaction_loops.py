@@ -82,9 +82,11 @@ def scan(buf: Any, pos: int, stop: int, count: int, spans: Any) -> int:
             return p
         klen = _zz(v)
         spans[i, KEY], spans[i, KLEN] = p - base, klen
+        # the value's length and the headers' count are the record's too (a byte each at least); klen >= end - p,
+        # not p + klen >= end: that sum can wrap past 2**63
+        if (klen >= 0 and klen >= end - p) or p >= end:
+            return KEY_PAST
         if klen >= 0:
-            if klen > end - p:  # (not p + klen > end: that sum can wrap past 2**63)
-                return KEY_PAST
             p += klen
         if p >= stop:
             return TRUNCATED
