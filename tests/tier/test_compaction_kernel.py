@@ -195,3 +195,18 @@ def test_timestamps_past_int64_wrap_alike_as_in_java(horizon: int) -> None:
 
 def _long(v: int) -> int:
     return (v + 2**63) % 2**64 - 2**63
+
+
+def test_a_base_offset_whose_records_pass_a_long_raises_on_both_paths() -> None:
+    # base + delta past 2**63 wrapped negative in the compiled loop (below the map's latest: the record dropped)
+    # while the reference's Python int stayed above it (kept)
+    out = bytearray(_batch(GOOD[:3] + b"\x02" + GOOD[4:], 1).view())  # offset delta 1
+    BATCH_HEADER.pack_into(out, 0, 2**63 - 1, *BATCH_HEADER.unpack_from(out)[1:])
+    batch = RecordBatch(memoryview(bytes(out)))
+    for kernel in (PYTHON, CompiledKernel()):
+        offsets = OffsetMap(1 << 12)
+        offsets.latest_offset = 100
+        with pytest.raises(ProtocolError):
+            kernel.retain(batch, batch.header(), offsets, 0)
+        with pytest.raises(ProtocolError):
+            kernel.map_batch(batch, batch.header(), 0, offsets)
