@@ -361,6 +361,8 @@ def scan_records(batch: RecordBatch) -> tuple[bytes, list[RecordSpan]]:
             else:
                 v, p = _uvarint(section, p)
             off_delta = (v >> 1) ^ -(v & 1)
+            if not -2**31 <= off_delta < 2**31:  # Kafka's offsetDelta is an int (its offset base + delta)
+                raise ProtocolError(f"batch at {h.base_offset}: an offset delta past a 32-bit int")
             tail = p
             v = section[p]
             if v < 0x80:
@@ -371,8 +373,8 @@ def scan_records(batch: RecordBatch) -> tuple[bytes, list[RecordSpan]]:
             key_start = p
             if key_len >= 0:
                 p += key_len
-                if p > end:
-                    raise ProtocolError(f"batch at {h.base_offset}: a key runs past its record")
+            if p >= end:  # the value's length and the headers' count are the record's too: a byte each at least
+                raise ProtocolError(f"batch at {h.base_offset}: a key runs past its record")
             # the value's length: -1 (zigzag 1) is the one-byte 0x01
             append((off_delta, ts_delta, key_start, key_len, section[p] != 1, tail, end))
             pos = end
@@ -396,19 +398,25 @@ def rebuilt_body(h: BatchHeader, section: bytes, spans: list[RecordSpan],
     """The uncompressed records section of `rebuild_batch`, its base and its max timestamp (the record heads
     re-encoded against the new base, the tails copied); the compaction's compiled kernel writes the same."""
     log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
-    # a record's timestamp is base + delta whether or not the base holds a delete horizon
-    stamps = [h.max_timestamp if log_append else h.base_timestamp + s[1] for s in spans]
+    # a record's timestamp is base + delta whether or not the base holds a delete horizon; sums as Java longs (they
+    # wrap past 2**63, as Kafka's do and the compaction's compiled kernel's)
+    stamps = [h.max_timestamp if log_append else _long(h.base_timestamp + s[1]) for s in spans]
     base_ts = delete_horizon_ms if delete_horizon_ms >= 0 else stamps[0]
     max_ts = h.max_timestamp if log_append else max(stamps)
     body = bytearray()
     for span, ts in zip(spans, stamps, strict=True):
-        head = b"\x00" + encode_unsigned_varint(zigzag(ts - base_ts) & 0xFFFFFFFFFFFFFFFF) + \
+        head = b"\x00" + encode_unsigned_varint(zigzag(_long(ts - base_ts)) & 0xFFFFFFFFFFFFFFFF) + \
             encode_unsigned_varint(zigzag(span[0]) & 0xFFFFFFFF)
         rest = section[span[5]:span[6]]
         body += encode_unsigned_varint(zigzag(len(head) + len(rest)) & 0xFFFFFFFF)
         body += head
         body += rest
     return bytes(body), base_ts, max_ts
+
+
+def _long(v: int) -> int:
+    """`v` as a Java long holds it (wrapped to 64 bits)."""
+    return (v + 2**63) % 2**64 - 2**63
 
 
 def finish_rebuilt(h: BatchHeader, body: bytes | memoryview, count: int, base_ts: int, max_ts: int,

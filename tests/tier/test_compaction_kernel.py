@@ -36,8 +36,11 @@ step = st.one_of(
               st.sampled_from(CODECS)),
     st.tuples(st.just("txn"), st.sampled_from([200, 201]), st.integers(0, 3), st.booleans()),
 )
-rounds = st.lists(st.tuples(st.lists(step, min_size=1, max_size=6), st.integers(0, 3 * RETENTION // 2),
-                            st.integers(1, 3)), min_size=1, max_size=4)
+# a round's clock advance; RETENTION ± 1 lands a cleaning on, just before and just after the horizons the last one
+# set (a kernel comparing `now <= horizon` passed 150 examples without them)
+advance = st.one_of(st.sampled_from([RETENTION - 1, RETENTION, RETENTION + 1]), st.integers(0, 3 * RETENTION // 2))
+rounds = st.lists(st.tuples(st.lists(step, min_size=1, max_size=6), advance, st.integers(1, 3)), min_size=1,
+                  max_size=4)
 
 
 def _facts(out: list[CleanedSegment] | None) -> object:
@@ -86,6 +89,7 @@ def _batch(section: bytes, count: int, codec: int = compression.NONE) -> RecordB
 
 
 GOOD = b"\x14\x00\x00\x00\x02k\x06abc\x00"  # one record: length 10, key b"k", value b"abc", no headers
+HUGE = b"\xfe" + b"\xff" * 8 + b"\x01"  # a 10-byte varint: zigzag 2**63 - 1 (a position plus it wraps in int64)
 CORRUPT = {
     "truncated record": (GOOD[:-3], 1),
     "more records than bytes": (GOOD, 50),
@@ -97,6 +101,15 @@ CORRUPT = {
     # a record of 4 bytes whose 2-byte key would be the next record's first bytes
     "key length past its record": (b"\x08\x00\x00\x00\x04" + GOOD, 2),
     "negative record length": (b"\x03" + GOOD[1:], 1),
+    # a null key, so no key check stops it: the compiled scan read on past the wrapped end
+    "record length near 2**63": (HUGE + b"\x00\x00\x00\x01\x01\x00" + bytes(8), 1),
+    # the compiled scan read the value's length 2**63 bytes back (a segfault)
+    "key length near 2**63": (b"\x14\x00\x00\x00" + HUGE + b"abcdefghijkl", 1),
+    # base + delta wrapped negative in the compiled loop: the reference kept the record, the kernel dropped it
+    # a record of length 0 (a null key: no key check): its fields are the next bytes; rebuilt, it lost them
+    "record length 0": (b"\x00\x00\x00\x00\x01\x01\x00", 1),
+    "value length past its record": (b"\x0a\x00\x00\x00\x02k" + GOOD, 2),
+    "offset delta past an int": (b"\x26\x00\x00" + HUGE + b"\x02k\x06abc\x00", 1),
 }
 
 
@@ -142,3 +155,58 @@ def test_the_job_falls_back_to_the_python_reference_without_numba(monkeypatch: p
     assert best_kernel() is PYTHON
     with pytest.raises(ImportError):
         best_kernel(True)
+
+
+def test_the_kernel_compiles_uncached_where_numba_can_write_no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a read-only install run by a user without a writable home (a Spark executor may be one): numba finds no
+    # place for its cache, which it says by a RuntimeError when the function is decorated, at import
+    import numba.core.config
+
+    for name in ("compaction_kernel", "compaction_loops", "md5"):
+        monkeypatch.delitem(sys.modules, f"tierproxy.jobs.tiering.{name}")
+        monkeypatch.delattr(sys.modules["tierproxy.jobs.tiering"], name)
+    monkeypatch.setattr(numba.core.config, "CACHE_LOCATOR_CLASSES", "ZipCacheLocator")  # none outside a zip
+    assert type(best_kernel()).__name__ == "CompiledKernel"  # (not compiled here: seconds, no new risk)
+
+
+@pytest.mark.parametrize("horizon", [-1, 5_000])
+def test_timestamps_past_int64_wrap_alike_as_in_java(horizon: int) -> None:
+    # base + delta past 2**63 (a record at Long.MAX - 2 + 4): Kafka's long sum wraps; the compiled loop wrapped,
+    # the reference's Python ints did not (a struct.error packing the header, or a delta Java reads otherwise)
+    keep, drop = b"\x14\x00\x08\x00\x02k\x06abc\x00", b"\x14\x00\x00\x02\x02j\x06abc\x00"
+    section = drop + keep  # the first record (key j, ts delta 0) superseded: the batch is rebuilt
+    out = bytearray(HEADER_SIZE + len(section))
+    BATCH_HEADER.pack_into(out, 0, 10, len(out) - LENGTH_OVERHEAD, 0, 2, 0, 0, 1, 2**63 - 3, 2**63 - 1, -1, -1, -1,
+                           2)
+    out[HEADER_SIZE:] = section
+    batch = RecordBatch(memoryview(bytes(out)))
+    rebuilt = []
+    for kernel in (PYTHON, CompiledKernel()):
+        offsets = OffsetMap(1 << 12)
+        assert kernel.map_batch(batch, batch.header(), 0, offsets) == 2
+        offsets.put(b"j", 20)
+        retained = kernel.retain(batch, batch.header(), offsets, 0)
+        assert retained.kept == 1
+        rebuilt.append(kernel.rebuild(batch.header(), retained, horizon))
+    assert rebuilt[0] == rebuilt[1]
+    [record] = RecordBatch(memoryview(rebuilt[0])).records()
+    assert record.key == b"k" and _long(record.timestamp) == _long(2**63 - 3 + 4)  # the Java long the source held
+
+
+def _long(v: int) -> int:
+    return (v + 2**63) % 2**64 - 2**63
+
+
+def test_a_base_offset_whose_records_pass_a_long_raises_on_both_paths() -> None:
+    # base + delta past 2**63 wrapped negative in the compiled loop (below the map's latest: the record dropped)
+    # while the reference's Python int stayed above it (kept)
+    out = bytearray(_batch(GOOD[:3] + b"\x02" + GOOD[4:], 1).view())  # offset delta 1
+    BATCH_HEADER.pack_into(out, 0, 2**63 - 1, *BATCH_HEADER.unpack_from(out)[1:])
+    batch = RecordBatch(memoryview(bytes(out)))
+    for kernel in (PYTHON, CompiledKernel()):
+        offsets = OffsetMap(1 << 12)
+        offsets.latest_offset = 100
+        with pytest.raises(ProtocolError):
+            kernel.retain(batch, batch.header(), offsets, 0)
+        with pytest.raises(ProtocolError):
+            kernel.map_batch(batch, batch.header(), 0, offsets)

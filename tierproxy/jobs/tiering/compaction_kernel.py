@@ -17,6 +17,7 @@ from protocol import compression
 from protocol.errors import ProtocolError
 from protocol.records import HEADER_SIZE, LENGTH_OVERHEAD, TIMESTAMP_TYPE_BIT, BatchHeader, RecordBatch, finish_rebuilt
 from tierproxy.jobs.tiering import compaction_loops as loops
+from tierproxy.tier.compaction.kernel import check_base_offset
 from tierproxy.tier.compaction.offset_map import OffsetMap
 
 _MAX_HEAD = 21  # a rebuilt record's length varint (5), attributes (1), timestamp delta (10), offset delta (5)
@@ -29,7 +30,8 @@ def _raise(code: int, base_offset: int) -> None:
     raise ProtocolError({loops.TRUNCATED: f"batch at {base_offset}: truncated record",
                          loops.PAST_BATCH: "record length runs past the batch",
                          loops.LONG_VARINT: "varint longer than 10 bytes or past 64 bits",
-                         loops.KEY_PAST: f"batch at {base_offset}: a key runs past its record"}[code])
+                         loops.KEY_PAST: f"batch at {base_offset}: a key runs past its record",
+                         loops.DELTA_PAST_INT: f"batch at {base_offset}: an offset delta past a 32-bit int"}[code])
 
 
 class _Retained:
@@ -53,6 +55,7 @@ class CompiledKernel:
 
     def _section(self, batch: RecordBatch, h: BatchHeader) -> tuple[Any, int, int, int]:
         """(array, start, stop) of the records section, and its record count (scratch grown for it)."""
+        check_base_offset(h)
         start, stop = batch.pos + HEADER_SIZE, batch.pos + h.batch_length + LENGTH_OVERHEAD
         codec = h.attributes & 0x07
         if codec == compression.NONE:

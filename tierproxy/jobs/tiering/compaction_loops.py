@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
-from tierproxy.jobs.tiering.md5 import md5_into
+from tierproxy.jobs.tiering.md5 import jit, md5_into
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-_inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+_jit = jit()
+_inline = jit(inline="always")
 
-OK, TRUNCATED, PAST_BATCH, LONG_VARINT, KEY_PAST, MAP_FULL = 0, -1, -2, -3, -4, -5
+OK, TRUNCATED, PAST_BATCH, LONG_VARINT, KEY_PAST, MAP_FULL, DELTA_PAST_INT = 0, -1, -2, -3, -4, -5, -6
 # a record's span, as scan_records' tuple: offset delta, timestamp delta, key start, key length (-1 null),
 # has value (0/1), tail start, end
 OFF, TS, KEY, KLEN, VALUE, TAIL, END = range(7)
@@ -64,9 +63,9 @@ def scan(buf: Any, pos: int, stop: int, count: int, spans: Any) -> int:
         if pos < 0:
             return pos
         length = _zz(v)
-        end = pos + length
-        if length < 0 or end > stop:
+        if length < 0 or length > stop - pos:  # (not pos + length > stop: that sum can wrap past 2**63)
             return PAST_BATCH
+        end = pos + length
         v, p = _uvarint(buf, pos + 1, stop)  # past attributes:int8
         if p < 0:
             return p
@@ -74,16 +73,21 @@ def scan(buf: Any, pos: int, stop: int, count: int, spans: Any) -> int:
         v, p = _uvarint(buf, p, stop)
         if p < 0:
             return p
-        spans[i, OFF], spans[i, TS], spans[i, TAIL] = _zz(v), ts, p - base
+        off = _zz(v)
+        if off < -(1 << 31) or off >= 1 << 31:
+            return DELTA_PAST_INT
+        spans[i, OFF], spans[i, TS], spans[i, TAIL] = off, ts, p - base
         v, p = _uvarint(buf, p, stop)
         if p < 0:
             return p
         klen = _zz(v)
         spans[i, KEY], spans[i, KLEN] = p - base, klen
+        # the value's length and the headers' count are the record's too (a byte each at least); klen >= end - p,
+        # not p + klen >= end: that sum can wrap past 2**63
+        if (klen >= 0 and klen >= end - p) or p >= end:
+            return KEY_PAST
         if klen >= 0:
             p += klen
-            if p > end:
-                return KEY_PAST
         if p >= stop:
             return TRUNCATED
         spans[i, VALUE] = 1 if buf[p] != 1 else 0  # the value's length: -1 (zigzag 1) is the one byte 0x01

@@ -7,13 +7,30 @@ modulo 2**32 arithmetic exact).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numba
 import numpy as np
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-_inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def jit(**options: Any) -> Callable[[F], F]:
+    """numba.njit as the compaction kernel compiles (no GIL held; no bounds checks: its reads are checked by hand),
+    cached on disk where numba finds a writable place (the package's __pycache__, NUMBA_CACHE_DIR, the user's
+    cache dir), else compiled afresh in each process: numba raises at decoration, so at import, when it finds none
+    (a read-only install run by a user without a writable home, as a Spark executor may be)."""
+    def wrap(f: F) -> F:
+        try:
+            return numba.njit(cache=True, nogil=True, boundscheck=False, **options)(f)  # type: ignore[no-any-return]
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            return numba.njit(cache=False, nogil=True, boundscheck=False, **options)(f)  # type: ignore[no-any-return]
+    return wrap
+
+
+_jit = jit()
+_inline = jit(inline="always")
 
 _M32 = np.uint64(0xFFFFFFFF)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from protocol.errors import ProtocolError
 from protocol.records import BatchHeader, RecordBatch, RecordSpan, finish_rebuilt, rebuilt_body, scan_records
 from tierproxy.tier.compaction.offset_map import OffsetMap
 
@@ -35,6 +36,13 @@ class RecordKernel(Protocol):
 
     def rebuild(self, h: BatchHeader, retained: Any, delete_horizon_ms: int) -> bytes:
         """The batch of the retained records (`retained.kept` ≥ 1), as `protocol.records.rebuild_batch`."""
+
+
+def check_base_offset(h: BatchHeader) -> None:
+    """Raise ProtocolError when the batch's offsets (base + an int offset delta) could pass a long: the compiled
+    loop's sums would wrap where the reference's do not (a record kept by one, dropped by the other)."""
+    if not -2**63 + 2**31 <= h.base_offset <= 2**63 - 2**31:
+        raise ProtocolError(f"batch at {h.base_offset}: its offsets could run past a 64-bit long")
 
 
 def retain_record(offset: int, latest_offset: int, key_length: int, mapped: int, has_value: bool,
@@ -62,6 +70,7 @@ class PythonKernel:
     """The reference: `scan_records`, `OffsetMap.put/get` and `retain_record` per record."""
 
     def map_batch(self, batch: RecordBatch, h: BatchHeader, start: int, offsets: OffsetMap) -> int:
+        check_base_offset(h)
         section, spans = scan_records(batch)
         keyed = [s for s in spans if s[3] >= 0 and h.base_offset + s[0] >= start]
         if keyed and offsets.entries + len(keyed) > offsets.max_entries:
@@ -71,6 +80,7 @@ class PythonKernel:
         return len(keyed)
 
     def retain(self, batch: RecordBatch, h: BatchHeader, offsets: OffsetMap, now_ms: int) -> _PyRetained:
+        check_base_offset(h)
         section, spans = scan_records(batch)
         has_horizon = bool(h.attributes & 0x40)  # DELETE_HORIZON_BIT
         latest = offsets.latest_offset
