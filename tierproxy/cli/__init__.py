@@ -359,8 +359,16 @@ def _failure_of(probe: Callable[[], Coroutine[Any, Any, None]]) -> Exception | N
     """Run a start-up check on its own event loop; what it raised, if anything."""
     import asyncio
 
+    def quiet_interrupt(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # a task the user's Ctrl-C ended: the interrupt goes on to `main` (one line); asyncio would log the task
+        # as an exception never retrieved, with a traceback
+        if not isinstance(context.get("exception"), KeyboardInterrupt):
+            loop.default_exception_handler(context)
+
     try:
-        asyncio.run(probe())
+        with asyncio.Runner() as runner:
+            runner.get_loop().set_exception_handler(quiet_interrupt)
+            runner.run(probe())
     except Exception as exc:
         return exc
     return None
