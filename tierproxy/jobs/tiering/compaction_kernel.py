@@ -15,7 +15,15 @@ import numpy as np
 
 from protocol import compression
 from protocol.errors import ProtocolError
-from protocol.records import HEADER_SIZE, LENGTH_OVERHEAD, TIMESTAMP_TYPE_BIT, BatchHeader, RecordBatch, finish_rebuilt
+from protocol.records import (
+    DELETE_HORIZON_BIT,
+    HEADER_SIZE,
+    LENGTH_OVERHEAD,
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    RecordBatch,
+    finish_rebuilt,
+)
 from tierproxy.jobs.tiering import compaction_loops as loops
 from tierproxy.tier.compaction.kernel import check_base_offset
 from tierproxy.tier.compaction.offset_map import OffsetMap
@@ -87,7 +95,7 @@ class CompiledKernel:
     def retain(self, batch: RecordBatch, h: BatchHeader, offsets: OffsetMap, now_ms: int) -> _Retained:
         data, pos, stop, count = self._section(batch, h)
         kept, tombstones = loops.retain(data, pos, stop, count, h.base_offset, h.base_timestamp,
-                                        bool(h.attributes & 0x40), now_ms, offsets.latest_offset,
+                                        bool(h.attributes & DELETE_HORIZON_BIT), now_ms, offsets.latest_offset,
                                         np.frombuffer(offsets.table, dtype=np.uint8), offsets.slots, self._spans,
                                         self._tail, self._digest, self._keep)
         if kept < 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from protocol.errors import ProtocolError
-from protocol.records import BatchHeader, RecordBatch, RecordSpan, finish_rebuilt, rebuilt_body, scan_records
+from protocol.records import DELETE_HORIZON_BIT, BatchHeader, RecordBatch, RecordSpan, rebuild_batch, scan_records
 from tierproxy.tier.compaction.offset_map import OffsetMap
 
 
@@ -82,7 +82,7 @@ class PythonKernel:
     def retain(self, batch: RecordBatch, h: BatchHeader, offsets: OffsetMap, now_ms: int) -> _PyRetained:
         check_base_offset(h)
         section, spans = scan_records(batch)
-        has_horizon = bool(h.attributes & 0x40)  # DELETE_HORIZON_BIT
+        has_horizon = bool(h.attributes & DELETE_HORIZON_BIT)
         latest = offsets.latest_offset
         kept = []
         for s in spans:
@@ -93,8 +93,7 @@ class PythonKernel:
         return _PyRetained(section, kept, len(spans))
 
     def rebuild(self, h: BatchHeader, retained: Any, delete_horizon_ms: int) -> bytes:
-        body, base_ts, max_ts = rebuilt_body(h, retained.section, retained.spans, delete_horizon_ms)
-        return finish_rebuilt(h, body, len(retained.spans), base_ts, max_ts, delete_horizon_ms)
+        return rebuild_batch(h, retained.section, retained.spans, delete_horizon_ms=delete_horizon_ms)
 
 
 PYTHON: RecordKernel = PythonKernel()
