@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from protocol.constants import ApiKey
+from protocol.constants import ApiKey, ErrorCode
 from protocol.records import iter_batches
 from protocol.requests import fetch_request
 from tests.support.kafka import (
@@ -152,9 +152,15 @@ def test_a_fetch_inside_a_hole_reads_on_from_the_next_segment(kafka: KafkaCluste
     proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={"TIERPROXY_STORAGE": s.storage,
                                                            "TIERPROXY_METADATA": str(s.metadata)})
     try:
-        with WireClient(proxy.bootstrap) as w:
-            resp = w.request(ApiKey.FETCH, 12, fetch_request({topic_name: {0: hw}}, max_bytes=1 << 20))
-        part = resp["responses"][0]["partitions"][0]
+        def answered() -> dict[str, Any] | None:
+            with WireClient(proxy.bootstrap) as w:
+                resp = w.request(ApiKey.FETCH, 12, fetch_request({topic_name: {0: hw}}, max_bytes=1 << 20))
+            got: dict[str, Any] = resp["responses"][0]["partitions"][0]
+            # REPLICA_NOT_AVAILABLE is the retriable answer while the new proxy loads the tier's metadata (its port
+            # opens first): a client retries it, so does the test (a CI run asked before the load ended)
+            return None if got["error_code"] == ErrorCode.REPLICA_NOT_AVAILABLE else got
+
+        part = wait_until(answered, "a fetch answered without a retriable error", timeout=60, interval=0.2)
         (empty,) = iter_batches(part["records"])
         assert (part["error_code"], part["high_watermark"]) == (0, empty_to)
         assert (empty.base_offset, empty.last_offset, list(empty.records()), empty.crc_ok()) == \
