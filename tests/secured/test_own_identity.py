@@ -310,6 +310,8 @@ def test_within_the_authorization_window_a_revoked_acl_stops_tier_reads_when_it_
         return float(line.split()[1])
 
     try:
+        # the admin API starts after the Kafka port opens (0.35-0.4 s here): alice's first fetch may come sooner
+        wait_until(lambda: windowed() >= 0, "the admin API", timeout=30)
         served_proxy, served.proxy = served.proxy, proxy  # _client connects to `served.proxy`
         try:
             with _client(served, "bob") as w:
