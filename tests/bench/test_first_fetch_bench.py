@@ -80,7 +80,7 @@ def test_first_fetch_of_a_cold_catch_up_vs_the_brokers(kafka: KafkaCluster, tmp_
             proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
                 "TIERPROXY_STORAGE": f"file://{tmp_path}/tier", "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
             try:
-                time.sleep(2)  # the tier's metadata loaded; nothing asked of the proxy yet
+                proxy.wait_tier_ready()  # nothing asked of the proxy yet
                 direct.append(_first_fetch(kafka.bootstrap, "ff-local", local_start, version, ids["ff-local"],
                                            metadata))
                 proxied.append(_first_fetch(f"127.0.0.1:{proxy.base + 1}", "ff-tiered", 0, version,
