@@ -25,7 +25,7 @@ from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 # a remote reader: once its imports are done it says so (creates the file argv[4]) and fetches for argv[3] seconds
-LOADER = ("import sys, time\nfrom tests.remote.test_remote_txn_outage import timed_fetch\n"
+LOADER = ("import sys, time\nfrom tests.support.remote import timed_fetch\n"
           "open(sys.argv[4], 'w').close()\nend = time.monotonic() + float(sys.argv[3])\n"
           "while time.monotonic() < end:\n    timed_fetch(sys.argv[1], sys.argv[2], 0)\n")
 
