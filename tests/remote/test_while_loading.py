@@ -161,7 +161,7 @@ def test_remote_answers_carry_the_leaders_offsets_or_a_retriable_error(kafka: Ka
                     resp = w.request(ApiKey.FETCH, 12, fetch_request({topic_name: {0: 0}}, max_bytes=1 << 20))
                 return dict(resp["responses"][0]["partitions"][0])
 
-            wait_until(lambda: "remote tier ready" in proxy.log_text(), "the tier", timeout=30)
+            proxy.wait_tier_ready(timeout=30, connections=False)
             blind = fetch()
             assert blind["error_code"] == ErrorCode.REPLICA_NOT_AVAILABLE
             assert len(blind["records"] or b"") == 0 and blind["high_watermark"] == -1
