@@ -71,6 +71,33 @@ def test_a_producer_back_after_expiring_with_a_marker_alone_keeps_the_marker_as_
     assert [(b.base, b.control) for b in tier.batches() if b.pid == TXN] == [(1, -1), (3, -1)]
 
 
+@KERNELS
+def test_a_timestamp_past_the_cleanings_time_expires_nobody_early(kernel: RecordKernel) -> None:
+    # A batch stamped far past the cleaning's clock (a producer's skewed CreateTime) is no measure of the log's
+    # time: producers active at the cleaning's time stay so, also through the sweeps the churn after it runs.
+    tier, h = Tier(CONFIG, kernel=kernel), History()
+    tier.append([h.data(101, [(0, True)], NOW - 10), h.data(PLAIN, [(1, True)], NOW + 100 * EXP)]
+                + [h.data(1_000 + i, [(1, True)], NOW - 5) for i in range(1_100)]  # new ids: the tracker sweeps
+                + [h.data(PLAIN, [(0, True)], NOW - 5)])
+    tier.clean(NOW)
+    assert [b.records for b in tier.batches() if b.pid == 101] == [()]  # its last batch, kept empty
+
+
+@KERNELS
+def test_a_sweep_forgets_only_producers_expired_in_the_logs_time(kernel: RecordKernel) -> None:
+    # A transactional producer writes, is idle 1.5 expirations by the cleaning's clock but only 0.1 by the log's
+    # when churn makes the tracker sweep, and commits an empty transaction 0.5 after its data. Kafka never expired
+    # it (idle 501 ms < producer.id.expiration.ms), so its entry's last data offset is still that batch, which the
+    # cleaner keeps, empty. A sweep by the cleaning's clock would make the marker a fresh producer's last batch.
+    tier, h = Tier(CONFIG, kernel=kernel), History()
+    t0 = NOW - 3 * EXP // 2
+    tier.append([h.data(TXN, [(0, True)], t0, txn=True), h.marker(TXN, COMMIT, t0)]
+                + [h.data(1_000 + i, [(1, True)], t0 + 100) for i in range(1_100)]  # new ids: the tracker sweeps
+                + [h.marker(TXN, COMMIT, t0 + 501), h.data(PLAIN, [(0, True)], t0 + 501)])
+    tier.clean(NOW)
+    assert [(b.base, b.records) for b in tier.batches() if b.pid == TXN and b.control is None] == [(0, ())]
+
+
 class UnboundedTracker(ProducerTracker):
     """The rule before producer state was bounded (a copy): every producer ever fed is held, and is active at the
     end when not idle for the expiration at `now` or in a transaction."""
