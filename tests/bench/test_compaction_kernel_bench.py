@@ -60,8 +60,9 @@ def _plan(tier: Tier) -> tuple[CleaningPlan, Callable[[TierSegment], SegmentInpu
 def _run(tier: Tier, kernel: RecordKernel) -> tuple[float, float]:
     """CPU seconds of the map build alone, and of a whole cleaning."""
     plan, read = _plan(tier)
+    tracker = ProducerTracker(NOW, tier.config.producer_id_expiration_ms)
     t0 = time.process_time()
-    _build_map(plan.segments, read, OffsetMap(MAP_BYTES), ProducerTracker(), [], plan.first_dirty_offset,
+    _build_map(plan.segments, read, OffsetMap(MAP_BYTES), tracker, [], plan.first_dirty_offset,
                plan.first_uncleanable_offset, kernel)
     t1 = time.process_time()
     out = list(clean_partition(plan, read, NOW, tier.config, map_bytes=MAP_BYTES, kernel=kernel))

@@ -24,6 +24,7 @@ from tierproxy.tier.compaction import BYTES_PER_ENTRY, CleanedSegment, CleanerCo
 from tierproxy.tier.compaction.kernel import PYTHON
 
 RETENTION = 100
+EXPIRATION = 120  # producer.id.expiration.ms: producers expire between rounds (advances of up to 150 ms)
 # null, empty, prefixes of one another, and the lengths around MD5's padding boundaries
 KEYS = [None, b"", b"k", b"k1", b"k10", b"k1\x00", b"a" * 55, b"b" * 56, b"c" * 63, b"d" * 64, b"e" * 119,
         b"f" * 120, b"g" * 200]
@@ -60,7 +61,8 @@ def _clean(tier: Tier, now: int, map_bytes: int) -> object:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rounds, st.one_of(st.none(), st.integers(2, 40)))
 def test_compiled_and_python_kernels_clean_alike(history: list, map_keys: int | None) -> None:  # type: ignore[type-arg]
-    config = CleanerConfig(delete_retention_ms=RETENTION, min_cleanable_dirty_ratio=0.0, segment_bytes=4000)
+    config = CleanerConfig(delete_retention_ms=RETENTION, min_cleanable_dirty_ratio=0.0, segment_bytes=4000,
+                           producer_id_expiration_ms=EXPIRATION)
     map_bytes = 1 << 16 if map_keys is None else BYTES_PER_ENTRY * (map_keys * 10 // 9 + 1)
     reference, compiled = Tier(config, kernel=PYTHON), Tier(config, kernel=CompiledKernel())
     h, now = History(KEYS), 1_000  # type: ignore[arg-type]  # None: a null key

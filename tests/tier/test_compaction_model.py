@@ -3,9 +3,12 @@ rather than from the engine's structure: no key map, no segments, no groups — 
 
 Per key the record with the highest offset wins (records of aborted transactions never count); a tombstone stays
 until the delete horizon its batch got when a cleaning first kept it (KIP-534); aborted records go; a marker goes
-once no batch of its transaction is left and the horizon it then got has passed; each producer's last data batch
-and the log's last batch stay, empty if need be. Histories are generated, cleaned several times with time moving
-and new segments appended between cleanings; every cleaning must give the model's batches exactly."""
+once no batch of its transaction is left and the horizon it then got has passed; each active producer's last data
+batch (or, one holding none, its markers) and the log's last batch stay, empty if need be. A producer is active
+unless idle producer.id.expiration.ms at the cleaning's time, and one idle that long at a batch's time (the newest
+so far, at most the cleaning's) is a new producer from that batch on, as Kafka expires it. Histories are
+generated, cleaned several times with time moving and new segments appended between cleanings; every cleaning must
+give the model's batches exactly."""
 
 from __future__ import annotations
 
@@ -15,15 +18,38 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol import compression
-from protocol.records import ABORT
+from protocol.records import ABORT, iter_batches
 from tests.support.compaction import KEYS, PLAIN, Batch, History, Tier, latest_values
 from tierproxy.tier.compaction import CleanerConfig
 
 RETENTION = 100
+EXPIRATION = 120  # producer.id.expiration.ms: rounds advance the clock 0-150 ms, so producers expire between them
 IDEMPOTENT, TXN = 100, 200  # producer ids: idempotent producers 100-101, transactional 200-201
 
 
-def model_clean(log: list[Batch], now: int) -> list[Batch]:
+def active_producers(log: list[Batch], times: dict[int, int], now: int) -> dict[int, int | None]:
+    """The producers active at `now` → the last offset of their last data batch (None: they hold none).
+    `times`: a batch's base offset → its timestamp."""
+    state: dict[int, tuple[int | None, int, bool]] = {}  # producer → last data offset, last time, in a transaction
+    newest = None
+    for b in log:
+        newest = times[b.base] if newest is None else max(newest, times[b.base])
+        if b.pid < 0:
+            continue
+        last, seen, in_txn = state.get(b.pid, (None, 0, False))
+        if b.pid in state and not in_txn and min(newest, now) - seen >= EXPIRATION:
+            last = None  # expired by then: a new producer from here on
+        state[b.pid] = (last, times[b.base], False) if b.control is not None else \
+            (b.last, times[b.base], in_txn or b.txn)
+    return {pid: last for pid, (last, seen, in_txn) in state.items() if in_txn or now - seen < EXPIRATION}
+
+
+def times_of(raw: bytes) -> dict[int, int]:
+    """A raw log's batches: base offset → max timestamp (the time the engine's producer state reads)."""
+    return {b.base_offset: b.header().max_timestamp for b in iter_batches(raw)}
+
+
+def model_clean(log: list[Batch], now: int, times: dict[int, int]) -> list[Batch]:
     """One cleaning of the whole log by the rules."""
     aborted: set[int] = set()  # base offsets of aborted data batches
     txn_of_marker: dict[int, list[int]] = {}  # marker base → its transaction's data batches present
@@ -37,14 +63,11 @@ def model_clean(log: list[Batch], now: int) -> list[Batch]:
         elif b.txn:
             open_txn.setdefault(b.pid, []).append(b.base)
     latest: dict[bytes | None, int] = {}
-    last_data: dict[int, int] = {}
+    active = active_producers(log, times, now)
     for b in log:
-        if b.control is None:
-            if b.pid >= 0:
-                last_data[b.pid] = b.last
-            if b.base not in aborted:
-                for off, k, _ in b.records:
-                    latest[k] = max(latest.get(k, -1), off)
+        if b.control is None and b.base not in aborted:
+            for off, k, _ in b.records:
+                latest[k] = max(latest.get(k, -1), off)
     log_end = log[-1].last
     out = []
     for b in log:
@@ -55,9 +78,9 @@ def model_clean(log: list[Batch], now: int) -> list[Batch]:
                 discard = False
         else:
             can_discard = discard = b.base in aborted
-        # a producer's last data batch (or, a producer with none, its markers: one epoch here) and the log's last
-        last_of_producer = b.pid >= 0 and (last_data.get(b.pid) == b.last if b.pid in last_data
-                                           else b.control is not None)
+        # an active producer's last data batch (or, one with none, its markers: one epoch here) and the log's last
+        last_of_producer = b.pid in active and (active[b.pid] == b.last if active[b.pid] is not None
+                                                else b.control is not None)
         retain_empty = last_of_producer or b.last == log_end
         if discard and not retain_empty:
             continue
@@ -97,18 +120,21 @@ def _split(batches: list[bytes], parts: int) -> list[list[bytes]]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rounds)
 def test_engine_cleans_as_the_model_over_several_cleanings(history: list) -> None:  # type: ignore[type-arg]
-    config = CleanerConfig(delete_retention_ms=RETENTION, min_cleanable_dirty_ratio=0.0)
+    config = CleanerConfig(delete_retention_ms=RETENTION, min_cleanable_dirty_ratio=0.0,
+                           producer_id_expiration_ms=EXPIRATION)
     tier, h, now = Tier(config), History(), 1_000
     model: list[Batch] = []
+    times: dict[int, int] = {}
     for steps, advance, parts in history:
         batches = h.chunk(steps, now)
         for seg in _split(batches, parts):
             tier.append(seg)
         model += tier.batches()[len(model):]  # the appended raw batches, decoded
+        times.update(times_of(b"".join(batches)))
         now += advance
         out = tier.clean(now)
         assert out is not None  # dirty bytes > 0 and a ratio of 0: always due
-        expected = model_clean(model, now)
+        expected = model_clean(model, now, times)
         assert tier.batches() == expected
         assert latest_values(tier.batches()) == latest_values(expected)
         model = expected

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from protocol.records import ABORT, COMMIT
 from tests.support.compaction import History, Tier, decode, latest_values
-from tests.tier.test_compaction_model import RETENTION, _split, model_clean, rounds
+from tests.tier.test_compaction_model import RETENTION, _split, model_clean, rounds, times_of
 from tierproxy.tier.compaction import BYTES_PER_ENTRY, CleanerConfig
 
 OPEN = 300  # the producer of the transactions left open at a round's end
@@ -57,7 +57,7 @@ def test_small_maps_and_undecided_transactions_end_as_the_rules(history: list, o
         raw.append(h.marker(OPEN, COMMIT if pending else ABORT, now))
         tier.append(raw[-1:])
         _clean_until_clean(tier, now, map_bytes)
-    expected = latest_values(model_clean(decode(b"".join(raw)), now))
+    expected = latest_values(model_clean(decode(b"".join(raw)), now, times_of(b"".join(raw))))
     # tombstones go once their horizon passed, at different cleanings on each side: the live values must agree
     assert {k: v for k, v in latest_values(tier.batches()).items() if v[1] is not None} == \
         {k: v for k, v in expected.items() if v[1] is not None}

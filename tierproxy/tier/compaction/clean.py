@@ -46,7 +46,8 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
     aborted_of = read_aborted or (lambda s: read_segment(s).aborted)
     txn_indexes = [(s.start_offset, list(aborted_of(s))) for s in (*segs, *plan.later)]
     offsets = OffsetMap(map_bytes)
-    tracker = ProducerTracker()
+    expiration = config.producer_id_expiration_ms
+    tracker = ProducerTracker(now_ms, expiration)
     dirty = [s for s in segs if s.start_offset >= plan.first_dirty_offset]
     for s in segs:
         if s.start_offset < plan.first_dirty_offset:
@@ -65,10 +66,10 @@ def clean_partition(plan: CleaningPlan, read_segment: Callable[[TierSegment], Se
         if upper <= plan.first_dirty_offset:
             return
         offsets.clear()
-        end = _build_map([s for s in dirty if s.start_offset < upper], read_segment, offsets, ProducerTracker(),
-                         txn_indexes, plan.first_dirty_offset, upper, kernel)
+        end = _build_map([s for s in dirty if s.start_offset < upper], read_segment, offsets,
+                         ProducerTracker(now_ms, expiration), txn_indexes, plan.first_dirty_offset, upper, kernel)
     flt = RecordFilter(now_ms, config.delete_retention_ms, offsets, CleanedTransactions(),
-                       tracker.active(now_ms, config.producer_id_expiration_ms), upper, kernel=kernel)
+                       tracker.active(), upper, kernel=kernel)
     for group in plan.groups:
         if group[0].start_offset >= end:
             return

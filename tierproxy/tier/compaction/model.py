@@ -20,8 +20,9 @@ class CleanerConfig:
     max_compaction_lag_ms: int = MAX_LONG  # max.compaction.lag.ms
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     segment_bytes: int = 1 << 30  # segment.bytes: cleaned segments are grouped up to it
-    # producer.id.expiration.ms (a broker setting): a producer idle this long, with no open transaction, is no
-    # longer active, so its last batch need not be kept
+    # producer.id.expiration.ms (a broker setting, so a topic's DescribeConfigs never carries it: Kafka's default
+    # stands): a producer idle this long, with no open transaction, is no longer active, so its last batch need not
+    # be kept, and the cleaning forgets it (producers.py)
     producer_id_expiration_ms: int = 86_400_000
 
     @classmethod
