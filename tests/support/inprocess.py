@@ -29,12 +29,22 @@ class RecordingTransport(asyncio.Transport):
         super().__init__()
         self.written: list[bytes] = []
         self.closed = False
+        self.reading = True  # the proxy's read gate: a scripted peer delivers bytes only while this holds
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written.append(bytes(data))
 
     def is_closing(self) -> bool:
         return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_reading(self) -> bool:
+        return self.reading
 
     def close(self) -> None:
         self.closed = True

@@ -1,0 +1,66 @@
+"""`queued.max.request.bytes` against clients that announce huge requests and send part of them: the request
+buffers of every connection together stay within the bound (plus each connection's own floor, plus the one
+growth Kafka's pool also lets through), however unevenly the connections' bytes arrive. The real `ClientProtocol`
+and `Session` receive as the event loop drives a BufferedProtocol: `get_buffer`, bytes written into it,
+`buffer_updated`; a paused connection is not read."""
+
+from __future__ import annotations
+
+import struct
+
+from protocol.constants import ApiKey
+from protocol.headers import RequestHeader
+from tests.support.inprocess import InProcessProxy, Wire, run
+from tierproxy.proxy.session import ClientProtocol
+
+LIMIT, FLOOR = 8 << 20, 64 * 1024
+CONNECTIONS, SENT = 50, 1 << 20  # each announces 90 MiB and has 1 MiB of it in the kernel
+
+
+def _read_once(protocol: ClientProtocol, pending: bytearray, most: int) -> int:
+    """One read callback of the loop: the protocol's region, filled with what the socket holds (at most `most`)."""
+    region = protocol.get_buffer(-1)
+    n = min(len(region), len(pending), most)
+    region[:n] = pending[:n]
+    region.release()
+    del pending[:n]
+    protocol.buffer_updated(n)
+    return n
+
+
+def test_request_buffers_stay_within_the_bound_however_unevenly_clients_send() -> None:
+    async def scenario() -> None:
+        proxy = InProcessProxy(queued_max_request_bytes=LIMIT)
+        budget = proxy.request_budget
+        header = RequestHeader(ApiKey.PRODUCE, 9, 1, "claims", 2, 0).encode()
+        conns = []
+        for _ in range(CONNECTIONS):
+            wire = Wire(proxy)
+            protocol = ClientProtocol(proxy, None)
+            protocol.session = wire.session
+            wire.session.client_gate.attach(wire.client)
+            conns.append((protocol, wire, bytearray(struct.pack(">i", 90 << 20) + header + bytes(SENT))))
+        peak = growth = 0
+        for turn in range(200):
+            for i, (protocol, wire, pending) in enumerate(conns):
+                if wire.client.is_reading() and pending:
+                    # uneven: some sockets hold a little at each turn, some a lot (a loaded machine reads late)
+                    before = protocol.session.server.frames.allocated() if protocol.session else 0
+                    _read_once(protocol, pending, 4096 << (i + turn) % 8)
+                    assert protocol.session is not None
+                    growth = max(growth, protocol.session.server.frames.allocated() - before)
+            held = sum(p.session.server.frames.allocated() for p, _, _ in conns if p.session)
+            peak = max(peak, held)
+        paused = [w for _, w, p in conns if not w.client.is_reading() and p]
+        assert paused and budget.pauses >= len(paused)  # backpressure: the clients sent far more than the bound
+        # Kafka's pool (non-strict) grants an allocation while any memory is left: one growth may pass the bound
+        assert peak <= LIMIT + CONNECTIONS * FLOOR + growth, \
+            f"request buffers hold {peak / 2**20:.1f} MiB (bound {LIMIT >> 20} MiB + {CONNECTIONS} x 64 KiB " \
+            f"+ one growth of {growth >> 10} KiB)"
+        assert budget.used <= LIMIT + growth
+        # connections that close give their bytes back and the paused ones are read again, within the bound
+        for protocol, wire, pending in conns[:CONNECTIONS // 2]:
+            pending.clear()
+            protocol.connection_lost(None)
+        assert any(w.client.is_reading() for _, w, p in conns[CONNECTIONS // 2:] if p)
+    run(scenario())
