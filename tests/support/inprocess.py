@@ -89,6 +89,7 @@ class InProcessProxy:
 
     def session_closed(self, session: Session) -> None:
         self.closed_sessions.append(session)
+        self.request_budget.release(id(session))  # as the server does: what it held goes back
 
     async def settle(self) -> None:
         """Wait for every deferred response (delayed fetches) to finish."""

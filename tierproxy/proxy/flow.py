@@ -42,9 +42,11 @@ class ByteBudget:
     and by remote responses being assembled.
 
     A connection may hold `floor` bytes of its own (its staging buffer: small requests never wait); beyond that it
-    draws from the budget. A connection that grows past the bound stops being read (backpressure, not an error)
-    until others release bytes: whatever clients announce or send, buffered requests stay under
-    `limit + connections * floor`."""
+    draws from the budget, before its buffers grow (`charge` is told what its next read allocates). Like Kafka's
+    memory pool (`SimpleMemoryPool`, not strict) a growth is granted while any budget is left, so at most one grant
+    passes the bound; once it is spent a connection that would grow stops being read (backpressure, not an error)
+    and its growth waits until others give bytes back. Whatever clients announce or send, buffered requests stay
+    under `limit + connections * floor` plus that one growth."""
 
     def __init__(self, limit: int, floor: int) -> None:
         self.limit = limit
@@ -53,26 +55,32 @@ class ByteBudget:
         self.pauses = 0  # times a connection was paused for lack of budget
         self.reserved = 0  # of `used`: held for remote responses being assembled
         self._held: dict[int, int] = {}
-        self._waiting: dict[int, ReadGate] = {}
+        self._waiting: dict[int, tuple[ReadGate, int]] = {}  # in arrival order: the gate, the bytes it waits for
 
-    def charge(self, key: int, allocated: int, gate: ReadGate) -> None:
-        """Connection `key` now holds `allocated` bytes of request buffers."""
-        want = max(0, allocated - self.floor)
+    def charge(self, key: int, wanted: int, gate: ReadGate) -> None:
+        """Connection `key` holds `wanted` bytes of request buffers, those its next read allocates included.
+        Less than before: the rest goes back. More: granted while any budget is left; otherwise reading `gate`
+        pauses until the growth is granted (`_wake`)."""
+        want = max(0, wanted - self.floor)
         old = self._held.get(key, 0)
-        if want == old:
-            return
-        self.used += want - old
+        if want < old:
+            self._hold(key, want)
+            self._wake()
+        elif want > old:
+            if self.used < self.limit and not self._waiting:  # those waiting go first
+                self._hold(key, want)
+                return
+            if key not in self._waiting:
+                self.pauses += 1
+            self._waiting[key] = (gate, want)
+            gate.pause("memory")
+
+    def _hold(self, key: int, want: int) -> None:
+        self.used += want - self._held.get(key, 0)
         if want:
             self._held[key] = want
         else:
             self._held.pop(key, None)
-        if want > old and self.used > self.limit:
-            if key not in self._waiting:
-                self.pauses += 1
-            self._waiting[key] = gate
-            gate.pause("memory")
-        elif want < old:
-            self._wake()
 
     def reserve(self, wanted: int) -> int:
         """Bytes for a response being assembled (remote reads): as much of `wanted` as the bound has left, never
@@ -94,7 +102,10 @@ class ByteBudget:
         self._wake()
 
     def _wake(self) -> None:
-        if self.used < self.limit and self._waiting:
-            waiting, self._waiting = self._waiting, {}
-            for gate in waiting.values():
-                gate.resume("memory")
+        """Grant the waiting connections their growth, first come first, while any budget is left."""
+        waiting = self._waiting
+        while waiting and self.used < self.limit:
+            key = next(iter(waiting))
+            gate, want = waiting.pop(key)
+            self._hold(key, want)
+            gate.resume("memory")

@@ -351,8 +351,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
         assert session is not None
         session.server.buffer_updated(nbytes)
         session.process_client()
-        if not session.closed:  # what its request buffers hold now, against queued.max.request.bytes
-            session.proxy.request_budget.charge(id(session), session.server.frames.budgeted(), session.client_gate)
+        if not session.closed:  # what its request buffers hold and the next read allocates: queued.max.request.bytes
+            frames = session.server.frames
+            session.proxy.request_budget.charge(id(session), frames.budgeted() + frames.growth(), session.client_gate)
 
     def eof_received(self) -> bool:
         return False
