@@ -6,12 +6,15 @@ and `Session` receive as the event loop drives a BufferedProtocol: `get_buffer`,
 
 from __future__ import annotations
 
+import asyncio
 import struct
+
+import pytest
 
 from protocol.constants import ApiKey
 from protocol.headers import RequestHeader
 from tests.support.inprocess import InProcessProxy, Wire, run
-from tierproxy.proxy.session import ClientProtocol
+from tierproxy.proxy.session import ClientProtocol, Session
 
 LIMIT, FLOOR = 8 << 20, 64 * 1024
 CONNECTIONS, SENT = 50, 1 << 20  # each announces 90 MiB and has 1 MiB of it in the kernel
@@ -71,3 +74,53 @@ def test_request_buffers_stay_within_the_bound_however_unevenly_clients_send() -
         turns(200)
         assert sum(len(p) for _, _, p in conns) < left and peak <= bound
     run(scenario())
+
+
+class _Connecting(InProcessProxy):
+    """A proxy whose broker connection is still being made (until the test ends)."""
+
+    async def connect_upstream(self, session: Session) -> tuple[asyncio.Transport, str]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_client_is_not_read_while_its_broker_connection_is_being_made(loop: str) -> None:
+    """Reading pauses while the broker connection is made (nothing can be forwarded yet): uvloop starts reading
+    after `connection_made` whatever it paused, so the pause holds from the first read on, and what a client
+    pipelines meanwhile waits in the kernel, not in the proxy. A real loop and real sockets."""
+    proxy = _Connecting()
+    frame = RequestHeader(ApiKey.API_VERSIONS, 3, 1, "eager", 2, 0).encode() + bytes(1000)
+    burst = (struct.pack(">i", len(frame)) + frame) * 1000  # 1 MiB of small requests, sent at once
+
+    async def scenario() -> None:
+        protocols: list[ClientProtocol] = []
+
+        def accept() -> ClientProtocol:
+            protocols.append(ClientProtocol(proxy, None))
+            return protocols[-1]
+
+        server = await asyncio.get_running_loop().create_server(accept, "127.0.0.1", 0)
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        try:
+            writer.write(burst)
+            for _ in range(200):  # loop turns (bounded): a transport still reading takes the burst meanwhile
+                await asyncio.sleep(0)
+            session = protocols[0].session
+            assert session is not None and session.client is not None
+            assert not session.client.is_reading()
+            assert session.server.frames.allocated() <= 64 * 1024, f"{session.server.buffered()} bytes read"
+        finally:  # the connection and its pending broker connection end with the test
+            for p in protocols:
+                if p.session is not None:
+                    p.session.close()
+            writer.transport.abort()
+            server.close()
+            await server.wait_closed()
+
+    if loop == "uvloop":
+        import uvloop
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(scenario())
+    else:
+        run(scenario())
