@@ -32,6 +32,13 @@ class ReadGate:
         if not self.reasons and self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
+    def enforce(self) -> None:
+        """Pause a transport the loop reads while a reason holds: uvloop starts reading after `connection_made`
+        whatever the protocol paused there (asyncio does not)."""
+        t = self.transport
+        if self.reasons and t is not None and not t.is_closing() and t.is_reading():
+            t.pause_reading()
+
     @property
     def paused(self) -> bool:
         return bool(self.reasons)
