@@ -62,7 +62,7 @@ def main(bootstrap: str, topic: str, count: int, rate: float, end: int) -> None:
         if not ready and time.monotonic() > deadline:
             print(f"not ready: {started.count(False)} consumers without a record", flush=True)
             break
-        time.sleep(max(0.0, TICK_S - (time.monotonic() - tick)))
+        time.sleep(max(0.0, TICK_S - (time.monotonic() - tick)))  # the rate's tick: pacing, not a wait
     for c in consumers:
         c.close()
     print(f"taken {taken}", flush=True)

@@ -4,8 +4,10 @@ offset 0 from the filesystem tier, against the broker answering the same Fetch o
 Measured on the wire (no client's start, metadata or group join on either side): a new connection, then one
 Fetch (by name, v12, as librdkafka before topic ids — alone, and after the Metadata request a client sends first,
 which names the topic's current id; by id, v15), timed from its send to its whole answer. Each
-round starts a fresh proxy (the tier's metadata loaded, nothing else asked yet: no topic ids, no leader offsets,
-no connection of its own to the leader), so the first fetch pays whatever a cold catch-up pays.
+round starts a fresh proxy and waits until it is as ready as it makes itself before any client asks (the tier's
+metadata loaded, then the tiered topics' ids and leaders and a connection of its own to each leader: `_warm` in
+tierproxy/remote/service.py), nothing asked of it by a client yet, so the first fetch pays whatever a cold catch-up
+pays from a proxy that is up.
 
     pytest -m bench tests/bench/test_first_fetch_bench.py -s   (TIERPROXY_BENCH_FIRST_FETCH_ROUNDS, default 7)
 """
@@ -80,7 +82,7 @@ def test_first_fetch_of_a_cold_catch_up_vs_the_brokers(kafka: KafkaCluster, tmp_
             proxy = ProxyProcess(kafka.bootstrap, tmp_path, extra={
                 "TIERPROXY_STORAGE": f"file://{tmp_path}/tier", "TIERPROXY_METADATA": f"file://{tmp_path}/meta"})
             try:
-                time.sleep(2)  # the tier's metadata loaded; nothing asked of the proxy yet
+                proxy.wait_tier_ready()  # nothing asked of the proxy yet
                 direct.append(_first_fetch(kafka.bootstrap, "ff-local", local_start, version, ids["ff-local"],
                                            metadata))
                 proxied.append(_first_fetch(f"127.0.0.1:{proxy.base + 1}", "ff-tiered", 0, version,

@@ -20,11 +20,13 @@ from tests.support.proxy import ProxyProcess
 from tests.support.relay import DelayRelay
 from tests.support.remote import tier_to_s3_and_forget, timed_fetch
 from tests.support.s3 import S3Server
+from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.bench, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
-LOADER = ("import sys, time\nfrom tests.remote.test_remote_txn_outage import timed_fetch\n"
-          "end = time.monotonic() + float(sys.argv[3])\n"
+# a remote reader: once its imports are done it says so (creates the file argv[4]) and fetches for argv[3] seconds
+LOADER = ("import sys, time\nfrom tests.support.remote import timed_fetch\n"
+          "open(sys.argv[4], 'w').close()\nend = time.monotonic() + float(sys.argv[3])\n"
           "while time.monotonic() < end:\n    timed_fetch(sys.argv[1], sys.argv[2], 0)\n")
 
 
@@ -40,6 +42,16 @@ def _tail(address: str, topic: str, offset: int, seconds: float) -> tuple[float,
     return lat[int(len(lat) * 0.99) - 1], len(lat) / seconds
 
 
+def _remote_readers(address: str, topic: str, marks: list[Path]) -> list[subprocess.Popen[bytes]]:
+    """A remote reader per file in `marks`, each fetching for 12 s, once every one has started fetching: the tail is
+    measured beside readers that fetch, not beside interpreters still importing."""
+    readers = [subprocess.Popen([sys.executable, "-c", LOADER, address, topic, "12", str(m)]) for m in marks]
+    wait_until(lambda: all(m.exists() or r.poll() is not None for m, r in zip(marks, readers, strict=True)),
+               "the remote readers fetching", timeout=60)
+    assert all(m.exists() for m in marks), "a remote reader exited before it fetched"
+    return readers
+
+
 def test_tail_reads_while_s3_is_slow_or_down(kafka: KafkaCluster, s3: S3Server, tmp_path: Path) -> None:
     topic = "bench-outage"
     tier_to_s3_and_forget(kafka, s3, tmp_path, topic)
@@ -52,16 +64,15 @@ def test_tail_reads_while_s3_is_slow_or_down(kafka: KafkaCluster, s3: S3Server, 
     hw = watermarks(kafka.bootstrap, topic)[1]
     figures = []
     try:
-        time.sleep(2)
-        for phase in ("no remote readers", "healthy", "5 s latency", "down"):
+        proxy.wait_tier_ready()
+        for k, phase in enumerate(("no remote readers", "healthy", "5 s latency", "down")):
             if phase == "5 s latency":
                 relay.delay = 5.0
             if phase == "down":
                 s3.proc.kill()
                 s3.proc.wait(10)
             n = 0 if phase == "no remote readers" else 4
-            loaders = [subprocess.Popen([sys.executable, "-c", LOADER, address, topic, "12"]) for _ in range(n)]
-            time.sleep(1)
+            loaders = _remote_readers(address, topic, [tmp_path / f"reader-{k}-{i}" for i in range(n)])
             p99, rate = _tail(address, topic, hw - 1, 8)
             for lp in loaders:
                 lp.wait(30)

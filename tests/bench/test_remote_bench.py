@@ -124,7 +124,7 @@ def test_remote_catch_up_vs_direct_tail(kafka: KafkaCluster, kcat: str, s3: S3Se
             "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": metadata,
             "AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
         try:
-            time.sleep(2)
+            proxy.wait_tier_ready()
             # a fresh proxy: the first read takes every chunk from the store; the second finds the tiered half in
             # the chunk cache (256 MiB): both are reported, the first is the catch-up from the store
             c0, s0 = cpu_seconds(proxy.proc.pid), cpu_seconds(s3.proc.pid)
@@ -182,7 +182,7 @@ def test_remote_catch_up_of_300_byte_records(kafka: KafkaCluster, kcat: str, tmp
     direct_busy = CLIENT_BUSY["last"]
     proxy, tiered = served_from_file_tier(kafka, topic, tmp_path, "tier-300", records)
     try:
-        time.sleep(2)
+        proxy.wait_tier_ready()
         c0, t0 = cpu_seconds(proxy.proc.pid), time.perf_counter()
         remote = kcat_mbps(kcat, proxy.bootstrap, topic, records, size)  # a fresh proxy: chunks from the tier
         proxy_busy = (cpu_seconds(proxy.proc.pid) - c0) / (time.perf_counter() - t0)
@@ -234,7 +234,7 @@ def test_catch_up_when_s3_is_slow(kafka: KafkaCluster, kcat: str, s3: S3Server, 
                 "TIERPROXY_METADATA": f"file://{tmp_path}/meta-slow",
                 "AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
             try:
-                time.sleep(2)
+                proxy.wait_tier_ready()
                 relay.gets = 0
                 first, rate = _kcat_first_and_mbps(kcat, proxy.bootstrap, topic, tiered)
                 runs.setdefault(delay, []).append((rate, first, relay.gets / gib))

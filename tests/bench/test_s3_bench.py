@@ -76,7 +76,7 @@ def _catch_up(name: str, server: S3Server, relay: CountingRelay, storage: str, k
         "TIERPROXY_STORAGE": storage, "TIERPROXY_METADATA": f"file://{tmp_path}/meta-{name}",
         "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key})
     try:
-        time.sleep(2)
+        proxy.wait_tier_ready()
         relay.requests.clear()
         remote = kcat_mbps(kcat, proxy.bootstrap, topic, records)  # a fresh proxy: every chunk from the store
         reads = relay.requests.get("GET", 0) / (records * 1024 / (1 << 30))

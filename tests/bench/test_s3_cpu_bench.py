@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from pathlib import Path
 
 import pytest
@@ -59,7 +58,7 @@ def test_proxy_cpu_per_gb_from_s3_vs_from_files(kafka: KafkaCluster, kcat: str, 
                 "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port()}",
                 "AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
             try:
-                time.sleep(2)  # the tier's metadata loaded
+                proxy.wait_tier_ready()
                 for read in (name, f"{name} again"):
                     stored = proxy.metric("tierproxy_remote_storage_read_bytes_total")
                     c0, s0 = cpu_seconds(proxy.proc.pid), cpu_seconds(s3.proc.pid)

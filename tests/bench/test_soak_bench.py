@@ -223,7 +223,7 @@ def test_soak(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, kcat: str) -> N
                                          "the admin listener", timeout=30))
             fault_started = 0.0
             while (now := time.monotonic() - start) < SECONDS:
-                time.sleep(SAMPLE)
+                time.sleep(SAMPLE)  # the sampling tick: a measurement window, not a wait for a condition
                 now = time.monotonic() - start
                 phase = int(now // period)
                 mode = FAULTS[(phase // 2) % len(FAULTS)] if phase % 2 and phase * period >= WARMUP else "none"

@@ -115,9 +115,9 @@ def _can_request(bootstrap: str) -> bool:
 def test_idle_connections_are_closed(kafka: KafkaCluster, tmp_path: Path) -> None:
     p = _proxy(kafka, tmp_path, connections_max_idle_ms="300")
     try:
+        start = time.monotonic()  # before the connection: the proxy's idle clock starts at or after it
         s = socket.create_connection(("127.0.0.1", p.port))
         s.settimeout(10)
-        start = time.monotonic()
         assert s.recv(10) == b""
         assert 0.25 < time.monotonic() - start < 8
         s.close()
@@ -130,6 +130,9 @@ def test_sigterm_drains_in_flight_requests(kafka: KafkaCluster, tmp_path: Path, 
     create_topic(kafka.bootstrap, topic_name)
     p = _proxy(kafka, tmp_path, **_admin())
     try:
+        # the admin API starts after the Kafka port opens (0.35-0.4 s here, more on a loaded machine): the Fetch is
+        # sent once it answers, so the in-flight gauge is seen well within the broker's 1.5 s wait
+        wait_until(lambda: p.metric("tierproxy_requests_in_flight") == 0, "the admin API", timeout=30)
         w = WireClient(f"127.0.0.1:{p.base + 1}")
         body = fetch_request({topic_name: {0: 0}}, max_bytes=1 << 20, max_wait_ms=1500, min_bytes=1)
         w.sock.sendall(b"".join(bytes(c) for c in w.client.send(ApiKey.FETCH, 12, body)))

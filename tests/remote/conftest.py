@@ -14,7 +14,7 @@ import pytest
 from tests.support.kafka import create_topic, set_retention, small_segment_producer, small_segments, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.tiering import settings, tier_once
-from tests.support.waiting import wait_until
+from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 
 
@@ -79,5 +79,10 @@ def tiered_proxy(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory,
                            partitions=2)
     proxy = ProxyProcess(kafka.bootstrap, tmp, extra={"TIERPROXY_STORAGE": f"file://{tmp}/tier",
                                                       "TIERPROXY_METADATA": f"file://{tmp}/meta"})
-    yield tt, proxy
-    proxy.stop()
+    # its port opens before the tier's metadata is loaded (answers meanwhile: REPLICA_NOT_AVAILABLE): the module's
+    # tests ask single ListOffsets, in any order and on any xdist worker, so the fixture waits for the tier
+    try:
+        wait_until(lambda: proxy_serves_tier(proxy.bootstrap, tt.topic, tt.partitions), "the tier via the proxy", 60)
+        yield tt, proxy
+    finally:
+        proxy.stop()

@@ -217,7 +217,7 @@ def test_a_per_client_remote_byte_rate_throttles_a_backfill_not_the_others(kafka
         "TIERPROXY_REMOTE_FETCH_CLIENT_MAX_BYTES_PER_SECOND": str(rate)})
     try:
         address = f"127.0.0.1:{proxy.base + 1}"
-        wait_until(lambda: "remote tier ready" in proxy.log_text(), "the tier", timeout=30)
+        proxy.wait_tier_ready(timeout=30, connections=False)
         seconds, throttled, got = _read_history(address, topic_name, log_starts[0], "backfill")
         assert got[:log_starts[0]] == list(range(log_starts[0]))  # everything, in order, just slower
         assert throttled > 0 and seconds > 2.0, (seconds, throttled)  # ~4 s of history at the rate, 1 s of burst

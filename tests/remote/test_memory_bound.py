@@ -78,6 +78,9 @@ def _proxy(kafka: KafkaCluster, tier: Path, workdir: Path, bounds: dict[str, int
         "TIERPROXY_ADMIN_LISTEN": f"127.0.0.1:{free_port_block(1)}",
         **{k: str(v) for k, v in bounds.items()}})
     wait_until(lambda: _ready(proxy), "the proxy's tier", timeout=60)
+    # its admin API starts after the Kafka port opens (0.35-0.4 s here, on the loop the test then loads): the
+    # tests read /metrics without retrying
+    wait_until(lambda: proxy.metric("tierproxy_remote_fetch_purgatory") >= 0, "the admin API", timeout=30)
     return proxy
 
 

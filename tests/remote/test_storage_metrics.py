@@ -44,7 +44,9 @@ def test_serve_exports_the_requests_s3_counted(kafka: KafkaCluster, s3: S3Server
         "AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key})
     try:
         wait_until(lambda: proxy_serves_tier(f"127.0.0.1:{proxy.port}", topic_name), "the tier via the proxy")
-        ours0, theirs0 = exported(admin), s3.counted("tier")
+        # the admin API starts after the Kafka port opens (0.35-0.4 s here): the tier may be served before it answers
+        ours0 = wait_until(lambda: exported(admin), "the admin API", timeout=30)
+        theirs0 = s3.counted("tier")
         values = read_to_end(f"127.0.0.1:{proxy.port}", topic_name)
         assert values[:2] == ["v0" * 30, "v1" * 30]  # from the tier: the broker deleted these
 

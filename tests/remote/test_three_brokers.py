@@ -22,6 +22,7 @@ from tests.support.kafka import broker_forgets, create_topic, watermarks
 from tests.support.proxy import ProxyProcess
 from tests.support.spark import worker_session
 from tests.support.tiering import offsets_of, settings, tiered
+from tests.support.waiting import proxy_serves_tier, wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 from tierproxy.jobs.tiering.copy import CopyResult, CopyTask
 from tierproxy.jobs.tiering.job import TieringJob
@@ -142,6 +143,8 @@ def test_a_tiering_pass_moves_to_the_new_leader_and_records_its_epoch(kafka_clus
         leader = _partition(cluster.bootstrap, topic)[0]
         assert _epoch_end(cluster.node(leader).bootstrap, topic, e0)[2] != 3000  # the broker alone no longer knows
         via_proxy = f"127.0.0.1:{proxy.base + leader}"
+        # the proxy's port opens before its tier's metadata is loaded; until then the broker's answer is relayed
+        wait_until(lambda: proxy_serves_tier(via_proxy, topic), "the tier via the proxy", timeout=60)
         assert _epoch_end(via_proxy, topic, e0) == before[e0]  # answered from the tier's lineage
         assert _epoch_end(via_proxy, topic, e1) == _epoch_end(cluster.node(leader).bootstrap, topic, e1)  # the broker's
         out = subprocess.run([kcat, "-b", proxy.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "0", "-c", "5000",

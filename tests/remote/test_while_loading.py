@@ -161,12 +161,15 @@ def test_remote_answers_carry_the_leaders_offsets_or_a_retriable_error(kafka: Ka
                     resp = w.request(ApiKey.FETCH, 12, fetch_request({topic_name: {0: 0}}, max_bytes=1 << 20))
                 return dict(resp["responses"][0]["partitions"][0])
 
-            wait_until(lambda: "remote tier ready" in proxy.log_text(), "the tier", timeout=30)
+            proxy.wait_tier_ready(timeout=30, connections=False)
             blind = fetch()
             assert blind["error_code"] == ErrorCode.REPLICA_NOT_AVAILABLE
             assert len(blind["records"] or b"") == 0 and blind["high_watermark"] == -1
             opened.set()
-            seen = wait_until(lambda: (f := fetch())["error_code"] == 0 and f, "a remote answer", timeout=30)
+            # an answer with no error may still hold no records (a tier read still running when the 500 ms purgatory
+            # expired, on a loaded machine): the client fetches again, and so does the test
+            seen = wait_until(lambda: (f := fetch())["error_code"] == 0 and f["records"] and f, "a remote answer",
+                              timeout=30)
             hw = watermarks(kafka.bootstrap, topic_name)[1]
             assert len(seen["records"]) > 0
             assert (seen["high_watermark"], seen["last_stable_offset"], seen["log_start_offset"]) == (hw, hw, 0)

@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -309,6 +310,8 @@ def test_within_the_authorization_window_a_revoked_acl_stops_tier_reads_when_it_
         return float(line.split()[1])
 
     try:
+        # the admin API starts after the Kafka port opens (0.35-0.4 s here): alice's first fetch may come sooner
+        wait_until(lambda: windowed() >= 0, "the admin API", timeout=30)
         served_proxy, served.proxy = served.proxy, proxy  # _client connects to `served.proxy`
         try:
             with _client(served, "bob") as w:
@@ -366,10 +369,17 @@ def test_tail_passthrough_keeps_working_when_tierproxys_identity_is_refused(secu
     try:
         got = kcat_read(kcat, proxy.bootstrap, topic, sasl_client("alice"))
         assert len(got.stdout.splitlines()) == RECORDS == watermarks(secured.admin, topic)[1], got.stderr[-500:]
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/readyz", timeout=10)
-        body = json.loads(refused.value.read())
-        assert refused.value.code == 503 and any("SCRAM-SHA-512" in p for p in body["problems"]), body
+
+        def readyz() -> tuple[int, dict[str, Any]]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/readyz", timeout=10) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as refused:
+                return refused.code, json.loads(refused.read())
+
+        # the admin API starts after the Kafka port opens: a refused connection is "not yet", any answer is checked
+        code, body = wait_until(readyz, "the admin API's readyz", timeout=30)
+        assert code == 503 and any("SCRAM-SHA-512" in p for p in body["problems"]), body
         assert "SCRAM-SHA-512" in proxy.log_text() and "wrong-password" not in proxy.log_text()
     finally:
         proxy.stop()

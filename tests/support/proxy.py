@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.support.parts import free_port_block, stop_process, unavailable, wait_port
+
+# what `RemoteService._run` and `_warm` log (tierproxy/remote/service.py): the tier's metadata loaded, then the
+# proxy's own connections made ahead of the first remote fetch (or given up on: the first fetch makes them)
+_TIER_READY = re.compile(r"remote tier ready: (\d+) partitions")
+_CONNECTIONS = ("own connections ready:", "own connections not made ahead")
 
 
 class ProxyProcess:
@@ -50,6 +57,29 @@ class ProxyProcess:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def wait_tier_ready(self, timeout: float = 90, connections: bool = True) -> None:
+        """Until the proxy's tier has loaded its segment metadata (its port opens before) and, with `connections`,
+        its own connections to the tiered partitions' leaders are made or given up on (a tier without partitions
+        makes none): a bounded poll of its log. AssertionError with the log's tail when the process has ended or
+        `timeout` seconds pass (then it is stopped, as a caller without try/finally would leave it running); with
+        `--workers`, one worker's lines are enough (each worker loads the tier and logs them)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            # the process first: one that ended is never ready, whatever it logged before
+            if self.proc.poll() is not None:
+                raise AssertionError(f"tierproxy serve exited with {self.proc.returncode} before its tier was ready "
+                                     f"({self.log}):\n{self.log_text()[-3000:]}")
+            text = self.log_text()
+            ready = _TIER_READY.search(text)
+            if ready and (not connections or ready.group(1) == "0" or any(c in text for c in _CONNECTIONS)):
+                return
+            if time.monotonic() >= deadline:
+                self.stop()
+                what = "its own connections" if ready else "its tier's metadata"
+                raise AssertionError(f"tierproxy serve: {what} not ready after {timeout:.0f}s ({self.log}):\n"
+                                     f"{text[-3000:]}")
+            time.sleep(0.05)
 
     def metric(self, name: str) -> float:
         """A metric's value without labels from the admin API's /metrics (0 when it is not there)."""

@@ -76,12 +76,17 @@ def compacted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     segs, raw, txns = tiered(s, topic)
     aborted = [(a.producer_id, a.first_offset) for a in txns]
     broker_forgets(kafka.bootstrap, topic, above=segs[-1].end_offset, key=b"tick")
+    # single raw fetches check what one answer holds: a tier read still running when the purgatory expires (500 ms by
+    # default; a loaded machine's cold read can take longer) would be answered empty, so the purgatory waits longer
     proxy = ProxyProcess(kafka.bootstrap, tmp, extra={"TIERPROXY_STORAGE": f"file://{tmp}/tier",
-                                                      "TIERPROXY_METADATA": f"file://{tmp}/meta"})
-    wait_until(lambda: proxy_serves_tier(proxy.bootstrap, topic), "the proxy serves the tier", timeout=60)
-    yield Compacted(topic, s, served, segs, records_of(raw, aborted), records_of(raw, aborted, False),
-                    segs[-1].end_offset, summary.gaps, proxy, ts0)
-    proxy.stop()
+                                                      "TIERPROXY_METADATA": f"file://{tmp}/meta",
+                                                      "TIERPROXY_REMOTE_FETCH_MAX_WAIT_MS": "30000"})
+    try:
+        wait_until(lambda: proxy_serves_tier(proxy.bootstrap, topic), "the proxy serves the tier", timeout=60)
+        yield Compacted(topic, s, served, segs, records_of(raw, aborted), records_of(raw, aborted, False),
+                        segs[-1].end_offset, summary.gaps, proxy, ts0)
+    finally:
+        proxy.stop()
 
 
 def test_a_cleaned_topic_is_tiered_contiguous_with_its_offset_gaps_inside_segments(compacted: Compacted) -> None:

@@ -203,7 +203,7 @@ def test_records_purged_by_a_kafka_streams_app_never_come_back_through_the_proxy
         second.stop()
     fresh = ProxyProcess(kafka.bootstrap, tmp_path, extra)
     try:
-        wait_until(lambda: "remote tier ready" in fresh.log_text(), "the new proxy's tier", timeout=60)
+        fresh.wait_tier_ready(timeout=60, connections=False)
         assert _listed(fresh.bootstrap, repartition) == log_start
         assert offsets_from_the_beginning(fresh.bootstrap, repartition, end)[:1] == [log_start]
     finally:

@@ -11,8 +11,9 @@ from confluent_kafka import Producer
 
 from tests.support.fetchraw import fetch_raw
 from tests.support.kafka import broker_forgets, create_topic
-from tests.support.s3 import S3Server
+from tests.support.s3 import S3Server, ServerCounts
 from tests.support.tiering import offsets_of, produce_everything, settings, tier_once, tiered
+from tests.support.waiting import wait_until
 from tierproxy.dev.kafkadist import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -80,8 +81,18 @@ def test_tier_to_s3(kafka: KafkaCluster, s3: S3Server, tmp_path: Path, topic_nam
     before = s3.counted("tier")
     first = tier_once(s)
     assert first.segments > 0
-    # the pass's requests (driver's and copy tasks') and bytes are what the S3 server counted
-    theirs = s3.counted("tier") - before
+    # the pass's requests (driver's and copy tasks') and bytes are what the S3 server counted. SeaweedFS counts a
+    # request once its handler has returned, which may be after the pass got its answer: its counts are read until
+    # they reach the pass's (bounded), then compared
+    ours = (sum(first.storage["requests"].values()), first.storage["bytes_written"], first.storage["bytes_read"])
+
+    def counted() -> ServerCounts | None:
+        theirs = s3.counted("tier") - before
+        reached = all(t >= o for t, o in zip((sum(theirs.requests.values()), theirs.received, theirs.sent), ours,
+                                             strict=True))
+        return theirs if reached else None
+
+    theirs = wait_until(counted, f"SeaweedFS's count to reach the pass's {ours}", timeout=10, interval=0.05)
     assert sum(first.storage["requests"].values()) == sum(theirs.requests.values()) > first.segments
     assert (first.storage["bytes_written"], first.storage["bytes_read"]) == (theirs.received, theirs.sent)
     assert first.storage["bytes_written"] > first.bytes
