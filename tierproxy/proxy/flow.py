@@ -52,8 +52,10 @@ class ByteBudget:
     draws from the budget, before its buffers grow (`charge` is told what its next read allocates). Like Kafka's
     memory pool (`SimpleMemoryPool`, not strict) a growth is granted while any budget is left, so at most one grant
     passes the bound; once it is spent a connection that would grow stops being read (backpressure, not an error)
-    and its growth waits until others give bytes back. Whatever clients announce or send, buffered requests stay
-    under `limit + connections * floor` plus that one growth."""
+    and its growth waits until others give bytes back — except the connection that has held budget the longest,
+    whose request always grows (as Kafka's whole-size grant, a request under way is never left waiting for bytes
+    that only other waiting requests hold). Whatever clients announce or send, buffered requests stay under
+    `limit + connections * floor` plus one request (max frame size)."""
 
     def __init__(self, limit: int, floor: int) -> None:
         self.limit = limit
@@ -74,7 +76,7 @@ class ByteBudget:
             self._hold(key, want)
             self._wake()
         elif want > old:
-            if self.used < self.limit and not self._waiting:  # those waiting go first
+            if (self.used < self.limit and not self._waiting) or self._oldest() == key:  # those waiting go first
                 self._hold(key, want)
                 return
             if key not in self._waiting:
@@ -108,11 +110,24 @@ class ByteBudget:
         self._waiting.pop(key, None)
         self._wake()
 
+    def _oldest(self) -> int | None:
+        """The connection that has held budget the longest (`_held` keeps the order keys came in): its request is
+        always let grow, else connections halfway through requests could wait for each other's bytes forever (a
+        single request larger than the bound, too). Kafka grants a request its whole size at once for the same reason.
+        """
+        return next(iter(self._held), None)
+
     def _wake(self) -> None:
-        """Grant the waiting connections their growth, first come first, while any budget is left."""
+        """Grant the waiting connections their growth, first come first, while any budget is left; the oldest
+        holder's whatever is left."""
         waiting = self._waiting
+        oldest = self._oldest()
+        if oldest in waiting:
+            self._grant(oldest)
         while waiting and self.used < self.limit:
-            key = next(iter(waiting))
-            gate, want = waiting.pop(key)
-            self._hold(key, want)
-            gate.resume("memory")
+            self._grant(next(iter(waiting)))
+
+    def _grant(self, key: int) -> None:
+        gate, want = self._waiting.pop(key)
+        self._hold(key, want)
+        gate.resume("memory")
