@@ -55,7 +55,7 @@ class ByteBudget:
     and its growth waits until others give bytes back — except the connection that has held budget the longest,
     whose request always grows (as Kafka's whole-size grant, a request under way is never left waiting for bytes
     that only other waiting requests hold). Whatever clients announce or send, buffered requests stay under
-    `limit + connections * floor` plus one request (max frame size)."""
+    `limit + connections * floor` plus that one growth and one request (up to the max frame size)."""
 
     def __init__(self, limit: int, floor: int) -> None:
         self.limit = limit
