@@ -8,7 +8,9 @@ buffer gets a buffer of its own as soon as its size is known: the rest of it is 
 buffer by `get_buffer`, and the frame is handed out as a memoryview of it — the record sets inside large
 Fetch/Produce frames are not copied again on the way through. Where the sender's sizes are not trusted (a
 client's requests), that buffer grows with the bytes that arrive (doubling, up to the announced size) instead of
-being allocated to the announced size up front: memory follows what a peer sends, not what it claims.
+being allocated to the announced size up front: memory follows what a peer sends, not what it claims. Such a
+buffer is made and grown only by `get_buffer`, and `growth` tells beforehand how much the next call allocates, so a
+caller bounding memory (`queued.max.request.bytes`) reserves it before the read, or stops reading.
 
 The staging buffer itself starts small (4 KiB) and doubles up to its full size (64 KiB) when a read fills it or a
 staged frame needs the room, as Netty's adaptive receive buffer does: a connection that sent a few small requests
@@ -78,13 +80,32 @@ class FrameBuffer:
         has grown: a budget's per-connection floor covers exactly that) and a large frame's buffer whole."""
         return max(self._staging, len(self._buf)) + (len(self._big) if self._big is not None else 0)
 
+    def growth(self) -> int:
+        """Bytes the next `get_buffer` allocates for a large frame (its buffer made, or grown by the bytes that
+        arrived), 0 if none: what a caller bounding memory reserves before it lets the next read happen."""
+        big = self._big
+        if big is not None:
+            room = len(big) - HEAD
+            return min(room, self._big_size - room) if self._big_w < self._big_size and room == self._big_w else 0
+        size, have = self._size, self._w - self._r
+        if size < 0 and self._w == len(self._buf) and have >= HEAD:  # get_buffer reads the size first
+            size, have = FRAME_SIZE.unpack_from(self._buf, self._r)[0], have - HEAD
+            if size > self._max:
+                return 0
+        if size <= self._staging // 2 or have >= size:
+            return 0
+        return HEAD + (size if self._trusted else min(size, max(have, self._staging)))
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """A writable region for the next received bytes (asyncio.BufferedProtocol.get_buffer)."""
         big = self._big
-        if big is None and self._w == len(self._buf):
-            # a large frame's header may be staged: the rest of that frame goes to its own buffer, not here
-            with contextlib.suppress(ProtocolError):  # a bad size is raised by next_frame, not here
-                self._advance_header()
+        if big is None:
+            if self._w == len(self._buf):
+                # a large frame's header may be staged: the rest of that frame goes to its own buffer, not here
+                with contextlib.suppress(ProtocolError):  # a bad size is raised by next_frame, not here
+                    self._advance_header()
+            if self._big is None and self._size > self._staging // 2 and self._w - self._r < self._size:
+                self._start_large()  # an untrusted size's frame gets its buffer here, where `growth` counted it
             big = self._big
         if big is not None and self._big_w < self._big_size:
             if HEAD + self._big_w == len(big):  # untrusted sizes: grow with what arrived, up to the announced size
@@ -159,18 +180,22 @@ class FrameBuffer:
             raise ProtocolError(f"frame size {size} outside 0..{self._max} (max frame size)")
         self._r += 4
         self._size = size
-        if size > self._staging // 2:
-            # a large frame: give it its own buffer so the rest lands there directly
-            have = self._w - self._r
-            take = min(have, size)
-            # HEAD bytes in front keep the size prefix: the frame goes back out as one piece (`next_wire`)
-            big = bytearray(HEAD + (size if self._trusted else min(size, max(take, self._staging))))
-            big[:HEAD + take] = memoryview(self._buf)[self._r - HEAD:self._r + take]
-            self._r += take
-            self._big, self._big_w, self._big_size = big, take, size
-            self._size = -1
-            if self._r == self._w:  # otherwise the frame was already whole and what follows stays staged
-                self._r = self._w = 0
+        if size > self._staging // 2 and self._trusted:
+            self._start_large()  # untrusted: `get_buffer` does it, once the caller could reserve it (`growth`)
+
+    def _start_large(self) -> None:
+        """A large frame gets its own buffer so the rest of it lands there directly."""
+        size = self._size
+        have = self._w - self._r
+        take = min(have, size)
+        # HEAD bytes in front keep the size prefix: the frame goes back out as one piece (`next_wire`)
+        big = bytearray(HEAD + (size if self._trusted else min(size, max(take, self._staging))))
+        big[:HEAD + take] = memoryview(self._buf)[self._r - HEAD:self._r + take]
+        self._r += take
+        self._big, self._big_w, self._big_size = big, take, size
+        self._size = -1
+        if self._r == self._w:  # otherwise the frame was already whole and what follows stays staged
+            self._r = self._w = 0
 
     def _grow(self, big: bytearray) -> bytearray:
         room = len(big) - HEAD

@@ -132,7 +132,10 @@ def received(fb: FrameBuffer, wire: bytes, step: int, take: Callable[[FrameBuffe
     for i in range(0, len(wire), step):
         chunk = wire[i:i + step]
         while chunk:
+            budgeted, growth = fb.budgeted(), fb.growth()
             region = fb.get_buffer()
+            # what get_buffer allocates beyond the staging buffer is told beforehand (a memory bound reserves it)
+            assert fb.budgeted() - budgeted == growth
             n = min(len(region), len(chunk))
             region[:n] = chunk[:n]
             del region

@@ -308,8 +308,9 @@ def test_queued_max_request_bytes_bounds_what_clients_make_the_proxy_hold(kafka:
                                                                            tmp_path: Path, topic_name: str) -> None:
     """400 connections announce 90 MiB requests and send as much as they can (1 MiB each): with
     queued.max.request.bytes at 32 MiB the proxy stops reading them once its budget is spent (backpressure, no
-    error), its RSS stays within the bound (plus 64 KiB per connection), and a normal client keeps producing and
-    consuming meanwhile."""
+    error), what it counts against the bound passes it by one growth and the oldest request's (a connection's
+    buffer grows only once its growth is reserved; 1 MiB sent: no growth over 1 MiB), its RSS stays within the
+    bound (plus 64 KiB per connection), and a normal client keeps producing and consuming meanwhile."""
     create_topic(kafka.bootstrap, topic_name)
     p = _proxy(kafka, tmp_path, **_admin(queued_max_request_bytes=str(32 << 20)))
     stalled: list[socket.socket] = []
@@ -333,6 +334,9 @@ def test_queued_max_request_bytes_bounds_what_clients_make_the_proxy_hold(kafka:
                     sent += s.send(chunk)
         held = _settled_rss_mib(p.proc.pid) - connected
         assert sent > 64 << 20  # the clients pushed far more than the bound
+        counted = p.metric("tierproxy_queued_request_bytes")  # the proxy's own count, not the allocator's
+        # ...plus the growth of the oldest request, which always grows (no hold-and-wait): 1 MiB and a header sent
+        assert 32 << 20 <= counted <= 34 << 20, f"the proxy counts {counted / 2**20:.1f} MiB against the bound"
         assert held < 32 + 400 * 64 / 1024 + 16, f"requests hold {held:.0f} MiB (bound: 32 MiB + 400 x 64 KiB)"
         assert connected - base_rss < 400 * 0.5, "a relayed connection costs more than 512 KiB"
         lines = [f"m{i}" for i in range(20)]

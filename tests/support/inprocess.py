@@ -29,12 +29,22 @@ class RecordingTransport(asyncio.Transport):
         super().__init__()
         self.written: list[bytes] = []
         self.closed = False
+        self.reading = True  # the proxy's read gate: a scripted peer delivers bytes only while this holds
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written.append(bytes(data))
 
     def is_closing(self) -> bool:
         return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_reading(self) -> bool:
+        return self.reading
 
     def close(self) -> None:
         self.closed = True
@@ -79,6 +89,7 @@ class InProcessProxy:
 
     def session_closed(self, session: Session) -> None:
         self.closed_sessions.append(session)
+        self.request_budget.release(id(session))  # as the server does: what it held goes back
 
     async def settle(self) -> None:
         """Wait for every deferred response (delayed fetches) to finish."""

@@ -31,7 +31,9 @@ class ProxySettings(CommonSettings):
     socket_request_max_bytes: int = Field(100 * 1024 * 1024, ge=1024, description="max frame size")
     queued_max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024,
                                           description="bytes held by requests being received, all connections "
-                                          "together (beyond 64 KiB each); reading pauses above it")
+                                          "together (beyond 64 KiB each), reserved before a buffer grows; "
+                                          "reading pauses above it (one growth and the oldest request may pass "
+                                          "it; Kafka: one request)")
     sasl_server_max_receive_size: int = Field(524288, ge=1024, description="max request size while a client "
                                               "authenticates with SASL (after SaslHandshake, until done)")
     max_connections: int = Field(10000, ge=1, description="client connections accepted at once")

@@ -32,6 +32,13 @@ class ReadGate:
         if not self.reasons and self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
+    def enforce(self) -> None:
+        """Pause a transport the loop reads while a reason holds: uvloop starts reading after `connection_made`
+        whatever the protocol paused there (asyncio does not)."""
+        t = self.transport
+        if self.reasons and t is not None and not t.is_closing() and t.is_reading():
+            t.pause_reading()
+
     @property
     def paused(self) -> bool:
         return bool(self.reasons)
@@ -42,9 +49,13 @@ class ByteBudget:
     and by remote responses being assembled.
 
     A connection may hold `floor` bytes of its own (its staging buffer: small requests never wait); beyond that it
-    draws from the budget. A connection that grows past the bound stops being read (backpressure, not an error)
-    until others release bytes: whatever clients announce or send, buffered requests stay under
-    `limit + connections * floor`."""
+    draws from the budget, before its buffers grow (`charge` is told what its next read allocates). Like Kafka's
+    memory pool (`SimpleMemoryPool`, not strict) a growth is granted while any budget is left, so at most one grant
+    passes the bound; once it is spent a connection that would grow stops being read (backpressure, not an error)
+    and its growth waits until others give bytes back — except the connection that has held budget the longest,
+    whose request always grows (as Kafka's whole-size grant, a request under way is never left waiting for bytes
+    that only other waiting requests hold). Whatever clients announce or send, buffered requests stay under
+    `limit + connections * floor` plus that one growth and one request (up to the max frame size)."""
 
     def __init__(self, limit: int, floor: int) -> None:
         self.limit = limit
@@ -53,26 +64,32 @@ class ByteBudget:
         self.pauses = 0  # times a connection was paused for lack of budget
         self.reserved = 0  # of `used`: held for remote responses being assembled
         self._held: dict[int, int] = {}
-        self._waiting: dict[int, ReadGate] = {}
+        self._waiting: dict[int, tuple[ReadGate, int]] = {}  # in arrival order: the gate, the bytes it waits for
 
-    def charge(self, key: int, allocated: int, gate: ReadGate) -> None:
-        """Connection `key` now holds `allocated` bytes of request buffers."""
-        want = max(0, allocated - self.floor)
+    def charge(self, key: int, wanted: int, gate: ReadGate) -> None:
+        """Connection `key` holds `wanted` bytes of request buffers, those its next read allocates included.
+        Less than before: the rest goes back. More: granted while any budget is left; otherwise reading `gate`
+        pauses until the growth is granted (`_wake`)."""
+        want = max(0, wanted - self.floor)
         old = self._held.get(key, 0)
-        if want == old:
-            return
-        self.used += want - old
+        if want < old:
+            self._hold(key, want)
+            self._wake()
+        elif want > old:
+            if (self.used < self.limit and not self._waiting) or self._oldest() == key:  # those waiting go first
+                self._hold(key, want)
+                return
+            if key not in self._waiting:
+                self.pauses += 1
+            self._waiting[key] = (gate, want)
+            gate.pause("memory")
+
+    def _hold(self, key: int, want: int) -> None:
+        self.used += want - self._held.get(key, 0)
         if want:
             self._held[key] = want
         else:
             self._held.pop(key, None)
-        if want > old and self.used > self.limit:
-            if key not in self._waiting:
-                self.pauses += 1
-            self._waiting[key] = gate
-            gate.pause("memory")
-        elif want < old:
-            self._wake()
 
     def reserve(self, wanted: int) -> int:
         """Bytes for a response being assembled (remote reads): as much of `wanted` as the bound has left, never
@@ -93,8 +110,24 @@ class ByteBudget:
         self._waiting.pop(key, None)
         self._wake()
 
+    def _oldest(self) -> int | None:
+        """The connection that has held budget the longest (`_held` keeps the order keys came in): its request is
+        always let grow, else connections halfway through requests could wait for each other's bytes forever (a
+        single request larger than the bound, too). Kafka grants a request its whole size at once for the same reason.
+        """
+        return next(iter(self._held), None)
+
     def _wake(self) -> None:
-        if self.used < self.limit and self._waiting:
-            waiting, self._waiting = self._waiting, {}
-            for gate in waiting.values():
-                gate.resume("memory")
+        """Grant the waiting connections their growth, first come first, while any budget is left; the oldest
+        holder's whatever is left."""
+        waiting = self._waiting
+        oldest = self._oldest()
+        if oldest in waiting:
+            self._grant(oldest)
+        while waiting and self.used < self.limit:
+            self._grant(next(iter(waiting)))
+
+    def _grant(self, key: int) -> None:
+        gate, want = self._waiting.pop(key)
+        self._hold(key, want)
+        gate.resume("memory")

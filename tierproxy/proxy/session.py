@@ -169,8 +169,18 @@ class Session:
         self.process_client()  # frames that arrived while connecting
 
     def process_client(self) -> None:
-        if self.upstream is None or self.closed:
+        """Handle every whole request received (once the broker connection is made), then reserve what the next
+        read allocates against queued.max.request.bytes, or pause reading until it can be."""
+        if self.closed:
             return
+        if self.upstream is not None:
+            self._handle_requests()
+        if not self.closed:
+            frames = self.server.frames
+            self.proxy.request_budget.charge(id(self), frames.budgeted() + frames.growth(), self.client_gate)
+            self.client_gate.enforce()
+
+    def _handle_requests(self) -> None:
         self.last_active = self.proxy.loop.time()
         ev = None
         try:
@@ -351,8 +361,6 @@ class ClientProtocol(asyncio.BufferedProtocol):
         assert session is not None
         session.server.buffer_updated(nbytes)
         session.process_client()
-        if not session.closed:  # what its request buffers hold now, against queued.max.request.bytes
-            session.proxy.request_budget.charge(id(session), session.server.frames.budgeted(), session.client_gate)
 
     def eof_received(self) -> bool:
         return False
