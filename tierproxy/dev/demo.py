@@ -16,11 +16,16 @@ from pathlib import Path
 
 from protocol.constants import ApiKey, OffsetSpec
 from protocol.requests import list_offsets_request
-from tierproxy.dev.kafkadist import KAFKA_VERSION, KafkaCluster, stop_processes
-from tierproxy.dev.ports import free_port
+from tierproxy.dev.kafkadist import KAFKA_VERSION, KafkaCluster, KafkaUnavailable, stop_processes
+from tierproxy.dev.ports import free_port_block
 from tierproxy.kafka.wireclient import WireClient
 
 TOPIC = "demo-history"
+BROKER_PORTS = 100  # serve's broker.port.range: its broker ports follow its listener
+
+
+class DemoFailed(Exception):
+    """A step of the walk-through that did not do what it shows: said in one line, never a traceback."""
 
 
 def _say(text: str) -> None:
@@ -29,8 +34,30 @@ def _say(text: str) -> None:
 
 def _run(cmd: str, **kw: object) -> str:
     _say(f"  $ {cmd}")
-    out = subprocess.run(cmd, shell=True, check=True, capture_output=True, text=True, timeout=120, **kw)  # type: ignore[call-overload]
+    try:
+        out = subprocess.run(cmd, shell=True, check=True, capture_output=True, text=True, timeout=120, **kw)  # type: ignore[call-overload]
+    except subprocess.CalledProcessError as exc:
+        raise DemoFailed(f"the command above exited with {exc.returncode}: {(exc.stderr or '').strip()[-500:]}") \
+            from exc
+    except subprocess.TimeoutExpired as exc:
+        raise DemoFailed(f"the command above did not end in {exc.timeout:.0f}s") from exc
     return str(out.stdout)
+
+
+def _check_running(procs: dict[str, subprocess.Popen[bytes]], work: Path) -> None:
+    """DemoFailed naming the first of the demo's tierproxy processes that has ended, with its log's last lines."""
+    for name, proc in procs.items():
+        if proc.poll() is not None:
+            tail = (work / f"{name}.log").read_text(errors="replace").strip().splitlines()[-5:]
+            raise DemoFailed(f"`tierproxy {name}` exited with {proc.returncode}; its log ({work}/{name}.log) ends:\n"
+                             + "\n".join(f"    {line}" for line in tail))
+
+
+def proxy_ports() -> tuple[int, int]:
+    """serve's listener and admin ports, from one free block: the listener, its broker ports after it (serve's
+    default broker.port.base), then the admin port, never inside the broker ports (serve refuses that at start)."""
+    listen = free_port_block(BROKER_PORTS + 2)
+    return listen, listen + BROKER_PORTS + 1
 
 
 def _log_start(bootstrap: str) -> int:
@@ -72,11 +99,11 @@ def run_demo(duration: float = 0.0, records: int = 1000) -> int:
     work = Path(tempfile.mkdtemp(prefix="tierproxy-demo-"))
     _say(f"Starting Apache Kafka {KAFKA_VERSION} (KRaft, resolved from Maven Central, cached after the first run)...")
     cluster = KafkaCluster(1, workdir=work / "kafka")
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         cluster.start()
         broker = cluster.bootstrap
-        proxy_port, admin_port = free_port(), free_port()
+        proxy_port, admin_port = proxy_ports()
         proxy, admin = f"127.0.0.1:{proxy_port}", f"http://127.0.0.1:{admin_port}"
         store, meta = f"file://{work}/tier", f"file://{work}/meta"
         _say(f"\nKafka is at {broker}. 1. Write {records} records to '{TOPIC}' (the broker rolls a segment a second):")
@@ -91,12 +118,17 @@ def run_demo(duration: float = 0.0, records: int = 1000) -> int:
         for name, cmd in (("serve", serve), ("tier", tier)):
             _say("  $ tierproxy " + " ".join(cmd[3:]))
             log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+            procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 180
         while _tiered_end(admin) < records - 1 and time.monotonic() < deadline:
+            _check_running(procs, work)
             time.sleep(1)
-        _say(f"  the tier now holds offsets 0..{_tiered_end(admin)} (tierproxy admin --url {admin} partitions "
-             f"{TOPIC})")
+        end = _tiered_end(admin)
+        _say(f"  the tier now holds offsets 0..{end} (tierproxy admin --url {admin} partitions {TOPIC})")
+        if end < records - 1:  # step 3 deletes the broker's copy: only once the tier holds every record
+            _check_running(procs, work)
+            raise DemoFailed(f"the tier does not hold offsets 0..{records - 1} after 180s; the broker's data is left "
+                             f"as it is (logs: {work}/serve.log, {work}/tier.log)")
 
         _say("\n3. Make the broker delete its old segments (retention.ms=1000) and wait until it has:")
         _set_topic_config(broker, **{"segment.ms": "1000", "retention.ms": "1000"})
@@ -125,7 +157,13 @@ def run_demo(duration: float = 0.0, records: int = 1000) -> int:
         return 0 if ok else 1
     except KeyboardInterrupt:
         return 0
+    except DemoFailed as exc:
+        _say(f"\nFAILED: {exc}")
+        return 1
+    except (KafkaUnavailable, OSError) as exc:  # the broker did not start, or stopped answering
+        _say(f"\nFAILED: {type(exc).__name__}: {exc} (logs: {work})")
+        return 1
     finally:
-        stop_processes(procs)
+        stop_processes(list(procs.values()))
         cluster.stop()
         _say("Stopped.")
