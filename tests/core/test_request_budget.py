@@ -31,6 +31,15 @@ def _read_once(protocol: ClientProtocol, pending: bytearray, most: int) -> int:
     return n
 
 
+def _connected(proxy: InProcessProxy) -> tuple[ClientProtocol, Wire]:
+    """A client connection as the server makes one: its protocol on a session whose reads the budget can pause."""
+    wire = Wire(proxy)
+    protocol = ClientProtocol(proxy, None)
+    protocol.session = wire.session
+    wire.session.client_gate.attach(wire.client)
+    return protocol, wire
+
+
 def test_request_buffers_stay_within_the_bound_however_unevenly_clients_send() -> None:
     async def scenario() -> None:
         proxy = InProcessProxy(queued_max_request_bytes=LIMIT)
@@ -38,10 +47,7 @@ def test_request_buffers_stay_within_the_bound_however_unevenly_clients_send() -
         header = RequestHeader(ApiKey.PRODUCE, 9, 1, "claims", 2, 0).encode()
         conns = []
         for _ in range(CONNECTIONS):
-            wire = Wire(proxy)
-            protocol = ClientProtocol(proxy, None)
-            protocol.session = wire.session
-            wire.session.client_gate.attach(wire.client)
+            protocol, wire = _connected(proxy)
             conns.append((protocol, wire, bytearray(struct.pack(">i", 90 << 20) + header + bytes(SENT))))
         peak = growth = 0
 
@@ -139,10 +145,7 @@ def test_requests_larger_together_than_the_bound_are_all_received(connections: i
         header = RequestHeader(ApiKey.PRODUCE, 9, 1, "big", 2, 0).encode()
         conns = []
         for _ in range(connections):
-            wire = Wire(proxy)
-            protocol = ClientProtocol(proxy, None)
-            protocol.session = wire.session
-            wire.session.client_gate.attach(wire.client)
+            protocol, wire = _connected(proxy)
             body = header + bytes(size - len(header))
             conns.append((protocol, wire, bytearray(struct.pack(">i", len(body)) + body)))
         for _ in range(2000):  # loop turns (bounded): 1 MiB per read at most
